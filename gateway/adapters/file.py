@@ -1,0 +1,278 @@
+"""The file adapter: read, list, atomically write, patch and delete files in a workspace.
+
+Every path is confined to the workspace again right before it is touched (see
+``gateway.workspace.confine``). Writes are atomic: a temp file in the same directory,
+fsync, ``os.replace``, fsync of the directory. OS errors become ExecutionError here.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+
+from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec, Evidence
+from gateway.adapters.base import SideEffectReport as Effect
+from gateway.adapters.patch import apply_unified_diff, unified_diff
+from gateway.errors import ExecutionError, ToolgateError, ValidationError
+from gateway.types import JSON, Outcome
+from gateway.workspace import ResolvedPath, confine
+
+_READS = frozenset({"none", "read"})
+_WRITES = frozenset({"write"})
+SPEC = AdapterSpec(
+    name="file",
+    operations={
+        "read": _READS,
+        "list": _READS,
+        "write": _WRITES,
+        "atomic_replace": _WRITES,
+        "apply_patch": _WRITES,
+        "delete": _WRITES,
+    },
+    probes={"file_sha256": frozenset({"path"}), "file_exists": frozenset({"path"})},
+    path_arguments=frozenset({"path"}),
+)
+MAX_LIST_ENTRIES = 10_000
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: Path) -> str | None:
+    """The sha256 of a regular file, or None when nothing is there."""
+    try:
+        with path.open("rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError as exc:
+        raise ValidationError(f"{path.name} is a directory, not a file", code="not_a_file") from exc
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never half."""
+    mode = None
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tg-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _os_error(exc: OSError, what: str) -> ToolgateError:
+    retryable = exc.errno in (errno.EAGAIN, errno.EBUSY, errno.ENOSPC, errno.EINTR)
+    reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
+    return ExecutionError(f"{what}: {reason}", code="file_error", retryable=retryable)
+
+
+class FileAdapter:
+    """Real files under the workspace root."""
+
+    name: ClassVar[str] = "file"
+
+    async def execute(self, call: AdapterCall) -> AdapterOutcome:
+        op = _OPERATIONS[call.tool.operation]
+        return await anyio.to_thread.run_sync(op, call)
+
+    async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
+        target = confine(call.workspace, params["path"], "probe path").absolute
+        if name == "file_exists":
+            return await anyio.to_thread.run_sync(target.exists)
+        return await anyio.to_thread.run_sync(file_sha256, target)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _target(call: AdapterCall) -> ResolvedPath:
+    resolved = call.paths["path"]
+    # Re-confine now: a symlink may have been swapped in since validation.
+    return confine(call.workspace, resolved.relative, resolved.argument)
+
+
+def _read(call: AdapterCall) -> AdapterOutcome:
+    target = _target(call)
+    try:
+        raw = target.absolute.read_bytes()
+    except FileNotFoundError as exc:
+        raise ExecutionError(f"{target.relative} does not exist", code="file_not_found") from exc
+    except IsADirectoryError as exc:
+        raise ExecutionError(f"{target.relative} is a directory", code="not_a_file") from exc
+    except OSError as exc:
+        raise _os_error(exc, f"cannot read {target.relative}") from exc
+    digest = sha256_bytes(raw)
+    body = raw[: call.output_budget]
+    try:
+        content, encoding = body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        content, encoding = body.hex(), "hex"
+    data = {
+        "path": target.relative,
+        "content": content,
+        "encoding": encoding,
+        "size": len(raw),
+        "sha256": digest,
+    }
+    return AdapterOutcome(
+        Outcome.SUCCEEDED,
+        data=data,
+        side_effect=Effect(False, False, f"read {len(raw)} bytes of {target.relative}"),
+        evidence=(Evidence("file_hash", target.relative, digest),),
+        truncated=len(body) < len(raw),
+    )
+
+
+def _list(call: AdapterCall) -> AdapterOutcome:
+    target = _target(call)
+    if not target.absolute.is_dir():
+        raise ExecutionError(f"{target.relative} is not a directory", code="not_a_directory")
+    recursive = bool(call.arguments.get("recursive", False))
+    entries: list[dict[str, Any]] = []
+    truncated = False
+    walker = sorted(target.absolute.rglob("*") if recursive else target.absolute.iterdir())
+    budget = call.output_budget
+    for entry in walker:
+        rel = entry.relative_to(call.workspace.root).as_posix()
+        item = {"path": rel, "type": _kind(entry), "size": _size(entry)}
+        budget -= len(rel) + 40
+        if budget < 0 or len(entries) >= MAX_LIST_ENTRIES:
+            truncated = True
+            break
+        entries.append(item)
+    return AdapterOutcome(
+        Outcome.SUCCEEDED,
+        data={"path": target.relative, "entries": entries, "count": len(entries)},
+        side_effect=Effect(False, False, f"listed {len(entries)} entries of {target.relative}"),
+        truncated=truncated,
+    )
+
+
+def _kind(entry: Path) -> str:
+    if entry.is_symlink():
+        return "symlink"
+    return "dir" if entry.is_dir() else "file"
+
+
+def _size(entry: Path) -> int | None:
+    try:
+        return entry.lstat().st_size if entry.is_file() else None
+    except OSError:
+        return None
+
+
+def _write_checked(call: AdapterCall, target: ResolvedPath, data: bytes, verb: str) -> Effect:
+    parent = target.absolute.parent
+    if not parent.exists():
+        if not call.arguments.get("create_dirs", True):
+            raise ExecutionError(
+                f"the directory of {target.relative} does not exist", code="file_not_found"
+            )
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _os_error(exc, f"cannot create the directory of {target.relative}") from exc
+        confine(call.workspace, target.relative, target.argument)
+    try:
+        atomic_write(target.absolute, data)
+    except OSError as exc:
+        raise _os_error(exc, f"cannot write {target.relative}") from exc
+    return Effect(True, True, f"{verb} {target.relative} ({len(data)} bytes)")
+
+
+def _write(call: AdapterCall) -> AdapterOutcome:
+    target = _target(call)
+    data = str(call.arguments["content"]).encode("utf-8")
+    before = file_sha256(target.absolute)
+    effect = _write_checked(call, target, data, "wrote")
+    after = sha256_bytes(data)
+    return AdapterOutcome(
+        Outcome.SUCCEEDED,
+        data={"path": target.relative, "sha256": after, "size": len(data), "created": not before},
+        side_effect=effect,
+        evidence=(
+            Evidence("file_hash", target.relative, after, {"before_sha256": before}),
+        ),
+    )
+
+
+def _apply_patch(call: AdapterCall) -> AdapterOutcome:
+    target = _target(call)
+    try:
+        original_bytes = target.absolute.read_bytes() if target.absolute.exists() else b""
+        original = original_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{target.relative} is not UTF-8 text", code="not_text") from exc
+    except OSError as exc:
+        raise _os_error(exc, f"cannot read {target.relative}") from exc
+    patched = apply_unified_diff(original, str(call.arguments["patch"]))
+    data = patched.encode("utf-8")
+    before = sha256_bytes(original_bytes) if target.absolute.exists() else None
+    effect = _write_checked(call, target, data, "patched")
+    after = sha256_bytes(data)
+    diff = unified_diff(original, patched, target.relative)
+    return AdapterOutcome(
+        Outcome.SUCCEEDED,
+        data={"path": target.relative, "sha256": after, "size": len(data)},
+        side_effect=effect,
+        evidence=(
+            Evidence("file_hash", target.relative, after, {"before_sha256": before}),
+            Evidence("diff", target.relative, sha256_bytes(diff.encode()), {"diff": diff}),
+        ),
+    )
+
+
+def _delete(call: AdapterCall) -> AdapterOutcome:
+    target = _target(call)
+    before = file_sha256(target.absolute)
+    if before is None:
+        raise ExecutionError(f"{target.relative} does not exist", code="file_not_found")
+    try:
+        target.absolute.unlink()
+        _fsync_dir(target.absolute.parent)
+    except OSError as exc:
+        raise _os_error(exc, f"cannot delete {target.relative}") from exc
+    return AdapterOutcome(
+        Outcome.SUCCEEDED,
+        data={"path": target.relative, "deleted": True},
+        side_effect=Effect(True, True, f"deleted {target.relative}"),
+        evidence=(Evidence("file_hash", target.relative, None, {"before_sha256": before}),),
+    )
+
+
+_OPERATIONS: dict[str, Callable[[AdapterCall], AdapterOutcome]] = {
+    "read": _read,
+    "list": _list,
+    "write": _write,
+    "atomic_replace": _write,
+    "apply_patch": _apply_patch,
+    "delete": _delete,
+}

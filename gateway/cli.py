@@ -1,0 +1,259 @@
+"""The ``toolgate`` command line: serve, check, tools, call, policy test|eval, keys, schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import ConfigError, ToolgateError
+from gateway.settings import Settings, hash_key, load_settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(Path(args.config) if args.config else None)
+
+
+def _fail(problems: Sequence[str], what: str) -> int:
+    print(f"toolgate: {what}:", file=sys.stderr)
+    for problem in problems:
+        print(f"  - {problem}", file=sys.stderr)
+    return 2
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.bootstrap import load_sources
+    from gateway.server.app import create_app
+
+    settings = load_settings(
+        Path(args.config) if args.config else None, host=args.host, port=args.port
+    )
+    loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
+    print(f"toolgate: listening on http://{settings.host}:{settings.port}")
+    print(f"toolgate: store {_safe_url(settings)}")
+    print(f"toolgate: {len(loaded.catalogue)} tool versions from {settings.path(settings.tools_dir)}:")
+    for tool in loaded.catalogue.all():
+        flag = " (disabled)" if tool.disabled else " (deprecated)" if tool.deprecated else ""
+        print(f"    {tool.ref}{flag}")
+    modules = ", ".join(name for name, _ in loaded.sources.modules)
+    print(f"toolgate: policy {settings.policy_backend}: {modules} + data from {settings.policies_dir}")
+    for principal in settings.principals:
+        if principal.label:
+            print(f"toolgate: principal {principal.id}: {principal.label}")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        server_header=False,
+    )
+    return 0
+
+
+def _safe_url(settings: Settings) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(settings.resolved_database_url).render_as_string(hide_password=True)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from gateway.bootstrap import load_sources
+    from gateway.pipeline.services import workspaces_from_policy
+
+    settings = _settings(args)
+    loaded = load_sources(settings)
+    workspaces_from_policy(loaded.sources.data, settings.base_dir)
+    print(
+        f"ok: {len(loaded.catalogue)} tool versions, {len(loaded.sources.modules)} policy "
+        f"modules, {len(loaded.sources.test_modules)} policy test modules"
+    )
+    return 0
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    from gateway.declarations.loader import load_catalogue
+    from gateway.server.render import tool_detail
+
+    settings = _settings(args)
+    catalogue = load_catalogue(settings.path(settings.tools_dir))
+    if args.name:
+        tool = catalogue.resolve(args.name, args.version)
+        print(json.dumps(tool_detail(tool, catalogue.versions(args.name)), indent=2))
+        return 0
+    for tool in catalogue.all():
+        state = "disabled" if tool.disabled else "deprecated" if tool.deprecated else ""
+        print(f"{tool.name:28} {tool.version!s:10} {tool.risk.value:8} {tool.side_effect.value:8} {state}")
+    return 0
+
+
+def cmd_policy_test(args: argparse.Namespace) -> int:
+    from gateway.policy.loader import load_policy_sources
+    from gateway.policy.testing import format_report, run_policy_tests
+
+    settings = _settings(args)
+    sources = load_policy_sources(
+        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
+    )
+    report = run_policy_tests(sources, args.filter)
+    print(format_report(report, verbose=args.verbose))
+    return 0 if all(r.passed for r in report) and report else 1
+
+
+def cmd_policy_eval(args: argparse.Namespace) -> int:
+    from gateway.policy.embedded import EmbeddedPolicy
+    from gateway.policy.loader import load_policy_sources
+
+    settings = _settings(args)
+    sources = load_policy_sources(
+        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
+    )
+    try:
+        document = json.loads(Path(args.input).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{args.input}: cannot read a JSON input document: {exc}") from exc
+    decision = EmbeddedPolicy(sources).decide_sync(document)
+    print(json.dumps(decision.to_json(), indent=2))
+    return 0
+
+
+def cmd_keys_hash(args: argparse.Namespace) -> int:
+    key = args.key if args.key else sys.stdin.readline().strip()
+    print(hash_key(key))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from gateway.declarations.model import ToolDeclaration
+
+    schema = ToolDeclaration.model_json_schema(mode="validation")
+    print(json.dumps(schema, indent=2, sort_keys=True))
+    return 0
+
+
+def _argument(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ConfigError(f"--arg {text!r}: use NAME=VALUE")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    import httpx
+
+    settings = _settings(args)
+    key = args.key or os.environ.get("TOOLGATE_API_KEY")
+    if not key:
+        raise ConfigError("give an API key with --key or TOOLGATE_API_KEY")
+    principal = settings.principal_for_key(key)
+    arguments = json.loads(args.args_json) if args.args_json else {}
+    arguments.update(dict(_argument(a) for a in args.arg))
+    body: dict[str, Any] = {
+        "run_id": args.run_id or f"cli-{uuid.uuid4().hex[:12]}",
+        "call_id": args.call_id or uuid.uuid4().hex[:12],
+        "tool": {"name": args.tool, "requested_version": args.version},
+        "arguments": arguments,
+        "workspace": {"id": args.workspace},
+    }
+    if principal is not None:
+        body["actor"] = {"user_id": principal.id, "agent_id": "cli"}
+    if args.idempotency_key:
+        body["idempotency_key"] = args.idempotency_key
+    url = args.url or f"http://{settings.host}:{settings.port}"
+    try:
+        response = httpx.post(
+            f"{url}/v1/executions",
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=args.timeout,
+        )
+    except httpx.HTTPError as exc:
+        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
+        return 3
+    print(json.dumps(response.json(), indent=2))
+    if response.status_code >= 400:
+        return 1
+    result = response.json().get("result") or {}
+    return 0 if result.get("outcome") == "succeeded" else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="toolgate", description=__doc__)
+    parser.add_argument("--config", help="configuration file (default ./toolgate.yaml or $TOOLGATE_CONFIG)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="start the gateway")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--access-log", action="store_true")
+    serve.set_defaults(fn=cmd_serve)
+
+    sub.add_parser("check", help="check tools.d, rego/ and policies/").set_defaults(fn=cmd_check)
+
+    tools = sub.add_parser("tools", help="list tools, or show one with its input schema")
+    tools.add_argument("name", nargs="?")
+    tools.add_argument("--version")
+    tools.set_defaults(fn=cmd_tools)
+
+    call = sub.add_parser("call", help="send one execution request to a running gateway")
+    call.add_argument("tool")
+    call.add_argument("--arg", action="append", default=[], help="NAME=VALUE (VALUE may be JSON)")
+    call.add_argument("--args-json", help="all arguments as one JSON object")
+    call.add_argument("--version")
+    call.add_argument("--workspace", default="demo")
+    call.add_argument("--key", help="API key (default $TOOLGATE_API_KEY)")
+    call.add_argument("--url", help="gateway URL (default from the configuration)")
+    call.add_argument("--run-id")
+    call.add_argument("--call-id")
+    call.add_argument("--idempotency-key")
+    call.add_argument("--timeout", type=float, default=60.0)
+    call.set_defaults(fn=cmd_call)
+
+    policy = sub.add_parser("policy", help="test or evaluate the Rego policy")
+    psub = policy.add_subparsers(dest="policy_command", required=True)
+    ptest = psub.add_parser("test", help="run rego/*_test.rego")
+    ptest.add_argument("--filter", default=None, help="only tests whose name contains this")
+    ptest.add_argument("-v", "--verbose", action="store_true")
+    ptest.set_defaults(fn=cmd_policy_test)
+    peval = psub.add_parser("eval", help="print the decision for an input document")
+    peval.add_argument("--input", required=True, help="JSON file with the policy input")
+    peval.set_defaults(fn=cmd_policy_eval)
+
+    keys = sub.add_parser("keys", help="API key helpers")
+    ksub = keys.add_subparsers(dest="keys_command", required=True)
+    khash = ksub.add_parser("hash", help="print the sha256 to store for a key")
+    khash.add_argument("key", nargs="?")
+    khash.set_defaults(fn=cmd_keys_hash)
+
+    schema = sub.add_parser("schema", help="print the JSON Schema of the declaration format")
+    schema.set_defaults(fn=cmd_schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.fn(args)
+    except ConfigError as exc:
+        return _fail(exc.problems, "configuration is not valid")
+    except ToolgateError as exc:
+        print(f"toolgate: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""The versioned tool catalogue: resolve a name and a version range to one declaration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import cerberus
+
+from gateway.declarations.jsonschema import JsonValidator
+from gateway.declarations.model import ToolDeclaration
+from gateway.declarations.semver import parse_range
+from gateway.errors import ResolveError
+
+
+class Catalogue:
+    """Immutable after construction; a reload builds a new one."""
+
+    def __init__(self, tools: Iterable[ToolDeclaration]) -> None:
+        by_name: dict[str, list[ToolDeclaration]] = {}
+        for tool in tools:
+            by_name.setdefault(tool.name, []).append(tool)
+        self._by_name = {
+            name: sorted(versions, key=lambda t: t.version, reverse=True)
+            for name, versions in sorted(by_name.items())
+        }
+        self._validators: dict[str, cerberus.Validator] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._by_name.values())
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    def versions(self, name: str) -> list[ToolDeclaration]:
+        """Every version of ``name``, newest first (disabled ones included)."""
+        return list(self._by_name.get(name, ()))
+
+    def all(self) -> list[ToolDeclaration]:
+        return [tool for versions in self._by_name.values() for tool in versions]
+
+    def resolve(self, name: str, requested: str | None = None) -> ToolDeclaration:
+        """The newest enabled version of ``name`` matching ``requested`` (any when None)."""
+        versions = self._by_name.get(name)
+        if not versions:
+            raise ResolveError(f"no tool named {name!r} is declared", code="tool_not_found")
+        try:
+            matches = parse_range(requested or "")
+        except ValueError as exc:
+            raise ResolveError(
+                f"requested_version {requested!r} is not a version or range: {exc}",
+                code="invalid_version_range",
+            ) from exc
+        candidates = [t for t in versions if matches(t.version)]
+        if not candidates:
+            have = ", ".join(str(t.version) for t in versions)
+            raise ResolveError(
+                f"no version of {name} matches {requested!r} (declared: {have})",
+                code="version_not_found",
+            )
+        enabled = [t for t in candidates if not t.disabled]
+        if not enabled:
+            raise ResolveError(
+                f"{name} {requested or ''} is disabled".replace("  ", " "), code="tool_disabled"
+            )
+        return enabled[0]
+
+    def validator(self, tool: ToolDeclaration) -> cerberus.Validator:
+        """A reusable cerberus validator for ``tool`` (built once: construction is costly)."""
+        key = tool.ref
+        validator = self._validators.get(key)
+        if validator is None:
+            validator = JsonValidator(tool.input, purge_readonly=True)
+            self._validators[key] = validator
+        return validator

@@ -1,0 +1,176 @@
+"""Load ``tools.d`` into a Catalogue, checking everything a call would later rely on.
+
+All files are read and every fault is collected; any fault means the whole load fails
+(a bad file never replaces a good catalogue) and each message names file, line and key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from gateway.adapters.base import AdapterSpec
+from gateway.adapters.registry import SPECS
+from gateway.declarations.catalogue import Catalogue
+from gateway.declarations.jsonschema import validate_cerberus_schema
+from gateway.declarations.model import ProbeDecl, ToolDeclaration
+from gateway.declarations.templates import Template
+from gateway.errors import ConfigError
+from gateway.yamlsrc import Lines, load_yaml, pydantic_problems
+
+_COMMON_KEYS = frozenset(ToolDeclaration.model_fields) - {"options"}
+
+
+def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec] = SPECS) -> Catalogue:
+    """Read every ``*.yaml``/``*.yml`` below ``tools_dir``; raise ConfigError listing all faults."""
+    if not tools_dir.is_dir():
+        raise ConfigError(f"{tools_dir}: the tools directory does not exist")
+    files = sorted(p for p in tools_dir.rglob("*") if p.suffix in (".yaml", ".yml"))
+    problems: list[str] = []
+    tools: list[ToolDeclaration] = []
+    seen: dict[tuple[str, str], str] = {}
+    for path in files:
+        try:
+            tool, lines = load_declaration(path, specs)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        key = (tool.name, str(tool.version))
+        if key in seen:
+            problems.append(
+                f"{lines.where(('version',))}: {tool.ref} is declared twice "
+                f"(also in {seen[key]})"
+            )
+            continue
+        seen[key] = str(path)
+        tools.append(tool)
+    if problems:
+        raise ConfigError(problems)
+    return Catalogue(tools)
+
+
+def load_declaration(
+    path: Path, specs: Mapping[str, AdapterSpec] = SPECS
+) -> tuple[ToolDeclaration, Lines]:
+    """Parse and check one declaration file."""
+    raw, lines = load_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}:1: a tool declaration must be a mapping of keys")
+    tool = _validate(raw, lines, specs)
+    problems = list(_check(tool, lines, specs[tool.adapter]))
+    if problems:
+        raise ConfigError(problems)
+    return tool, lines
+
+
+def _validate(
+    raw: dict[str, Any], lines: Lines, specs: Mapping[str, AdapterSpec]
+) -> ToolDeclaration:
+    adapter = raw.get("adapter")
+    spec = specs.get(adapter) if isinstance(adapter, str) else None
+    if spec is None:
+        known = ", ".join(sorted(specs))
+        raise ConfigError(f"{lines.where(('adapter',))}: unknown adapter {adapter!r} ({known})")
+    option_keys = set(spec.options.model_fields)
+    common = {k: v for k, v in raw.items() if k not in option_keys or k in _COMMON_KEYS}
+    options_raw = {k: v for k, v in raw.items() if k in option_keys and k not in _COMMON_KEYS}
+    problems: list[str] = []
+    options: BaseModel | None = None
+    try:
+        options = spec.options.model_validate(options_raw)
+    except PydanticValidationError as exc:
+        problems.extend(pydantic_problems(exc, lines))
+    try:
+        tool = ToolDeclaration.model_validate({**common, "options": options})
+    except PydanticValidationError as exc:
+        problems.extend(pydantic_problems(exc, lines))
+    if problems:
+        raise ConfigError(problems)
+    return tool
+
+
+def _check(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:
+    allowed = spec.operations.get(tool.operation)
+    if allowed is None:
+        known = ", ".join(sorted(spec.operations))
+        yield (
+            f"{lines.where(('operation',))}: the {spec.name} adapter has no operation "
+            f"{tool.operation!r} ({known})"
+        )
+        return
+    if tool.side_effect.value not in allowed:
+        yield (
+            f"{lines.where(('side_effect',))}: operation {tool.operation} has side effects "
+            f"{sorted(allowed)}, not {tool.side_effect.value!r}"
+        )
+    yield from _check_input(tool, lines)
+    yield from _check_paths(tool, lines, spec)
+    yield from _check_templates(tool, lines)
+    yield from _check_probes(tool, lines, spec)
+
+
+def _check_input(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
+    yield from validate_cerberus_schema(tool.input, lines.where(("input",)))
+
+
+def _check_paths(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:
+    for i, name in enumerate(tool.paths):
+        rule = tool.input.get(name)
+        if not isinstance(rule, dict):
+            yield f"{lines.where(('paths', i))}: path argument {name!r} is not in input"
+        elif rule.get("type") != "string":
+            yield f"{lines.where(('paths', i))}: path argument {name!r} must have type: string"
+    for name in sorted(spec.path_arguments - set(tool.paths)):
+        yield f"{lines.where(('paths',))}: the {spec.name} adapter needs {name!r} listed in paths"
+
+
+def _templates(tool: ToolDeclaration) -> Iterable[tuple[tuple[str | int, ...], Template]]:
+    for i, lock in enumerate(tool.locks):
+        yield ("locks", i, "key"), lock.key
+    for field in ("verify", "reconcile", "state_guards"):
+        for i, decl in enumerate(getattr(tool, field)):
+            for key, template in decl.params.items():
+                yield (field, i, key), template
+            if isinstance(decl, ProbeDecl) and decl.equals is not None:
+                yield (field, i, "equals"), decl.equals
+    options = tool.options
+    if options is not None and hasattr(options, "templates"):
+        yield from options.templates()
+
+
+def _check_templates(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
+    for loc, template in _templates(tool):
+        for ref in template.references:
+            if ref[0] == "arguments" and len(ref) > 1 and ref[1] not in tool.input:
+                yield (
+                    f"{lines.where(loc)}: template {template.source!r} uses "
+                    f"arguments.{ref[1]}, which input does not declare"
+                )
+
+
+def _check_probes(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:
+    for field in ("verify", "reconcile"):
+        for i, probe in enumerate(getattr(tool, field)):
+            yield from _check_probe(probe.probe, probe.params, (field, i), lines, spec)
+    for i, guard in enumerate(tool.state_guards):
+        yield from _check_probe(guard.actual, guard.params, ("state_guards", i), lines, spec)
+
+
+def _check_probe(
+    name: str,
+    params: Mapping[str, Template],
+    loc: tuple[str | int, ...],
+    lines: Lines,
+    spec: AdapterSpec,
+) -> Iterable[str]:
+    required = spec.probes.get(name)
+    if required is None:
+        known = ", ".join(sorted(spec.probes)) or "none"
+        yield f"{lines.where(loc)}: the {spec.name} adapter has no probe {name!r} ({known})"
+        return
+    for missing in sorted(required - set(params)):
+        yield f"{lines.where(loc)}: probe {name!r} needs the parameter {missing!r}"

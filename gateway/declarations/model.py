@@ -1,0 +1,159 @@
+"""The tool declaration format (``tools.d/*.yaml``) as frozen models that forbid unknown keys.
+
+Adapter-specific keys (``command``, ``url``, ...) are validated by the adapter's own
+``Options`` model; everything else is here. ``docs/tool-declaration.schema.json`` is
+generated from these models (``toolgate schema declaration``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
+
+from gateway.declarations.semver import Version
+from gateway.declarations.templates import Template, TemplateError, compile_template
+from gateway.types import LockMode, Risk, SideEffect
+from gateway.units import parse_duration, parse_size
+
+
+def _template(value: Any) -> Template:
+    if isinstance(value, Template):
+        return value
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ValueError("must be a string template like '{arguments.path}'")
+    try:
+        return compile_template(str(value))
+    except TemplateError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _version(value: Any) -> Version:
+    if isinstance(value, Version):
+        return value
+    return Version.parse(str(value))
+
+
+TemplateStr = Annotated[
+    Template,
+    PlainValidator(_template),
+    WithJsonSchema({"type": "string", "description": "a template with {dotted.path} holes"}),
+]
+VersionStr = Annotated[
+    Version,
+    PlainValidator(_version),
+    WithJsonSchema({"type": "string", "pattern": r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$"}),
+]
+Duration = Annotated[
+    float,
+    PlainValidator(parse_duration),
+    WithJsonSchema({"type": ["string", "number"], "examples": ["10s", "250ms", "5m"]}),
+]
+Size = Annotated[
+    int,
+    PlainValidator(parse_size),
+    WithJsonSchema({"type": ["string", "integer"], "examples": ["64KiB", "1MiB", 4096]}),
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class LockDecl(_Frozen):
+    """A resource lock taken before the adapter runs."""
+
+    key: TemplateStr
+    mode: LockMode = LockMode.EXCLUSIVE
+
+
+class ProbeDecl(BaseModel):
+    """A read of real state: ``probe`` names an adapter probe; other keys are its parameters.
+
+    ``equals`` (a template) is the value the probe must return; without it, a probe that
+    returns a value passes unless ``exists`` says otherwise.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow", arbitrary_types_allowed=True)
+
+    probe: str = Field(min_length=1)
+    equals: TemplateStr | None = None
+
+    @model_validator(mode="after")
+    def _compile_params(self) -> ProbeDecl:
+        extra = self.__pydantic_extra__ or {}
+        for key, value in list(extra.items()):
+            extra[key] = _template(value)
+        return self
+
+    @property
+    def params(self) -> dict[str, Template]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+class StateGuardDecl(BaseModel):
+    """Compare ``expected_state[expected]`` of the request with probe ``actual``."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", arbitrary_types_allowed=True)
+
+    expected: str = Field(min_length=1)
+    actual: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _compile_params(self) -> StateGuardDecl:
+        extra = self.__pydantic_extra__ or {}
+        for key, value in list(extra.items()):
+            extra[key] = _template(value)
+        return self
+
+    @property
+    def params(self) -> dict[str, Template]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+class ToolDeclaration(_Frozen):
+    """One version of one tool."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$", max_length=128)
+    version: VersionStr
+    description: str = Field(min_length=1)
+    adapter: str
+    operation: str = Field(min_length=1)
+    risk: Risk
+    side_effect: SideEffect
+    reversible: bool = False
+    tags: tuple[str, ...] = ()
+    input: dict[str, Any] = Field(default_factory=dict)
+    paths: tuple[str, ...] = ()
+    locks: tuple[LockDecl, ...] = ()
+    state_guards: tuple[StateGuardDecl, ...] = ()
+    timeout: Duration = 30.0
+    idempotency: Literal["required", "optional", "none"] = "optional"
+    output_budget: Size = 64 * 1024
+    verify: tuple[ProbeDecl, ...] = ()
+    reconcile: tuple[ProbeDecl, ...] = ()
+    deprecated: bool | str = False
+    disabled: bool = False
+    options: Any = None
+    """Adapter-specific settings, validated by the adapter's ``Options`` model."""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def summary(self) -> dict[str, Any]:
+        """The public description of this version (no input schema)."""
+        return {
+            "name": self.name,
+            "version": str(self.version),
+            "description": self.description,
+            "adapter": self.adapter,
+            "operation": self.operation,
+            "risk": self.risk.value,
+            "side_effect": self.side_effect.value,
+            "reversible": self.reversible,
+            "tags": list(self.tags),
+            "idempotency": self.idempotency,
+            "timeout_s": self.timeout,
+            "deprecated": self.deprecated,
+        }

@@ -1,0 +1,164 @@
+"""One error tree for the whole gateway.
+
+Every error carries a stable ``code``, the pipeline ``phase`` it belongs to (or ``None``
+for errors about the HTTP request itself), ``retryable`` and a message written for the
+agent. Foreign exceptions are translated into these at the edge that meets them
+(``raise ... from exc``); the HTTP mapping lives only in ``gateway.server.problems``.
+
+    ToolgateError
+    ├── RequestError            the request itself is unusable (HTTP 4xx, no execution)
+    │   ├── MalformedRequest    400  bad JSON, missing/wrong fields
+    │   ├── PayloadTooLarge     413
+    │   ├── Unauthenticated     401
+    │   ├── Forbidden           403
+    │   ├── NotFound            404
+    │   ├── Conflict            409  same call_id/idempotency key in flight or different
+    │   └── IdempotencyMismatch 422
+    ├── ConfigError             a declaration, policy or setting is wrong (names file/line/key)
+    ├── CallError               the call was accepted but ends failed in a phase
+    │   ├── ResolveError        phase=resolve
+    │   ├── ValidationError     phase=validate
+    │   ├── PolicyDenied        phase=policy
+    │   ├── ExecutionError      phase=execute
+    │   ├── VerificationError   phase=verify
+    │   └── CommitError         phase=commit
+    └── StoreError              the store failed (retryable)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.types import Phase
+
+
+class ToolgateError(Exception):
+    code: str = "internal"
+    phase: Phase | None = None
+    retryable: bool = False
+    http_status: int = 500
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        retryable: bool | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if retryable is not None:
+            self.retryable = retryable
+        self.details: dict[str, Any] = dict(details or {})
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``error`` object of a ToolResult."""
+        out: dict[str, Any] = {
+            "type": self.code,
+            "phase": self.phase.value if self.phase else None,
+            "retryable": self.retryable,
+            "message": self.message,
+        }
+        out.update(self.details)
+        return out
+
+
+class RequestError(ToolgateError):
+    code = "bad_request"
+    http_status = 400
+
+
+class MalformedRequest(RequestError):
+    code = "malformed_request"
+    http_status = 400
+
+
+class PayloadTooLarge(RequestError):
+    code = "payload_too_large"
+    http_status = 413
+
+
+class Unauthenticated(RequestError):
+    code = "unauthenticated"
+    http_status = 401
+
+
+class Forbidden(RequestError):
+    code = "forbidden"
+    http_status = 403
+
+
+class NotFound(RequestError):
+    code = "not_found"
+    http_status = 404
+
+
+class Conflict(RequestError):
+    code = "conflict"
+    http_status = 409
+    retryable = True
+
+
+class IdempotencyMismatch(RequestError):
+    code = "idempotency_key_reused"
+    http_status = 422
+
+
+class ConfigError(ToolgateError):
+    """A configuration, declaration or policy source is invalid.
+
+    ``problems`` holds every fault found, each already naming file, line and key.
+    """
+
+    code = "config_invalid"
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class CallError(ToolgateError):
+    """Ends an execution as ``failed`` in ``phase``."""
+
+    http_status = 200
+
+
+class ResolveError(CallError):
+    code = "tool_not_found"
+    phase = Phase.RESOLVE
+
+
+class ValidationError(CallError):
+    code = "invalid_arguments"
+    phase = Phase.VALIDATE
+
+
+class PolicyDenied(CallError):
+    code = "policy_denied"
+    phase = Phase.POLICY
+
+
+class ExecutionError(CallError):
+    code = "execution_failed"
+    phase = Phase.EXECUTE
+
+
+class VerificationError(CallError):
+    code = "verification_failed"
+    phase = Phase.VERIFY
+
+
+class CommitError(CallError):
+    code = "commit_failed"
+    phase = Phase.COMMIT
+    retryable = True
+
+
+class StoreError(ToolgateError):
+    code = "store_unavailable"
+    retryable = True
+    http_status = 503

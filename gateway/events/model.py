@@ -1,0 +1,61 @@
+"""The append-only, versioned event vocabulary of an execution (DESIGN §8)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+EVENT_TYPES: dict[str, int] = {
+    "tool.requested": 1,
+    "tool.resolved": 1,
+    "tool.validation_failed": 1,
+    "policy.decided": 1,
+    "approval.requested": 1,
+    "approval.resolved": 1,
+    "state.checkpointed": 1,
+    "lock.acquired": 1,
+    "tool.started": 1,
+    "tool.output": 1,
+    "tool.side_effect_observed": 1,
+    "tool.verified": 1,
+    "tool.completed": 1,
+}
+"""Event type → its current schema version."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: str
+    execution_id: str
+    seq: int
+    type: str
+    version: int
+    at_ms: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "execution_id": self.execution_id,
+            "seq": self.seq,
+            "type": self.type,
+            "version": self.version,
+            "at_ms": self.at_ms,
+            "data": self.data,
+        }
+
+
+def make_event(execution_id: str, seq: int, type_: str, data: dict[str, Any]) -> Event:
+    """A new event; ``type_`` must be one of EVENT_TYPES."""
+    version = EVENT_TYPES[type_]
+    return Event(
+        id=f"ev_{uuid.uuid4().hex}",
+        execution_id=execution_id,
+        seq=seq,
+        type=type_,
+        version=version,
+        at_ms=int(time.time() * 1000),
+        data=data,
+    )

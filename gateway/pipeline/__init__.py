@@ -1,0 +1,1 @@
+"""Toolgate pipeline."""

@@ -1,0 +1,51 @@
+"""Stage 10 — commit: result, evidence, idempotency state, lock release and the final
+event in one transaction; only then is the result returned."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from gateway.pipeline.records import Flow
+from gateway.pipeline.reserve import build_record
+from gateway.pipeline.services import Services
+from gateway.store.store import Existing
+from gateway.types import Status
+
+
+async def run(services: Services, flow: Flow) -> Flow:
+    result = flow.result
+    assert result is not None
+    flow = flow.emit(
+        "tool.completed",
+        outcome=result.outcome.value,
+        error=result.error.to_json() if result.error else None,
+        side_effect=result.side_effect.to_json(),
+    )
+    result_json = json.dumps(result.to_json(), separators=(",", ":"), default=str)
+    fencing_json = json.dumps(dict(flow.fencing)) if flow.fencing else None
+    if flow.record is None:
+        record = replace(
+            build_record(flow, Status.COMPLETED),
+            outcome=result.outcome.value,
+            result_json=result_json,
+        )
+        found = await services.store.insert_completed(record, flow.events)
+        if isinstance(found, Existing):
+            return flow.but(existing=found.record, events=())
+        return flow.but(record=record, events=())
+    await services.store.commit(
+        flow.execution_id,
+        outcome=result.outcome.value,
+        result_json=result_json,
+        events=flow.events,
+        fencing_json=fencing_json,
+    )
+    record = replace(
+        flow.record,
+        status=Status.COMPLETED,
+        outcome=result.outcome.value,
+        result_json=result_json,
+        fencing_json=fencing_json,
+    )
+    return flow.but(record=record, events=())

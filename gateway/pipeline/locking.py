@@ -1,0 +1,62 @@
+"""Stage 6 — resource locks: declared keys, sorted, shared/exclusive, leased, fenced.
+
+Locks live in the store (not in memory) so they hold across processes and replicas.
+After the locks are held, the state guards are checked again (compare-and-swap).
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from gateway.declarations.templates import TemplateError
+from gateway.errors import ExecutionError, ValidationError
+from gateway.pipeline.context import deadline_of, template_context
+from gateway.pipeline.records import Flow
+from gateway.pipeline.services import Services
+from gateway.pipeline.validate import check_state_guards
+from gateway.store.records import LockBusy, LockRequest
+
+
+def lock_requests(flow: Flow) -> list[LockRequest]:
+    """The interpolated lock keys of the call; one mode per key (exclusive wins)."""
+    assert flow.tool is not None
+    context = template_context(flow)
+    modes: dict[str, LockRequest] = {}
+    for decl in flow.tool.locks:
+        try:
+            key = decl.key.render(context)
+        except TemplateError as exc:
+            raise ValidationError(f"lock key {decl.key.source!r}: {exc}", code="lock_key") from exc
+        if key not in modes or decl.mode.value == "exclusive":
+            modes[key] = LockRequest(key, decl.mode)
+    return sorted(modes.values(), key=lambda r: r.key)
+
+
+async def run(services: Services, flow: Flow) -> Flow:
+    requests = lock_requests(flow)
+    if not requests:
+        await check_state_guards(services, flow)
+        return flow
+    deadline = deadline_of(services, flow)
+    delay = 0.005
+    while True:
+        got = await services.store.try_acquire(
+            flow.execution_id, flow.request.call_id, requests, services.settings.lock_lease
+        )
+        if not isinstance(got, LockBusy):
+            break
+        if time.time() + delay >= deadline:
+            raise ExecutionError(
+                f"lock {got.key!r} is held by call {got.holder_call_id!r} "
+                f"(execution {got.holder}); retry later",
+                code="lock_timeout",
+                retryable=True,
+                details={"holder_call_id": got.holder_call_id},
+            )
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    flow = flow.but(fencing=got).emit("lock.acquired", tokens=dict(got))
+    await check_state_guards(services, flow)
+    return flow

@@ -1,0 +1,54 @@
+"""Run declared probes (verify, reconcile) and turn what they read into evidence."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from gateway.adapters.base import Evidence
+from gateway.declarations.model import ProbeDecl
+from gateway.declarations.templates import TemplateError, _text
+from gateway.errors import ToolgateError
+from gateway.pipeline.context import adapter_call, adapter_of
+from gateway.pipeline.records import Flow
+from gateway.pipeline.services import Services
+
+log = logging.getLogger("toolgate.probes")
+
+
+async def run_probes(
+    services: Services, flow: Flow, probes: Sequence[ProbeDecl], purpose: str
+) -> tuple[bool | None, tuple[Evidence, ...]]:
+    """(all passed?, evidence). ``None`` when a probe could not read the state at all."""
+    call = adapter_call(services, flow)
+    adapter = adapter_of(services, flow)
+    evidence: list[Evidence] = []
+    passed: bool | None = True
+    for probe in probes:
+        try:
+            params = {k: t.render(call.context) for k, t in probe.params.items()}
+            expected = probe.equals.render(call.context) if probe.equals is not None else None
+            observed = await adapter.probe(probe.probe, params, call)
+        except (ToolgateError, TemplateError, OSError) as exc:
+            log.warning("%s probe %s failed for %s: %s", purpose, probe.probe, flow.execution_id, exc)
+            evidence.append(Evidence("probe", probe.probe, None, {"purpose": purpose, "error": str(exc)}))
+            passed = None
+            continue
+        ok = _text(observed) == expected if expected is not None else bool(observed)
+        evidence.append(
+            Evidence(
+                "probe",
+                probe.probe,
+                observed if isinstance(observed, str) and len(observed) == 64 else None,
+                {
+                    "purpose": purpose,
+                    "params": params,
+                    "expected": expected,
+                    "observed": observed,
+                    "passed": ok,
+                },
+            )
+        )
+        if not ok and passed is not None:
+            passed = False
+    return passed, tuple(evidence)

@@ -1,0 +1,158 @@
+"""Frozen records that flow through the stages, named for what they are."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gateway.adapters.base import AdapterOutcome, Evidence, SideEffectReport
+from gateway.declarations.model import ToolDeclaration
+from gateway.errors import ToolgateError
+from gateway.events.model import Event, make_event
+from gateway.store.records import ApprovalRecord, ExecutionRecord
+from gateway.types import JSON, Decision, Outcome
+from gateway.workspace import ResolvedPath, Workspace
+
+
+def canonical_json(value: Any) -> str:
+    """The one canonical JSON form used for hashing (sorted keys, no spaces, UTF-8)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_json(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def new_execution_id() -> str:
+    return f"ex_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionRequest:
+    """One agent request, parsed and authenticated (the caller is ``principal``)."""
+
+    principal: str
+    run_id: str
+    turn_id: str
+    call_id: str
+    tool_name: str
+    requested_version: str | None
+    arguments: Mapping[str, JSON]
+    agent_id: str
+    workspace_id: str
+    workspace_root: str | None
+    deadline_ms: int | None
+    cancellation_token: str | None
+    idempotency_key: str | None
+    approval_token: str | None
+    expected_state: Mapping[str, JSON]
+    body: Mapping[str, JSON]
+    """The request as received (for resume and recovery)."""
+
+    @property
+    def payload_sha256(self) -> str:
+        """What makes two requests 'the same call' (tokens excluded)."""
+        return sha256_json(
+            {
+                "tool": [self.tool_name, self.requested_version],
+                "arguments": self.arguments,
+                "actor": [self.principal, self.agent_id],
+                "workspace": self.workspace_id,
+                "expected_state": self.expected_state,
+                "idempotency_key": self.idempotency_key,
+            }
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The stable result of one execution (DESIGN §2)."""
+
+    call_id: str
+    tool_version: str | None
+    outcome: Outcome
+    data: JSON = None
+    error: ToolgateError | None = None
+    side_effect: SideEffectReport = SideEffectReport(False, False)
+    evidence: tuple[Evidence, ...] = ()
+    queued_ms: int = 0
+    running_ms: int = 0
+    truncated: bool = False
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "call_id": self.call_id,
+            "tool_version": self.tool_version,
+            "outcome": self.outcome.value,
+            "data": self.data,
+            "error": self.error.to_json() if self.error else None,
+            "side_effect": self.side_effect.to_json(),
+            "evidence": [e.to_json() for e in self.evidence],
+            "timing": {"queued_ms": self.queued_ms, "running_ms": self.running_ms},
+            "truncated": self.truncated,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """The state of one call between stages; each stage returns a new Flow."""
+
+    request: ToolExecutionRequest
+    execution_id: str
+    received_ms: int
+    tool: ToolDeclaration | None = None
+    workspace: Workspace | None = None
+    arguments: Mapping[str, JSON] | None = None
+    arguments_sha256: str | None = None
+    raw_arguments_sha256: str | None = None
+    paths: Mapping[str, ResolvedPath] = field(default_factory=dict)
+    roles: tuple[str, ...] = ()
+    decision: Decision | None = None
+    awaiting: ApprovalRecord | None = None
+    record: ExecutionRecord | None = None
+    """Set once the execution is durable in the store."""
+    existing: ExecutionRecord | None = None
+    """Set when the call resolves to an execution that already exists (replay)."""
+    fencing: Mapping[str, int] = field(default_factory=dict)
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    raw: AdapterOutcome | None = None
+    failure: ToolgateError | None = None
+    result: ToolResult | None = None
+    events: tuple[Event, ...] = ()
+    """Events not yet durable."""
+    seq: int = 0
+
+    @classmethod
+    def start(cls, request: ToolExecutionRequest) -> Flow:
+        flow = cls(request, new_execution_id(), int(time.time() * 1000))
+        return flow.emit(
+            "tool.requested",
+            run_id=request.run_id,
+            turn_id=request.turn_id,
+            call_id=request.call_id,
+            principal=request.principal,
+            agent_id=request.agent_id,
+            tool=request.tool_name,
+            requested_version=request.requested_version,
+            idempotency_key_present=bool(request.idempotency_key),
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None or self.existing is not None
+
+    def emit(self, type_: str, **data: JSON) -> Flow:
+        event = make_event(self.execution_id, self.seq, type_, data)
+        return replace(self, events=(*self.events, event), seq=self.seq + 1)
+
+    def drained(self) -> Flow:
+        return replace(self, events=())
+
+    def but(self, **changes: Any) -> Flow:
+        return replace(self, **changes)

@@ -1,0 +1,137 @@
+"""Stage 5 — idempotency & reservation: the execution record is durable before any effect.
+
+A call that already has an execution (same idempotency key, or same run_id + call_id)
+resolves to it: the committed result is replayed, a different payload is rejected, and
+one still in flight is a conflict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import replace
+
+from gateway.errors import Conflict, IdempotencyMismatch
+from gateway.events.model import make_event
+from gateway.pipeline.records import Flow
+from gateway.pipeline.services import Services
+from gateway.store.records import ExecutionRecord, IdempotencyClaim
+from gateway.store.store import Existing
+from gateway.types import Status
+
+
+def build_record(flow: Flow, status: Status) -> ExecutionRecord:
+    """The execution row for ``flow`` as it stands now."""
+    req = flow.request
+    now = int(time.time() * 1000)
+    return ExecutionRecord(
+        id=flow.execution_id,
+        principal=req.principal,
+        agent_id=req.agent_id,
+        run_id=req.run_id,
+        turn_id=req.turn_id,
+        call_id=req.call_id,
+        payload_sha256=req.payload_sha256,
+        workspace_id=req.workspace_id,
+        tool_name=flow.tool.name if flow.tool else req.tool_name,
+        tool_version=str(flow.tool.version) if flow.tool else None,
+        status=status,
+        outcome=None,
+        arguments_sha256=flow.arguments_sha256,
+        idempotency_scope=idempotency_scope(flow),
+        approval_id=flow.awaiting.id if flow.awaiting else None,
+        cancellation_token=req.cancellation_token,
+        request_json=json.dumps(dict(req.body), separators=(",", ":")),
+        result_json=None,
+        fencing_json=None,
+        created_ms=flow.received_ms,
+        updated_ms=now,
+    )
+
+
+def idempotency_scope(flow: Flow) -> str | None:
+    """sha256 of principal + workspace + tool + key: the key's namespace (DESIGN §7)."""
+    req = flow.request
+    if not req.idempotency_key or flow.tool is None or flow.tool.idempotency == "none":
+        return None
+    raw = "\x1f".join((req.principal, req.workspace_id, flow.tool.name, req.idempotency_key))
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+async def run(services: Services, flow: Flow) -> Flow:
+    assert flow.tool is not None
+    status = Status.AWAITING_APPROVAL if flow.awaiting else Status.RUNNING
+    record = build_record(flow, status)
+    scope = record.idempotency_scope
+    claim = None
+    if scope is not None:
+        claim = IdempotencyClaim(
+            scope=scope,
+            arguments_sha256=flow.arguments_sha256 or "",
+            tool_version=str(flow.tool.version),
+            expires_ms=int((time.time() + services.settings.idempotency_ttl) * 1000),
+        )
+    outcome = await services.store.reserve(record, flow.events, claim)
+    if isinstance(outcome, Existing):
+        return await _existing(services, flow, outcome)
+    flow = flow.but(record=record, events=())
+    if flow.awaiting is not None:
+        return await _checkpoint(services, flow)
+    return flow
+
+
+async def _existing(services: Services, flow: Flow, found: Existing) -> Flow:
+    first = found.record
+    if found.by == "idempotency_key":
+        if not found.same_payload:
+            raise IdempotencyMismatch(
+                "this idempotency key was used for different arguments or another version "
+                f"(execution {first.id}); use a new key for a new call",
+                details={"execution_id": first.id},
+            )
+        if not first.terminal:
+            raise Conflict(
+                f"a call with this idempotency key is still {first.status.value} "
+                f"(execution {first.id}); retry later",
+                code="idempotency_key_in_flight",
+                details={"execution_id": first.id},
+            )
+        await _note_replay(services, flow, first)
+        return flow.but(existing=first, events=())
+    if not found.same_payload:
+        raise Conflict(
+            f"call_id {first.call_id!r} of run {first.run_id!r} was already used for a "
+            f"different request (execution {first.id})",
+            code="call_id_reused",
+            details={"execution_id": first.id},
+        )
+    return flow.but(existing=first, events=())
+
+
+async def _note_replay(services: Services, flow: Flow, first: ExecutionRecord) -> None:
+    # Record the replay on the first execution's log: the log says who asked, and when.
+    events = await services.store.events(first.id)
+    seq = events[-1].seq + 1 if events else 0
+    note = make_event(
+        first.id, seq, "tool.requested", {"replay": True, "call_id": flow.request.call_id}
+    )
+    try:
+        await services.store.append(first.id, [note])
+    except Exception:  # noqa: BLE001 - a lost note must not fail the replay
+        return
+
+
+async def _checkpoint(services: Services, flow: Flow) -> Flow:
+    assert flow.awaiting is not None
+    approval = flow.awaiting
+    flow = flow.emit(
+        "approval.requested",
+        approval_id=approval.id,
+        reasons=list(approval.reasons),
+        expires_at_ms=approval.expires_ms,
+    ).emit("state.checkpointed", status=Status.AWAITING_APPROVAL.value)
+    await services.store.checkpoint_for_approval(approval, flow.events)
+    record = flow.record
+    assert record is not None
+    return flow.but(existing=replace(record, approval_id=approval.id), events=())

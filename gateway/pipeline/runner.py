@@ -1,0 +1,117 @@
+"""The pipeline: the ordered list of stages, and the loop that runs a call through them.
+
+Each stage is ``async def run(services, flow) -> Flow``. A stage ends a call early by
+raising a ``CallError`` (the call becomes a failed execution in that error's phase) or by
+setting ``flow.existing`` (the call resolves to an execution that already exists).
+``RequestError`` (400/409/422) propagates: such a request never becomes an execution.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gateway.adapters.base import SideEffectReport
+from gateway.errors import CallError, ExecutionError, StoreError, ToolgateError
+from gateway.pipeline import (
+    authorize,
+    commit,
+    execute,
+    locking,
+    normalise,
+    reserve,
+    resolve,
+    settle,
+    validate,
+    verify,
+)
+from gateway.pipeline.records import Flow, ToolExecutionRequest, ToolResult
+from gateway.pipeline.services import Services
+from gateway.store.records import ExecutionRecord
+from gateway.types import Outcome, Phase
+
+log = logging.getLogger("toolgate.pipeline")
+StageFn = Callable[[Services, Flow], Awaitable[Flow]]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    run: StageFn
+    always: bool = False
+    """Runs even when an earlier stage already produced the result (it acts on results)."""
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("resolve", resolve.run),
+    Stage("normalise", normalise.run),
+    Stage("validate", validate.run),
+    Stage("policy", authorize.run),
+    Stage("reserve", reserve.run),
+    Stage("lock", locking.run),
+    Stage("execute", execute.run),
+    Stage("result", settle.run),
+    Stage("verify", verify.run, always=True),
+    Stage("commit", commit.run, always=True),
+)
+
+
+async def run_call(
+    services: Services, request: ToolExecutionRequest, stages: tuple[Stage, ...] = STAGES
+) -> ExecutionRecord:
+    """Run one call through ``stages``; returns the execution as the store now holds it."""
+    flow = Flow.start(request)
+    try:
+        for stage in stages:
+            if flow.existing is not None:
+                break
+            if flow.result is not None and not stage.always:
+                continue
+            flow = await _run_stage(stage, services, flow)
+    finally:
+        if flow.fencing and (flow.record is None or not flow.record.terminal):
+            await _release(services, flow)
+    if flow.existing is not None:
+        return flow.existing
+    assert flow.record is not None
+    return flow.record
+
+
+async def _run_stage(stage: Stage, services: Services, flow: Flow) -> Flow:
+    try:
+        return await stage.run(services, flow)
+    except CallError as exc:
+        return _failed(flow, exc)
+    except (ToolgateError, StoreError):
+        raise
+    except Exception as exc:
+        if flow.started_ms is not None:
+            raise  # after the side effect began, only recovery may decide the outcome
+        log.exception("stage %s failed for execution %s", stage.name, flow.execution_id)
+        error = ExecutionError(
+            f"the gateway failed in stage {stage.name}; nothing was executed "
+            f"(see the gateway log for execution {flow.execution_id})",
+            code="internal_error",
+        )
+        return _failed(flow, error)
+
+
+def _failed(flow: Flow, error: ToolgateError) -> Flow:
+    if error.phase in (Phase.RESOLVE, Phase.VALIDATE):
+        flow = flow.emit("tool.validation_failed", **error.to_json())
+    result = ToolResult(
+        call_id=flow.request.call_id,
+        tool_version=str(flow.tool.version) if flow.tool else None,
+        outcome=Outcome.FAILED,
+        error=error,
+        side_effect=SideEffectReport(False, False, "nothing was attempted"),
+    )
+    return flow.but(result=result)
+
+
+async def _release(services: Services, flow: Flow) -> None:
+    try:
+        await services.store.release_locks(flow.execution_id)
+    except ToolgateError:
+        log.warning("locks of %s stay until their lease expires", flow.execution_id)

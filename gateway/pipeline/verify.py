@@ -1,0 +1,32 @@
+"""Stage 9 — evidence & verification: an independent read-after-write of the side effect."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gateway.errors import VerificationError
+from gateway.pipeline.probes import run_probes
+from gateway.pipeline.records import Flow
+from gateway.pipeline.services import Services
+from gateway.types import Outcome
+
+
+async def run(services: Services, flow: Flow) -> Flow:
+    result = flow.result
+    if result is None or flow.tool is None or flow.raw is None:
+        return flow  # nothing was executed: nothing to verify
+    if result.outcome is not Outcome.SUCCEEDED or not flow.tool.verify:
+        return flow
+    passed, evidence = await run_probes(services, flow, flow.tool.verify, "verify")
+    flow = flow.emit("tool.verified", passed=passed)
+    result = replace(result, evidence=(*result.evidence, *evidence))
+    if passed:
+        return flow.but(result=result)
+    why = "could not be read back" if passed is None else "was not found as expected"
+    error = VerificationError(
+        f"the side effect of {flow.tool.ref} {why} after the adapter reported success; "
+        "inspect the evidence before retrying",
+        code="verification_failed" if passed is False else "verification_unavailable",
+    )
+    outcome = Outcome.FAILED if passed is False else Outcome.UNKNOWN
+    return flow.but(result=replace(result, outcome=outcome, error=error))

@@ -1,0 +1,307 @@
+"""Load the policy sources: Rego modules from ``rego/`` and policy data from ``policies/``.
+
+Everything is checked at load, and every fault is collected into one ConfigError whose
+messages name the file (and the line where there is one):
+
+- each ``policies/*.yaml`` must be a mapping; its top-level keys are merged under
+  ``data.toolgate``; a key defined in two files, a key that is not a string, a value that is
+  not JSON (a date, a set, ``.nan``) or a key that collides with a rule of package ``toolgate``
+  is refused;
+- each ``rego/*.rego`` must parse, and the non-test modules must compile with the regorus
+  compiler (``Program.compile_from_modules``) with every rule as an entry point, so that an
+  unknown function or a recursion is reported now rather than at the first call; test modules
+  (``*_test.rego``) use ``with``, which that compiler does not support, so they are only parsed
+  here and fail in the test runner if they call an unknown function;
+- some module must define ``data.toolgate.decision``.
+
+This module also holds the small regorus helpers that the embedded backend and the test
+runner share: ``engine_call`` (regorus panics are BaseExceptions) and ``list_rules``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+import regorus
+
+from gateway.errors import ConfigError
+from gateway.yamlsrc import Lines, load_yaml
+
+# With RUST_BACKTRACE=1 set, regorus would capture a backtrace for every error it builds.
+os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
+
+DATA_ROOT = "toolgate"
+"""Policy data is mounted at ``data.toolgate``; the Rego package is ``toolgate`` too."""
+DECISION_RULE = "data.toolgate.decision"
+TEST_SUFFIX = "_test.rego"
+
+Module = tuple[str, str]
+"""(file name, Rego text)."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PolicySources:
+    """Checked policy sources; ``data`` is what is mounted under ``data.toolgate``."""
+
+    modules: tuple[Module, ...]
+    test_modules: tuple[Module, ...]
+    data: dict[str, Any]
+
+    def data_json(self) -> str:
+        """The whole data document (``{"toolgate": data}``) as JSON."""
+        return json.dumps({DATA_ROOT: self.data})
+
+
+class EngineError(Exception):
+    """A regorus call failed: an error it reported, or a panic."""
+
+
+class RuleInfo(NamedTuple):
+    """One rule (or function) head of a Rego module."""
+
+    file: str
+    line: int
+    path: str  # "data.<package>.<rule>"
+    function: bool
+
+
+def load_policy_sources(rego_dir: Path, policies_dir: Path) -> PolicySources:
+    """Read and check ``rego_dir/*.rego`` and ``policies_dir/*.yaml``; raise ConfigError."""
+    rego_problems: list[str] = []
+    modules, test_modules = _read_modules(rego_dir, rego_problems)
+    data_problems: list[str] = []
+    data, key_lines = _read_data(policies_dir, data_problems)
+    problems = rego_problems + data_problems
+    if modules and not rego_problems:
+        clean = {} if data_problems else data  # faulty data could make compiling fail too
+        problems.extend(_check_modules(modules, test_modules, clean, key_lines))
+    if problems:
+        raise ConfigError(problems)
+    return PolicySources(tuple(modules), tuple(test_modules), data)
+
+
+def engine_call(fn: Callable[..., T], *args: Any) -> T:
+    """Call a regorus method; any failure, panics included, becomes an EngineError."""
+    try:
+        return fn(*args)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # a Rust panic is a BaseException (PanicException)
+        raise EngineError(compact_message(exc)) from exc
+
+
+def compact_message(exc: BaseException) -> str:
+    """A one-line form of a regorus error: ``file:line:col: message`` when it has one."""
+    text = str(exc).strip() or type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    where = next((ln[3:].strip() for ln in lines if ln.startswith("-->")), None)
+    what = next((ln[6:].strip() for ln in lines if ln.startswith("error:")), None)
+    if what is None:
+        return lines[0][:500]
+    return f"{where}: {what}"[:500] if where else what[:500]
+
+
+def new_engine(modules: Iterable[Module], data_json: str) -> Any:
+    """A regorus Engine holding ``modules`` and the data; bound to the calling thread."""
+    engine = regorus.Engine()
+    for name, text in modules:
+        engine_call(engine.add_policy, name, text)
+    engine_call(engine.add_data_json, data_json)
+    return engine
+
+
+def compile_program(modules: Iterable[Module], data_json: str, entry_points: list[str]) -> Any:
+    """A compiled regorus Program (bound to the calling thread)."""
+    return engine_call(regorus.Program.compile_from_modules, data_json, list(modules), entry_points)
+
+
+def list_rules(engine: Any) -> list[RuleInfo]:
+    """Every rule and function head of the modules loaded in ``engine``, in file order."""
+    found: list[RuleInfo] = []
+    for module in json.loads(engine_call(engine.get_ast_as_json)):
+        file = module["source"]["file"]
+        package = _ref_path(module["ast"]["package"]["refr"])
+        for rule in module["ast"]["rules"]:
+            info = _rule_info(file, package, rule)
+            if info is not None:
+                found.append(info)
+    return found
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def _read_modules(rego_dir: Path, problems: list[str]) -> tuple[list[Module], list[Module]]:
+    if not rego_dir.is_dir():
+        problems.append(f"{rego_dir}: the Rego directory does not exist")
+        return [], []
+    modules: list[Module] = []
+    tests: list[Module] = []
+    for path in sorted(rego_dir.glob("*.rego")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}: cannot read: {exc}")
+            continue
+        (tests if path.name.endswith(TEST_SUFFIX) else modules).append((str(path), text))
+    if not modules and not problems:
+        problems.append(f"{rego_dir}: no policy modules (*.rego other than *{TEST_SUFFIX})")
+    return modules, tests
+
+
+def _read_data(policies_dir: Path, problems: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Merged top-level keys, and where each was defined (``file:line``)."""
+    data: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    if not policies_dir.is_dir():
+        problems.append(f"{policies_dir}: the policy data directory does not exist")
+        return data, where
+    files = sorted(p for p in policies_dir.iterdir() if p.suffix in (".yaml", ".yml"))
+    for path in files:
+        try:
+            raw, lines = load_yaml(path)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        if raw is None:
+            continue
+        if not isinstance(raw, dict):
+            problems.append(f"{path}:1: policy data must be a mapping of top-level keys")
+            continue
+        problems.extend(_json_problems(raw, (), lines))
+        for key, value in raw.items():
+            here = f"{path}:{lines.line((key,))}"
+            if key in where:
+                problems.append(f"{here}: {key}: already defined at {where[key]}")
+                continue
+            data[key] = value
+            where[key] = here
+    return data, where
+
+
+def _json_problems(value: Any, loc: tuple[str | int, ...], lines: Lines) -> Iterator[str]:
+    """Keys that are not strings and values JSON cannot carry, each with file, line and key."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                yield f"{lines.where((*loc, str(key)))}: the key must be a string (quote it)"
+                continue
+            yield from _json_problems(item, (*loc, key), lines)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _json_problems(item, (*loc, i), lines)
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield f"{lines.where(loc)}: {value} is not a JSON number"
+    elif value is not None and not isinstance(value, str | int | float | bool):
+        kind = type(value).__name__
+        yield f"{lines.where(loc)}: a {kind} is not JSON (quote it if it is meant as text)"
+
+
+# --- checking -----------------------------------------------------------------------------------
+
+
+def _check_modules(
+    modules: list[Module], tests: list[Module], data: dict[str, Any], key_lines: dict[str, str]
+) -> list[str]:
+    engine = regorus.Engine()
+    problems = [
+        f"{name}: does not parse: {exc}"
+        for name, text in (*modules, *tests)
+        if (exc := _add_policy(engine, name, text)) is not None
+    ]
+    if problems:
+        return problems
+    try:
+        rules = list_rules(engine)
+    except EngineError as exc:
+        return [f"{modules[0][0]}: cannot read the syntax tree: {exc}"]
+    policy_files = {name for name, _ in modules}
+    policy_rules = [r for r in rules if r.file in policy_files]
+    problems.extend(_data_conflicts(policy_rules, key_lines))
+    if not any(r.path == DECISION_RULE for r in policy_rules):
+        problems.append(f"{modules[0][0]}: no module defines {DECISION_RULE}")
+    data_json = json.dumps({DATA_ROOT: data})
+    problems.extend(_compile_problems(modules, data_json, policy_rules))
+    return problems
+
+
+def _add_policy(engine: Any, name: str, text: str) -> str | None:
+    try:
+        engine_call(engine.add_policy, name, text)
+    except EngineError as exc:
+        return str(exc)
+    return None
+
+
+def _data_conflicts(rules: list[RuleInfo], key_lines: dict[str, str]) -> Iterator[str]:
+    """Data keys that would share a name with a rule under ``data.toolgate``."""
+    prefix = f"data.{DATA_ROOT}."
+    reported: set[str] = set()
+    for rule in rules:
+        if not rule.path.startswith(prefix):
+            continue
+        key = rule.path[len(prefix) :].split(".", 1)[0]
+        if key in key_lines and key not in reported:
+            reported.add(key)
+            yield (
+                f"{key_lines[key]}: {key}: the data key collides with the rule "
+                f"{prefix}{key} ({rule.file}:{rule.line}); rename one of them"
+            )
+
+
+def _compile_problems(modules: list[Module], data_json: str, rules: list[RuleInfo]) -> list[str]:
+    entry_points = sorted({r.path for r in rules})
+    try:
+        compile_program(modules, data_json, entry_points)
+    except EngineError as exc:
+        return [_attribute(modules, data_json, rules, str(exc))]
+    return []
+
+
+def _attribute(modules: list[Module], data_json: str, rules: list[RuleInfo], error: str) -> str:
+    """Name the file of a compile error; the compiler names it only for some errors."""
+    for name, _ in modules:
+        if error.startswith(f"{name}:"):
+            return f"{name}: does not compile: {error}"
+    for rule in rules:  # find the first rule whose own compilation fails
+        try:
+            compile_program(modules, data_json, [rule.path])
+        except EngineError:
+            return f"{rule.file}:{rule.line}: {rule.path} does not compile: {error}"
+    names = ", ".join(name for name, _ in modules)
+    return f"{names}: do not compile: {error}"
+
+
+# --- the syntax tree ------------------------------------------------------------------------------
+
+
+def _rule_info(file: str, package: list[str], rule: dict[str, Any]) -> RuleInfo | None:
+    if "Default" in rule:
+        node, function = rule["Default"], False
+    elif "Spec" in rule:
+        kind, head = next(iter(rule["Spec"]["head"].items()))
+        node, function = {**head, "span": rule["Spec"]["span"]}, kind == "Func"
+    else:
+        return None
+    path = ".".join(["data", *package, *_ref_path(node["refr"])])
+    return RuleInfo(file, int(node["span"]["line"]), path, function)
+
+
+def _ref_path(ref: dict[str, Any]) -> list[str]:
+    """``a.b.c`` of a package or rule head; a bracket (``p[k]``) ends the path."""
+    kind, node = next(iter(ref.items()))
+    if kind == "Var":
+        return [str(node["value"])]
+    if kind == "RefDot":
+        return [*_ref_path(node["refr"]), str(node["field"][1])]
+    if kind == "RefBrack":
+        return _ref_path(node["refr"])
+    raise EngineError(f"unexpected reference in a rule head: {kind}")

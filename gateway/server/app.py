@@ -1,0 +1,51 @@
+"""The Starlette application: routes, the error mapping and the services' lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.bootstrap import close_services, open_services
+from gateway.pipeline.services import Services
+from gateway.server import routes
+from gateway.server.openapi import build_openapi
+from gateway.server.problems import HANDLERS
+from gateway.settings import Settings
+
+
+def create_app(settings: Settings, services: Services | None = None) -> Starlette:
+    """An app that opens its services on startup (or uses ``services`` as given)."""
+    openapi = build_openapi()
+
+    async def openapi_json(request: Request) -> Response:
+        routes.principal_of(request)
+        return JSONResponse(openapi)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        owned = services is None
+        app.state.services = services or await open_services(settings)
+        try:
+            yield
+        finally:
+            if owned:
+                await close_services(app.state.services)
+
+    table = [
+        Route("/v1/executions", routes.create_execution, methods=["POST"]),
+        Route("/v1/executions", routes.list_executions, methods=["GET"]),
+        Route("/v1/executions/{execution_id}", routes.get_execution, methods=["GET"]),
+        Route("/v1/executions/{execution_id}/events", routes.execution_events, methods=["GET"]),
+        Route("/v1/tools", routes.list_tools, methods=["GET"]),
+        Route("/v1/tools/{name}", routes.get_tool, methods=["GET"]),
+        Route("/v1/approvals", routes.list_approvals, methods=["GET"]),
+        Route("/healthz", routes.healthz, methods=["GET"]),
+        Route("/readyz", routes.readyz, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+    ]
+    return Starlette(routes=table, exception_handlers=dict(HANDLERS), lifespan=lifespan)

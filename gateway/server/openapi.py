@@ -1,0 +1,194 @@
+"""The OpenAPI document of the HTTP surface, built from the same models the code uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway import __version__
+from gateway.pipeline.request import ExecutionRequestBody
+
+_PROBLEM = {"$ref": "#/components/schemas/Problem"}
+
+
+def _resp(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    media = "application/json" if schema is not None else "application/problem+json"
+    return {"description": description, "content": {media: {"schema": schema or _PROBLEM}}}
+
+
+_ERRORS = {
+    "401": _resp("missing or invalid API key"),
+    "403": _resp("not allowed for this principal"),
+}
+_EXECUTION = {"$ref": "#/components/schemas/Execution"}
+_ID_PARAM = {"name": "execution_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def build_openapi() -> dict[str, Any]:
+    request_schema = ExecutionRequestBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = request_schema.pop("$defs", {})
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Toolgate", "version": __version__},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                **defs,
+                "ExecutionRequest": request_schema,
+                "Execution": _execution_schema(),
+                "Problem": {
+                    "type": "object",
+                    "properties": {
+                        "type": {"type": "string"},
+                        "title": {"type": "string"},
+                        "status": {"type": "integer"},
+                        "code": {"type": "string"},
+                        "detail": {"type": "string"},
+                        "retryable": {"type": "boolean"},
+                    },
+                    "required": ["type", "title", "status", "code", "detail"],
+                },
+            },
+        },
+        "security": [{"bearer": []}],
+        "paths": _paths(),
+    }
+
+
+def _paths() -> dict[str, Any]:
+    return {
+        "/v1/executions": {
+            "post": {
+                "summary": "Run one tool call through the pipeline",
+                "parameters": [
+                    {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}}
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/ExecutionRequest"}
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _resp("the execution reached a terminal state", _EXECUTION),
+                    "202": _resp("the execution is not finished (e.g. awaiting approval)", _EXECUTION),
+                    "400": _resp("malformed request or missing idempotency key"),
+                    "409": _resp("same call or idempotency key still in flight / reused"),
+                    "413": _resp("body over the size limit"),
+                    "422": _resp("idempotency key reused with a different payload"),
+                    **_ERRORS,
+                },
+            },
+            "get": {
+                "summary": "Find executions of the caller by run_id and call_id",
+                "parameters": [
+                    {"name": "run_id", "in": "query", "schema": {"type": "string"}},
+                    {"name": "call_id", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {"200": _resp("matching executions", {"type": "object"}), **_ERRORS},
+            },
+        },
+        "/v1/executions/{execution_id}": {
+            "get": {
+                "summary": "One execution",
+                "parameters": [_ID_PARAM],
+                "responses": {
+                    "200": _resp("terminal", _EXECUTION),
+                    "202": _resp("not terminal", _EXECUTION),
+                    "404": _resp("no such execution"),
+                    **_ERRORS,
+                },
+            }
+        },
+        "/v1/executions/{execution_id}/events": {
+            "get": {
+                "summary": "The execution's append-only event log",
+                "parameters": [_ID_PARAM],
+                "responses": {"200": _resp("events in order", {"type": "object"}), **_ERRORS},
+            }
+        },
+        "/v1/tools": {
+            "get": {
+                "summary": "The tool catalogue",
+                "responses": {"200": _resp("tools", {"type": "object"}), **_ERRORS},
+            }
+        },
+        "/v1/tools/{name}": {
+            "get": {
+                "summary": "One tool with its input as JSON Schema",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": "version", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": _resp("the tool", {"type": "object"}),
+                    "404": _resp("unknown tool or version"),
+                    **_ERRORS,
+                },
+            }
+        },
+        "/v1/approvals": {
+            "get": {
+                "summary": "Approvals (approvers only)",
+                "parameters": [{"name": "status", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": _resp("approvals", {"type": "object"}), **_ERRORS},
+            }
+        },
+        "/healthz": {
+            "get": {"security": [], "summary": "Liveness", "responses": {"200": {"description": "alive"}}}
+        },
+        "/readyz": {
+            "get": {
+                "security": [],
+                "summary": "Readiness (store reachable)",
+                "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
+            }
+        },
+        "/openapi.json": {
+            "get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI"}}}
+        },
+    }
+
+
+def _execution_schema() -> dict[str, Any]:
+    result = {
+        "type": ["object", "null"],
+        "properties": {
+            "call_id": {"type": "string"},
+            "tool_version": {"type": ["string", "null"]},
+            "outcome": {"enum": ["succeeded", "failed", "partial", "unknown", "cancelled"]},
+            "data": {},
+            "error": {
+                "type": ["object", "null"],
+                "properties": {
+                    "type": {"type": "string"},
+                    "phase": {
+                        "enum": ["resolve", "validate", "policy", "execute", "verify", "commit", None]
+                    },
+                    "retryable": {"type": "boolean"},
+                    "message": {"type": "string"},
+                },
+            },
+            "side_effect": {"type": "object"},
+            "evidence": {"type": "array", "items": {"type": "object"}},
+            "timing": {"type": "object"},
+            "truncated": {"type": "boolean"},
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "run_id": {"type": "string"},
+            "call_id": {"type": "string"},
+            "status": {
+                "enum": ["queued", "awaiting_approval", "running", "cancelling", "completed"]
+            },
+            "tool": {"type": "object"},
+            "result": result,
+            "approval": {"type": ["object", "null"]},
+            "links": {"type": "object"},
+        },
+        "required": ["id", "run_id", "call_id", "status", "tool", "result", "links"],
+    }

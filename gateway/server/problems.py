@@ -1,0 +1,77 @@
+"""The one place errors become HTTP responses (RFC 9457 ``application/problem+json``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import ToolgateError
+
+log = logging.getLogger("toolgate.server")
+PROBLEM_BASE = "https://toolgate.dev/problems/"
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
+    body = {
+        "type": PROBLEM_BASE + code,
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "code": code,
+        "detail": detail,
+        **extra,
+    }
+    headers = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="toolgate"'
+    if status in (409, 503):
+        headers["Retry-After"] = "1"
+    return Response(
+        json.dumps(body, default=str),
+        status_code=status,
+        media_type="application/problem+json",
+        headers=headers,
+    )
+
+
+async def toolgate_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ToolgateError)
+    status = exc.http_status if exc.http_status >= 400 else 500
+    if status >= 500:
+        log.warning("%s %s failed: %s", request.method, request.url.path, exc.message)
+    return problem(status, exc.code, exc.message, retryable=exc.retryable, **exc.details)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return problem(exc.status_code, code, str(exc.detail))
+
+
+async def unexpected_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem(500, "internal", "the gateway failed to answer; see its log")
+
+
+HANDLERS = {
+    ToolgateError: toolgate_error,
+    HTTPException: http_error,
+    Exception: unexpected_error,
+}

@@ -1,0 +1,77 @@
+"""Execution and tool resources as the API shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.declarations.jsonschema import cerberus_to_json_schema
+from gateway.declarations.model import ToolDeclaration
+from gateway.store.records import ApprovalRecord, ExecutionRecord
+
+
+def execution(record: ExecutionRecord, approval: ApprovalRecord | None = None) -> dict[str, Any]:
+    links = {
+        "self": f"/v1/executions/{record.id}",
+        "events": f"/v1/executions/{record.id}/events",
+    }
+    body: dict[str, Any] = {
+        "id": record.id,
+        "run_id": record.run_id,
+        "turn_id": record.turn_id,
+        "call_id": record.call_id,
+        "status": record.status.value,
+        "tool": {"name": record.tool_name, "version": record.tool_version},
+        "actor": {"user_id": record.principal, "agent_id": record.agent_id},
+        "workspace": {"id": record.workspace_id},
+        "result": record.result,
+        "approval": None,
+        "created_at_ms": record.created_ms,
+        "updated_at_ms": record.updated_ms,
+        "links": links,
+    }
+    if approval is not None:
+        body["approval"] = {
+            "id": approval.id,
+            "status": approval.status,
+            "expires_at_ms": approval.expires_ms,
+            "reasons": list(approval.reasons),
+        }
+        links["approval"] = f"/v1/approvals/{approval.id}"
+    return body
+
+
+def tool_summary(tool: ToolDeclaration, versions: list[ToolDeclaration]) -> dict[str, Any]:
+    out = tool.summary()
+    out["versions"] = [
+        {"version": str(v.version), "deprecated": v.deprecated, "disabled": v.disabled}
+        for v in versions
+    ]
+    out["links"] = {"self": f"/v1/tools/{tool.name}"}
+    return out
+
+
+def tool_detail(tool: ToolDeclaration, versions: list[ToolDeclaration]) -> dict[str, Any]:
+    schema = cerberus_to_json_schema(tool.input, purge_readonly=True)
+    out = tool_summary(tool, versions)
+    out["input_schema"] = schema
+    out["locks"] = [{"key": lock.key.source, "mode": lock.mode.value} for lock in tool.locks]
+    out["state_guards"] = [g.expected for g in tool.state_guards]
+    out["llm_tool"] = {
+        "name": tool.name.replace(".", "__"),
+        "description": tool.description,
+        "parameters": _without_extensions(schema),
+    }
+    return out
+
+
+def _without_extensions(value: Any) -> Any:
+    """The schema without ``x-`` keys, at every depth (LLM tool definitions reject them)."""
+    if isinstance(value, dict):
+        return {
+            k: _without_extensions(v)
+            for k, v in value.items()
+            if not (isinstance(k, str) and k.startswith("x-"))
+        }
+    if isinstance(value, list):
+        return [_without_extensions(v) for v in value]
+    return value

@@ -1,0 +1,127 @@
+"""Gateway settings: ``toolgate.yaml`` (or ``$TOOLGATE_CONFIG``) plus ``TOOLGATE_*`` overrides.
+
+Parsed once at the edge into a frozen model that forbids unknown keys. Relative paths in
+the file are relative to the file's directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from gateway.errors import ConfigError
+from gateway.units import parse_duration, parse_size
+from gateway.yamlsrc import Lines, load_yaml, pydantic_problems
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Size = Annotated[int, BeforeValidator(parse_size)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Principal(_Frozen):
+    """An API key holder. Only the sha256 of the key is stored."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.@-]+$")
+    key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    label: str = ""
+
+
+class Settings(_Frozen):
+    base_dir: Path
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    database_url: str = "sqlite:///var/toolgate.db"
+    tools_dir: Path = Path("tools.d")
+    rego_dir: Path = Path("rego")
+    policies_dir: Path = Path("policies")
+    var_dir: Path = Path("var")
+    policy_backend: str = Field(default="embedded", pattern=r"^(embedded|opa)$")
+    opa_url: str = "http://127.0.0.1:8181"
+    max_body_bytes: Size = 1024 * 1024
+    idempotency_ttl: Duration = 24 * 3600.0
+    lock_lease: Duration = 30.0
+    approval_ttl: Duration = 3600.0
+    default_timeout: Duration = 30.0
+    principals: tuple[Principal, ...] = ()
+
+    @field_validator("principals")
+    @classmethod
+    def _unique_principals(cls, value: tuple[Principal, ...]) -> tuple[Principal, ...]:
+        seen: set[str] = set()
+        for principal in value:
+            if principal.key_sha256 in seen:
+                raise ValueError(f"two principals share one key ({principal.id})")
+            seen.add(principal.key_sha256)
+        return value
+
+    def path(self, value: Path) -> Path:
+        """``value`` resolved against the configuration file's directory."""
+        return value if value.is_absolute() else (self.base_dir / value)
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL with a relative SQLite path made absolute."""
+        url = self.database_url
+        prefix = "sqlite:///"
+        if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
+            return prefix + str(self.base_dir / url[len(prefix) :])
+        return url
+
+    def principal_for_key(self, key: str) -> Principal | None:
+        digest = hash_key(key)
+        for principal in self.principals:
+            if principal.key_sha256 == digest:
+                return principal
+        return None
+
+
+def hash_key(key: str) -> str:
+    """The stored form of an API key."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+_ENV = {
+    "TOOLGATE_HOST": "host",
+    "TOOLGATE_PORT": "port",
+    "TOOLGATE_DATABASE_URL": "database_url",
+    "TOOLGATE_TOOLS_DIR": "tools_dir",
+    "TOOLGATE_REGO_DIR": "rego_dir",
+    "TOOLGATE_POLICIES_DIR": "policies_dir",
+    "TOOLGATE_VAR_DIR": "var_dir",
+    "TOOLGATE_POLICY_BACKEND": "policy_backend",
+    "TOOLGATE_OPA_URL": "opa_url",
+}
+
+
+def load_settings(
+    config: Path | None = None, env: dict[str, str] | None = None, **overrides: Any
+) -> Settings:
+    """Read the configuration file (if any), apply ``TOOLGATE_*`` and explicit overrides."""
+    env = dict(os.environ) if env is None else env
+    path = config or Path(env.get("TOOLGATE_CONFIG") or "toolgate.yaml")
+    data: dict[str, Any] = {}
+    lines = Lines(str(path), {})
+    if path.exists():
+        raw, lines = load_yaml(path)
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigError(f"{path}:1: the configuration must be a mapping")
+        data = dict(raw or {})
+    elif config is not None or "TOOLGATE_CONFIG" in env:
+        raise ConfigError(f"{path}: configuration file not found")
+    data.setdefault("base_dir", path.resolve().parent)
+    for var, key in _ENV.items():
+        if env.get(var):
+            data[key] = env[var]
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings.model_validate(data)
+    except PydanticValidationError as exc:
+        raise ConfigError(pydantic_problems(exc, lines)) from exc

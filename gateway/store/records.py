@@ -1,0 +1,102 @@
+"""Frozen records the store hands out and takes in (never ORM objects)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.types import LockMode, Status
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRecord:
+    id: str
+    principal: str
+    agent_id: str
+    run_id: str
+    turn_id: str
+    call_id: str
+    payload_sha256: str
+    workspace_id: str
+    tool_name: str
+    tool_version: str | None
+    status: Status
+    outcome: str | None
+    arguments_sha256: str | None
+    idempotency_scope: str | None
+    approval_id: str | None
+    cancellation_token: str | None
+    request_json: str
+    result_json: str | None
+    fencing_json: str | None
+    created_ms: int
+    updated_ms: int
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        return json.loads(self.result_json) if self.result_json else None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status is Status.COMPLETED
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyClaim:
+    """What the reservation stores under an idempotency key."""
+
+    scope: str
+    arguments_sha256: str
+    tool_version: str
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LockRequest:
+    key: str
+    mode: LockMode
+
+
+@dataclass(frozen=True, slots=True)
+class LockBusy:
+    """A lock could not be taken now; ``holder_call_id`` says who has it."""
+
+    key: str
+    holder: str
+    holder_call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    id: str
+    execution_id: str
+    status: str
+    tool_name: str
+    tool_version: str
+    arguments_sha256: str
+    principal: str
+    workspace_id: str
+    reasons: tuple[str, ...]
+    requested_ms: int
+    expires_ms: int
+    decided_by: str | None = None
+    decided_ms: int | None = None
+    comment: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "execution_id": self.execution_id,
+            "status": self.status,
+            "tool": {"name": self.tool_name, "version": self.tool_version},
+            "arguments_sha256": self.arguments_sha256,
+            "requested_by": self.principal,
+            "workspace": self.workspace_id,
+            "reasons": list(self.reasons),
+            "requested_at_ms": self.requested_ms,
+            "expires_at_ms": self.expires_ms,
+            "decided_by": self.decided_by,
+            "decided_at_ms": self.decided_ms,
+            "comment": self.comment,
+        }

@@ -1,0 +1,106 @@
+"""SQLModel tables. Only ``gateway.store`` imports these; everyone else gets records."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+SCHEMA_VERSION = 1
+
+
+class ExecutionRow(SQLModel, table=True):
+    __tablename__ = "executions"
+    __table_args__ = (
+        UniqueConstraint("principal", "run_id", "call_id", name="uq_execution_call"),
+        Index("ix_executions_status", "status"),
+    )
+
+    id: str = Field(primary_key=True, max_length=64)
+    principal: str = Field(max_length=128)
+    agent_id: str = Field(default="", max_length=128)
+    run_id: str = Field(max_length=256)
+    turn_id: str = Field(default="", max_length=256)
+    call_id: str = Field(max_length=256)
+    payload_sha256: str = Field(max_length=64)
+    workspace_id: str = Field(max_length=128)
+    tool_name: str = Field(max_length=128)
+    tool_version: str | None = Field(default=None, max_length=64)
+    status: str = Field(max_length=32)
+    outcome: str | None = Field(default=None, max_length=32)
+    arguments_sha256: str | None = Field(default=None, max_length=64)
+    idempotency_scope: str | None = Field(default=None, max_length=64)
+    approval_id: str | None = Field(default=None, max_length=64)
+    cancellation_token: str | None = Field(default=None, max_length=256, index=True)
+    request_json: str
+    result_json: str | None = None
+    fencing_json: str | None = None
+    created_ms: int = Field(sa_type=BigInteger)
+    updated_ms: int = Field(sa_type=BigInteger)
+
+
+class EventRow(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (UniqueConstraint("execution_id", "seq", name="uq_event_seq"),)
+
+    id: str = Field(primary_key=True, max_length=64)
+    execution_id: str = Field(max_length=64, index=True)
+    seq: int
+    type: str = Field(max_length=64)
+    version: int
+    at_ms: int = Field(sa_type=BigInteger)
+    data_json: str
+
+
+class IdempotencyRow(SQLModel, table=True):
+    __tablename__ = "idempotency"
+
+    scope: str = Field(primary_key=True, max_length=64)
+    execution_id: str = Field(max_length=64)
+    arguments_sha256: str = Field(max_length=64)
+    tool_version: str = Field(max_length=64)
+    state: str = Field(max_length=16)
+    expires_ms: int = Field(sa_type=BigInteger, index=True)
+
+
+class LockRow(SQLModel, table=True):
+    __tablename__ = "locks"
+
+    key: str = Field(primary_key=True, max_length=512)
+    holder: str = Field(primary_key=True, max_length=64)
+    holder_call_id: str = Field(default="", max_length=256)
+    mode: str = Field(max_length=16)
+    token: int = Field(sa_type=BigInteger)
+    lease_until_ms: int = Field(sa_type=BigInteger)
+
+
+class LockFenceRow(SQLModel, table=True):
+    __tablename__ = "lock_fences"
+
+    key: str = Field(primary_key=True, max_length=512)
+    last_token: int = Field(sa_type=BigInteger)
+
+
+class ApprovalRow(SQLModel, table=True):
+    __tablename__ = "approvals"
+
+    id: str = Field(primary_key=True, max_length=64)
+    execution_id: str = Field(max_length=64, index=True)
+    status: str = Field(max_length=16, index=True)
+    tool_name: str = Field(max_length=128)
+    tool_version: str = Field(max_length=64)
+    arguments_sha256: str = Field(max_length=64)
+    principal: str = Field(max_length=128)
+    workspace_id: str = Field(max_length=128)
+    reasons_json: str
+    requested_ms: int = Field(sa_type=BigInteger)
+    expires_ms: int = Field(sa_type=BigInteger)
+    decided_by: str | None = Field(default=None, max_length=128)
+    decided_ms: int | None = Field(default=None, sa_type=BigInteger)
+    comment: str | None = None
+
+
+class SchemaVersionRow(SQLModel, table=True):
+    __tablename__ = "schema_version"
+
+    id: int = Field(primary_key=True)
+    version: int

@@ -1,0 +1,53 @@
+"""Parse human units in configuration: durations (``10s``, ``5m``) and sizes (``64KiB``)."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_FACTORS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_SIZE_FACTORS = {
+    None: 1,
+    "B": 1,
+    "KB": 1000,
+    "KiB": 1024,
+    "MB": 1000**2,
+    "MiB": 1024**2,
+    "GB": 1000**3,
+    "GiB": 1024**3,
+}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``10``, ``10s``, ``250ms``, ``5m``, ``24h``, ``1d``."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like '10s'")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise ValueError("a duration must be positive")
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration (examples: 250ms, 10s, 5m, 24h)")
+    seconds = float(match.group(1)) * _DURATION_FACTORS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+def parse_size(value: object) -> int:
+    """Bytes from ``1024``, ``64KiB``, ``1MiB``."""
+    if isinstance(value, bool):
+        raise ValueError("a size is a number of bytes or a string like '64KiB'")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("a size must be positive")
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a size (examples: 4096, 64KiB, 1MiB)")
+    size = int(match.group(1)) * _SIZE_FACTORS[match.group(2)]
+    if size <= 0:
+        raise ValueError("a size must be positive")
+    return size

@@ -1,0 +1,225 @@
+# Toolgate's policy: may this tool call run, does it need a person's approval, or is it refused?
+#
+# Answer: data.toolgate.decision = {"result": "allow" | "require_approval" | "deny",
+#                                   "reasons": [string, ...]}
+# plus "approver_roles" (who may approve) when the result is require_approval.
+#
+# Input (built by the gateway, documented in docs/): tool {name, version, risk, side_effect,
+# reversible, adapter, tags}, arguments, arguments_sha256, paths [{argument, relative,
+# inside_workspace}], actor {user_id, agent_id, roles}, workspace {id, root}, request {...},
+# approval {present, approved_by}, usage {...}.
+# Data (policies/*.yaml, merged under data.toolgate): actors, workspaces, protected_paths,
+# risk_rules, tool_overrides, approvers, quotas (quotas are enforced by the gateway, not here).
+#
+# How it reads: each rule that can refuse adds a message to `deny_reasons`, each rule that wants
+# a person adds one to `approval_reasons`; `decision` applies deny > require_approval > allow.
+# Every message names the data rule behind it.
+#
+# Fail closed: a missing or malformed input field never allows. Checks are written so that an
+# undefined value makes their `not ...` true, and messages use the placeholders of `call`.
+#
+# Cost: the embedded engine pays a few microseconds per rule it evaluates, so checks read
+# `input` directly and share only the helpers `call`, `actor_roles`, `tool_override`, `rule`.
+# Never read `data.toolgate` as a whole: it contains this package's own rules (a recursion).
+package toolgate
+
+# --- the decision ---------------------------------------------------------------------------
+
+decision := {"result": "deny", "reasons": sort(deny_reasons)} if {
+	count(deny_reasons) > 0
+} else := {
+	"result": "require_approval",
+	"reasons": sort(approval_reasons),
+	"approver_roles": sort(approver_roles),
+} if {
+	count(approval_reasons) > 0
+	not input.approval.present == true
+} else := {"result": "allow", "reasons": allow_reasons}
+
+allow_reasons := [msg] if {
+	count(approval_reasons) > 0
+	msg := sprintf("approved by '%v': %v", [call.approver, concat("; ", sort(approval_reasons))])
+} else := [msg] if {
+	msg := sprintf(
+		"%v-risk tool %v allowed for actor '%v' (rule: %v)",
+		[call.risk, call.tool, call.actor, rule_source("roles")],
+	)
+}
+
+# --- shared facts ---------------------------------------------------------------------------
+
+# Names of the call, with placeholders so that lookups fail and messages stay defined when the
+# input lacks a field.
+call := {
+	"actor": object.get(input, ["actor", "user_id"], "(missing)"),
+	"workspace": object.get(input, ["workspace", "id"], "(missing)"),
+	"tool": object.get(input, ["tool", "name"], "(missing)"),
+	"risk": object.get(input, ["tool", "risk"], "(missing)"),
+	"approver": object.get(input, ["approval", "approved_by"], "(missing)"),
+}
+
+# Roles come from policy data, never from the request: a caller cannot grant itself a role.
+actor_roles := {r | some r in data.toolgate.actors[call.actor].roles}
+
+default tool_override := {}
+
+tool_override := data.toolgate.tool_overrides[call.tool]
+
+# The rule for this call: the rule of the tool's risk with the tool's overrides on top.
+rule := object.union(data.toolgate.risk_rules[call.risk], tool_override)
+
+# Which data key decided `key` of `rule`, so that a message can name it.
+rule_source(key) := sprintf("tool_overrides.%v.%v", [call.tool, key]) if {
+	key in object.keys(tool_override)
+} else := sprintf("risk_rules.%v.%v", [call.risk, key])
+
+# --- who is calling -------------------------------------------------------------------------
+
+deny_reasons contains msg if {
+	not data.toolgate.actors[call.actor]
+	msg := sprintf("actor '%v' is unknown (rule: actors)", [call.actor])
+}
+
+deny_reasons contains msg if {
+	data.toolgate.actors[call.actor]
+	count(actor_roles) == 0
+	msg := sprintf("actor '%v' has no roles (rule: actors.%v.roles)", [call.actor, call.actor])
+}
+
+# --- where ----------------------------------------------------------------------------------
+
+deny_reasons contains msg if {
+	not data.toolgate.workspaces[call.workspace]
+	msg := sprintf("workspace '%v' is unknown (rule: workspaces)", [call.workspace])
+}
+
+# A workspace without a members list admits nobody.
+deny_reasons contains msg if {
+	workspace := data.toolgate.workspaces[call.workspace]
+	not call.actor in object.get(workspace, "members", [])
+	msg := sprintf(
+		"actor '%v' is not a member of workspace '%v' (rule: workspaces.%v.members)",
+		[call.actor, call.workspace, call.workspace],
+	)
+}
+
+# Every path argument must resolve inside the workspace, whatever the tool does with it.
+deny_reasons contains msg if {
+	some p in input.paths
+	not p.inside_workspace == true
+	msg := sprintf(
+		"argument '%v' points outside the workspace (rule: paths.inside_workspace)",
+		[object.get(p, "argument", "?")],
+	)
+}
+
+# Without a relative path the protected-path check below could not see the path at all.
+deny_reasons contains msg if {
+	some p in input.paths
+	not is_string(p.relative)
+	msg := sprintf(
+		"argument '%v' has no workspace-relative path (rule: paths.relative)",
+		[object.get(p, "argument", "?")],
+	)
+}
+
+# Tools that write (or act on the outside world) may not touch protected paths.
+deny_reasons contains msg if {
+	input.tool.side_effect in {"write", "external"}
+	some p in input.paths
+	is_string(p.relative)
+	some entry in data.toolgate.protected_paths
+	protected(p.relative, entry)
+	msg := sprintf(
+		"argument '%v' writes to protected path '%v' (rule: protected_paths)",
+		[object.get(p, "argument", "?"), entry],
+	)
+}
+
+# An entry matches as whole path components anywhere in the path: ".git/" protects ".git",
+# ".git/config" and "sub/.git/HEAD" (nested repositories), but not "my.git/x".
+protected(relative, entry) if {
+	needle := concat("", ["/", trim_right(entry, "/"), "/"])
+	contains(concat("", ["/", relative, "/"]), needle)
+}
+
+# --- what: risk rules and per-tool overrides ------------------------------------------------
+
+deny_reasons contains msg if {
+	not data.toolgate.risk_rules[call.risk]
+	msg := sprintf("no rule for risk '%v' of tool %v (rule: risk_rules)", [call.risk, call.tool])
+}
+
+# The actor needs one of the roles of the rule (an actor without roles is denied above).
+deny_reasons contains msg if {
+	count(actor_roles) > 0
+	not any_role_in(rule.roles)
+	msg := sprintf(
+		"no role of actor '%v' may call %v-risk tool %v (rule: %v)",
+		[call.actor, call.risk, call.tool, rule_source("roles")],
+	)
+}
+
+any_role_in(roles) if {
+	some r in roles
+	r in actor_roles
+}
+
+# A critical action that cannot be undone is refused unless the data explicitly allows it.
+deny_reasons contains msg if {
+	call.risk == "critical"
+	not input.tool.reversible == true
+	not rule.allow_irreversible == true
+	msg := sprintf(
+		"critical irreversible tool %v is denied (rule: %v)",
+		[call.tool, rule_source("allow_irreversible")],
+	)
+}
+
+# --- approval -------------------------------------------------------------------------------
+
+approval_reasons contains msg if {
+	rule.approval == true
+	msg := sprintf("tool %v requires approval (rule: %v)", [call.tool, rule_source("approval")])
+}
+
+# Who may approve a call of this risk: by_risk[risk] if listed, else default.
+approver_roles := object.get(
+	data.toolgate.approvers,
+	["by_risk", call.risk],
+	data.toolgate.approvers.default,
+)
+
+# An approval that does not count, for a call that needs one, refuses the call outright rather
+# than asking again: the approvals module should not have accepted it.
+deny_reasons contains msg if {
+	input.approval.present == true
+	count(approval_reasons) > 0
+	some msg in approval_refusals
+}
+
+approval_refusals contains msg if {
+	not is_approver(call.approver)
+	msg := sprintf(
+		"approval by '%v' refused: not an approver for %v-risk tools (rule: %v)",
+		[call.approver, call.risk, approver_rule],
+	)
+}
+
+approval_refusals contains msg if {
+	call.approver == call.actor
+	not data.toolgate.approvers.allow_self_approval == true
+	msg := sprintf(
+		"approval by '%v' refused: nobody approves their own call (rule: approvers.allow_self_approval)",
+		[call.approver],
+	)
+}
+
+is_approver(id) if {
+	some r in data.toolgate.actors[id].roles
+	r in approver_roles
+}
+
+approver_rule := sprintf("approvers.by_risk.%v", [call.risk]) if {
+	data.toolgate.approvers.by_risk[call.risk]
+} else := "approvers.default"

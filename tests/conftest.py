@@ -1,0 +1,92 @@
+"""Shared fixtures: a project laid out in a temp dir, and the SQLite/PostgreSQL stores.
+
+PostgreSQL tests use the server on 127.0.0.1:5432; each test gets a database of its own
+that is dropped afterwards. Off CI a missing server skips them with the reason; in CI
+(CI=true) a missing server fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
+
+from gateway.settings import Settings, load_settings  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+PG_HOST = os.environ.get("TOOLGATE_TEST_PG_HOST", "127.0.0.1")
+PG_USER = os.environ.get("TOOLGATE_TEST_PG_USER", "postgres")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+ALICE = "tg_dev_alice"
+BOB = "tg_dev_bob"
+CAROL = "tg_dev_carol"
+
+
+def _pg_admin():  # type: ignore[no-untyped-def]
+    import psycopg
+
+    return psycopg.connect(
+        host=PG_HOST, user=PG_USER, dbname="postgres", connect_timeout=3, autocommit=True
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The PostgreSQL server, or a skip (a failure in CI) saying why it is missing."""
+    try:
+        with _pg_admin() as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any failure means: no server here
+        reason = f"PostgreSQL on {PG_HOST}:5432 does not answer ({exc})"
+        if IN_CI:
+            pytest.fail(f"{reason}; CI requires it", pytrace=False)
+        pytest.skip(reason)
+    return f"postgresql+psycopg://{PG_USER}@{PG_HOST}:5432"
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    name = f"toolgate_test_{uuid.uuid4().hex[:12]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{pg_server}/{name}"
+    finally:
+        with _pg_admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the shipped configuration, tools, policy and data in a temp dir."""
+    for name in ("tools.d", "rego", "policies"):
+        shutil.copytree(REPO / name, tmp_path / name)
+    shutil.copy(REPO / "toolgate.yaml", tmp_path / "toolgate.yaml")
+    return tmp_path
+
+
+@pytest.fixture
+def settings(project: Path, database_url: str) -> Settings:
+    return load_settings(project / "toolgate.yaml", env={}, database_url=database_url)
+
+
+@pytest.fixture
+def workspace_root(project: Path) -> Path:
+    root = project / "var" / "workspaces" / "demo"
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()

@@ -1,0 +1,162 @@
+"""The store on real SQLite and real PostgreSQL: reservation, idempotency, locks, commit."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import anyio
+import pytest
+
+from gateway.events.model import make_event
+from gateway.store.records import ExecutionRecord, IdempotencyClaim, LockBusy, LockRequest
+from gateway.store.store import Existing, Reserved, Store
+from gateway.types import LockMode, Status
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s = Store(database_url)
+    await s.open()
+    yield s
+    await s.aclose()
+
+
+def record(ex_id: str, call_id: str = "c1", payload: str = "p1", **kw: object) -> ExecutionRecord:
+    now = int(time.time() * 1000)
+    base = ExecutionRecord(
+        id=ex_id,
+        principal="alice",
+        agent_id="a",
+        run_id="r1",
+        turn_id="t1",
+        call_id=call_id,
+        payload_sha256=payload,
+        workspace_id="demo",
+        tool_name="fs.write_file",
+        tool_version="1.2.0",
+        status=Status.RUNNING,
+        outcome=None,
+        arguments_sha256="args",
+        idempotency_scope=None,
+        approval_id=None,
+        cancellation_token=None,
+        request_json="{}",
+        result_json=None,
+        fencing_json=None,
+        created_ms=now,
+        updated_ms=now,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def claim(scope: str = "s1", args: str = "args") -> IdempotencyClaim:
+    return IdempotencyClaim(scope, args, "1.2.0", int(time.time() * 1000) + 60_000)
+
+
+async def test_reserve_then_commit(store: Store) -> None:
+    events = [make_event("ex1", 0, "tool.requested", {"a": 1})]
+    assert isinstance(await store.reserve(record("ex1"), events, None), Reserved)
+    await store.commit("ex1", outcome="succeeded", result_json='{"x":1}', events=[make_event("ex1", 1, "tool.completed", {})], fencing_json=None)
+    got = await store.get_execution("ex1")
+    assert got is not None and got.status is Status.COMPLETED and got.result == {"x": 1}
+    assert [e.type for e in await store.events("ex1")] == ["tool.requested", "tool.completed"]
+
+
+async def test_events_applied_twice_change_nothing(store: Store) -> None:
+    await store.reserve(record("ex1"), [], None)
+    event = make_event("ex1", 0, "tool.started", {})
+    await store.append("ex1", [event])
+    await store.append("ex1", [event])
+    assert len(await store.events("ex1")) == 1
+
+
+async def test_same_call_is_found(store: Store) -> None:
+    await store.reserve(record("ex1"), [], None)
+    same = await store.reserve(record("ex2"), [], None)
+    assert isinstance(same, Existing) and same.record.id == "ex1" and same.same_payload
+    other = await store.reserve(record("ex3", payload="p2"), [], None)
+    assert isinstance(other, Existing) and not other.same_payload
+
+
+async def test_idempotency_claim(store: Store) -> None:
+    assert isinstance(await store.reserve(record("ex1"), [], claim()), Reserved)
+    again = await store.reserve(record("ex2", call_id="c2"), [], claim())
+    assert isinstance(again, Existing) and again.by == "idempotency_key" and again.same_payload
+    assert not again.record.terminal
+    different = await store.reserve(record("ex3", call_id="c3"), [], claim(args="other"))
+    assert isinstance(different, Existing) and not different.same_payload
+
+
+async def test_expired_claim_is_replaced(store: Store) -> None:
+    old = IdempotencyClaim("s1", "args", "1.2.0", int(time.time() * 1000) - 1)
+    await store.reserve(record("ex1"), [], old)
+    assert isinstance(await store.reserve(record("ex2", call_id="c2"), [], claim()), Reserved)
+
+
+async def test_concurrent_reservations_have_one_winner(store: Store) -> None:
+    results: list[object] = []
+
+    async def one(i: int) -> None:
+        results.append(await store.reserve(record(f"ex{i}", call_id=f"c{i}"), [], claim()))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(one, i)
+    assert sum(isinstance(r, Reserved) for r in results) == 1
+    assert sum(isinstance(r, Existing) for r in results) == 9
+
+
+async def test_exclusive_lock_blocks_and_fencing_grows(store: Store) -> None:
+    req = [LockRequest("k", LockMode.EXCLUSIVE)]
+    first = await store.try_acquire("ex1", "c1", req, 30)
+    assert first == {"k": 1}
+    busy = await store.try_acquire("ex2", "c2", req, 30)
+    assert isinstance(busy, LockBusy) and busy.holder_call_id == "c1"
+    await store.release_locks("ex1")
+    assert await store.try_acquire("ex2", "c2", req, 30) == {"k": 2}
+
+
+async def test_shared_locks_coexist_but_block_exclusive(store: Store) -> None:
+    shared = [LockRequest("k", LockMode.SHARED)]
+    assert not isinstance(await store.try_acquire("ex1", "c1", shared, 30), LockBusy)
+    assert not isinstance(await store.try_acquire("ex2", "c2", shared, 30), LockBusy)
+    busy = await store.try_acquire("ex3", "c3", [LockRequest("k", LockMode.EXCLUSIVE)], 30)
+    assert isinstance(busy, LockBusy)
+
+
+async def test_all_or_nothing_and_lease_expiry(store: Store) -> None:
+    await store.try_acquire("ex1", "c1", [LockRequest("b", LockMode.EXCLUSIVE)], 0.05)
+    both = [LockRequest("a", LockMode.EXCLUSIVE), LockRequest("b", LockMode.EXCLUSIVE)]
+    assert isinstance(await store.try_acquire("ex2", "c2", both, 30), LockBusy)
+    # "a" must not have been kept by the failed attempt:
+    assert not isinstance(
+        await store.try_acquire("ex3", "c3", [LockRequest("a", LockMode.EXCLUSIVE)], 30), LockBusy
+    )
+    await store.release_locks("ex3")
+    await anyio.sleep(0.1)  # ex1's lease on "b" has run out: a dead holder is recovered
+    assert not isinstance(await store.try_acquire("ex2", "c2", both, 30), LockBusy)
+
+
+async def test_commit_releases_locks_and_marks_claim(store: Store) -> None:
+    await store.reserve(record("ex1"), [], claim())
+    await store.try_acquire("ex1", "c1", [LockRequest("k", LockMode.EXCLUSIVE)], 30)
+    await store.commit("ex1", outcome="succeeded", result_json="{}", events=[], fencing_json='{"k": 1}')
+    assert not isinstance(
+        await store.try_acquire("ex2", "c2", [LockRequest("k", LockMode.EXCLUSIVE)], 30), LockBusy
+    )
+    replay = await store.reserve(record("ex9", call_id="c9"), [], claim())
+    assert isinstance(replay, Existing) and replay.record.terminal
+
+
+async def test_schema_version_is_recorded(store: Store) -> None:
+    await store.open()  # opening twice is harmless
+    assert await store.ping()
