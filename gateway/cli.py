@@ -38,12 +38,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
     print(f"toolgate: listening on http://{settings.host}:{settings.port}")
     print(f"toolgate: store {_safe_url(settings)}")
-    print(f"toolgate: {len(loaded.catalogue)} tool versions from {settings.path(settings.tools_dir)}:")
+    print(
+        f"toolgate: {len(loaded.catalogue)} tool versions from {settings.path(settings.tools_dir)}:"
+    )
     for tool in loaded.catalogue.all():
         flag = " (disabled)" if tool.disabled else " (deprecated)" if tool.deprecated else ""
         print(f"    {tool.ref}{flag}")
     modules = ", ".join(name for name, _ in loaded.sources.modules)
-    print(f"toolgate: policy {settings.policy_backend}: {modules} + data from {settings.policies_dir}")
+    print(
+        f"toolgate: policy {settings.policy_backend}: {modules} + data from {settings.policies_dir}"
+    )
     for principal in settings.principals:
         if principal.label:
             print(f"toolgate: principal {principal.id}: {principal.label}")
@@ -90,7 +94,8 @@ def cmd_tools(args: argparse.Namespace) -> int:
         return 0
     for tool in catalogue.all():
         state = "disabled" if tool.disabled else "deprecated" if tool.deprecated else ""
-        print(f"{tool.name:28} {tool.version!s:10} {tool.risk.value:8} {tool.side_effect.value:8} {state}")
+        risk, effect = tool.risk.value, tool.side_effect.value
+        print(f"{tool.name:28} {tool.version!s:10} {risk:8} {effect:8} {state}")
     return 0
 
 
@@ -189,7 +194,9 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toolgate", description=__doc__)
-    parser.add_argument("--config", help="configuration file (default ./toolgate.yaml or $TOOLGATE_CONFIG)")
+    parser.add_argument(
+        "--config", help="configuration file (default ./toolgate.yaml or $TOOLGATE_CONFIG)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="start the gateway")

@@ -14,7 +14,7 @@ JSON = Any
 """A value that ``json.dumps`` accepts."""
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     QUEUED = "queued"
     AWAITING_APPROVAL = "awaiting_approval"
     RUNNING = "running"
@@ -22,7 +22,7 @@ class Status(str, enum.Enum):
     COMPLETED = "completed"
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     PARTIAL = "partial"
@@ -30,7 +30,7 @@ class Outcome(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
-class Phase(str, enum.Enum):
+class Phase(enum.StrEnum):
     RESOLVE = "resolve"
     VALIDATE = "validate"
     POLICY = "policy"
@@ -39,27 +39,27 @@ class Phase(str, enum.Enum):
     COMMIT = "commit"
 
 
-class Risk(str, enum.Enum):
+class Risk(enum.StrEnum):
     LOW = "low"
     MEDIUM = "medium"
     HIGH = "high"
     CRITICAL = "critical"
 
 
-class SideEffect(str, enum.Enum):
+class SideEffect(enum.StrEnum):
     NONE = "none"
     READ = "read"
     WRITE = "write"
     EXTERNAL = "external"
 
 
-class DecisionResult(str, enum.Enum):
+class DecisionResult(enum.StrEnum):
     ALLOW = "allow"
     REQUIRE_APPROVAL = "require_approval"
     DENY = "deny"
 
 
-class LockMode(str, enum.Enum):
+class LockMode(enum.StrEnum):
     SHARED = "shared"
     EXCLUSIVE = "exclusive"
 

@@ -17,7 +17,7 @@ import pytest
 
 os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
 
-from gateway.settings import Settings, load_settings  # noqa: E402
+from gateway.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 PG_HOST = os.environ.get("TOOLGATE_TEST_PG_HOST", "127.0.0.1")
@@ -43,7 +43,7 @@ def pg_server() -> str:
     try:
         with _pg_admin() as conn:
             conn.execute("SELECT 1")
-    except Exception as exc:  # noqa: BLE001 - any failure means: no server here
+    except Exception as exc:
         reason = f"PostgreSQL on {PG_HOST}:5432 does not answer ({exc})"
         if IN_CI:
             pytest.fail(f"{reason}; CI requires it", pytrace=False)

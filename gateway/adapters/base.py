@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -46,13 +46,16 @@ class SideEffectReport:
         return {"attempted": self.attempted, "committed": self.committed, "summary": self.summary}
 
 
+NO_SIDE_EFFECT = SideEffectReport(False, False)
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterOutcome:
     """What the adapter observed. ``error`` explains a non-succeeded outcome."""
 
     outcome: Outcome
     data: JSON = None
-    side_effect: SideEffectReport = SideEffectReport(False, False)
+    side_effect: SideEffectReport = NO_SIDE_EFFECT
     evidence: tuple[Evidence, ...] = ()
     error: ToolgateError | None = None
     truncated: bool = False
@@ -111,4 +114,3 @@ class AdapterSpec:
     options: type[BaseModel] = NoOptions
     path_arguments: frozenset[str] = frozenset()
     """Arguments every tool of this adapter must list in ``paths``."""
-

@@ -7,6 +7,7 @@ fsync, ``os.replace``, fsync of the directory. OS errors become ExecutionError h
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -61,10 +62,8 @@ def file_sha256(path: Path) -> str | None:
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so a reader sees the old or the new file, never half."""
     mode = None
-    try:
+    with contextlib.suppress(FileNotFoundError):
         mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        pass
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tg-tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -218,9 +217,7 @@ def _write(call: AdapterCall) -> AdapterOutcome:
         Outcome.SUCCEEDED,
         data={"path": target.relative, "sha256": after, "size": len(data), "created": not before},
         side_effect=effect,
-        evidence=(
-            Evidence("file_hash", target.relative, after, {"before_sha256": before}),
-        ),
+        evidence=(Evidence("file_hash", target.relative, after, {"before_sha256": before}),),
     )
 
 

@@ -42,8 +42,7 @@ def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec] = SPECS) ->
         key = (tool.name, str(tool.version))
         if key in seen:
             problems.append(
-                f"{lines.where(('version',))}: {tool.ref} is declared twice "
-                f"(also in {seen[key]})"
+                f"{lines.where(('version',))}: {tool.ref} is declared twice (also in {seen[key]})"
             )
             continue
         seen[key] = str(path)

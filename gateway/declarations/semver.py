@@ -6,6 +6,7 @@ comparators ``>=1.0.0 <2.0.0`` (space = and); ``||`` alternatives; ``*`` or empt
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable
 from functools import total_ordering
@@ -67,16 +68,19 @@ def _conjunction(tokens: list[str]) -> Predicate:
     return lambda v: all(p(v) for p in preds)
 
 
+_COMPARE: dict[str, Callable[[Version, Version], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+
+
 def _comparator(token: str) -> Predicate:
-    for op in (">=", "<=", ">", "<", "="):
-        if token.startswith(op) and op != "=":
-            bound = _full(token[len(op) :])
-            return {
-                ">=": lambda v: v >= bound,
-                "<=": lambda v: v <= bound,
-                ">": lambda v: v > bound,
-                "<": lambda v: v < bound,
-            }[op]
+    op = next((op for op in _COMPARE if token.startswith(op)), None)
+    if op is not None:
+        bound, compare = _full(token[len(op) :]), _COMPARE[op]
+        return lambda v: compare(v, bound)
     if token.startswith("^"):
         return _caret(token[1:])
     if token.startswith("~"):
@@ -107,14 +111,14 @@ def _numbers(text: str) -> tuple[list[int], str]:
 def _partial(text: str) -> Predicate:
     nums, pre = _numbers(text)
     if len(nums) == 3:
-        exact = Version(*nums, pre)
+        exact = _version(nums, pre)
         return lambda v: v == exact
     return lambda v: not v.pre and [v.major, v.minor, v.patch][: len(nums)] == nums
 
 
 def _caret(text: str) -> Predicate:
     nums, pre = _numbers(text)
-    low = Version(*(nums + [0, 0, 0])[:3], pre)
+    low = _version(nums, pre)
     if not nums:
         return lambda v: not v.pre
     if nums[0] > 0 or len(nums) == 1:
@@ -128,6 +132,11 @@ def _caret(text: str) -> Predicate:
 
 def _tilde(text: str) -> Predicate:
     nums, pre = _numbers(text)
-    low = Version(*(nums + [0, 0, 0])[:3], pre)
+    low = _version(nums, pre)
     high = Version(nums[0] + 1, 0, 0) if len(nums) == 1 else Version(nums[0], nums[1] + 1, 0)
     return lambda v: low <= v < high and (not v.pre or bool(pre))
+
+
+def _version(nums: list[int], pre: str) -> Version:
+    padded = [*nums, 0, 0, 0]
+    return Version(padded[0], padded[1], padded[2], pre)

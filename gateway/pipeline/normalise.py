@@ -50,8 +50,7 @@ def _normalise(services: Services, flow: Flow, raw: Any) -> dict[str, Any]:
     if not validator.validate(dict(raw)):
         errors = validator.errors
         raise ValidationError(
-            f"the arguments do not match the input schema of {flow.tool.ref}: "
-            + _describe(errors),
+            f"the arguments do not match the input schema of {flow.tool.ref}: " + _describe(errors),
             code="invalid_arguments",
             details={"errors": errors},
         )

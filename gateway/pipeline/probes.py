@@ -30,8 +30,12 @@ async def run_probes(
             expected = probe.equals.render(call.context) if probe.equals is not None else None
             observed = await adapter.probe(probe.probe, params, call)
         except (ToolgateError, TemplateError, OSError) as exc:
-            log.warning("%s probe %s failed for %s: %s", purpose, probe.probe, flow.execution_id, exc)
-            evidence.append(Evidence("probe", probe.probe, None, {"purpose": purpose, "error": str(exc)}))
+            log.warning(
+                "%s probe %s failed for %s: %s", purpose, probe.probe, flow.execution_id, exc
+            )
+            evidence.append(
+                Evidence("probe", probe.probe, None, {"purpose": purpose, "error": str(exc)})
+            )
             passed = None
             continue
         ok = _text(observed) == expected if expected is not None else bool(observed)

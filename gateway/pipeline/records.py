@@ -18,6 +18,8 @@ from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, Decision, Outcome
 from gateway.workspace import ResolvedPath, Workspace
 
+NOTHING_ATTEMPTED = SideEffectReport(False, False)
+
 
 def canonical_json(value: Any) -> str:
     """The one canonical JSON form used for hashing (sorted keys, no spaces, UTF-8)."""
@@ -78,7 +80,7 @@ class ToolResult:
     outcome: Outcome
     data: JSON = None
     error: ToolgateError | None = None
-    side_effect: SideEffectReport = SideEffectReport(False, False)
+    side_effect: SideEffectReport = NOTHING_ATTEMPTED
     evidence: tuple[Evidence, ...] = ()
     queued_ms: int = 0
     running_ms: int = 0

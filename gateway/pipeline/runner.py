@@ -85,7 +85,7 @@ async def _run_stage(stage: Stage, services: Services, flow: Flow) -> Flow:
         return _failed(flow, exc)
     except (ToolgateError, StoreError):
         raise
-    except Exception as exc:
+    except Exception:
         if flow.started_ms is not None:
             raise  # after the side effect began, only recovery may decide the outcome
         log.exception("stage %s failed for execution %s", stage.name, flow.execution_id)

@@ -20,53 +20,58 @@ _WRITES = (SideEffect.WRITE, SideEffect.EXTERNAL)
 
 
 async def run(services: Services, flow: Flow) -> Flow:
-    assert flow.tool is not None
+    tool = flow.tool
+    assert tool is not None
     timing = _timing(flow)
     if flow.raw is not None:
         raw = flow.raw
         result = ToolResult(
             call_id=flow.request.call_id,
-            tool_version=str(flow.tool.version),
+            tool_version=str(tool.version),
             outcome=raw.outcome,
             data=raw.data,
             error=raw.error,
             side_effect=raw.side_effect,
             evidence=raw.evidence,
             truncated=raw.truncated,
-            **timing,
+            queued_ms=timing[0],
+            running_ms=timing[1],
         )
         flow = flow.emit("tool.side_effect_observed", **raw.side_effect.to_json())
         return flow.but(result=result)
     failure = flow.failure
     assert failure is not None
-    if failure.code in _UNCERTAIN and flow.tool.side_effect in _WRITES:
+    if failure.code in _UNCERTAIN and tool.side_effect in _WRITES:
         return await _reconcile(services, flow, failure, timing)
     result = ToolResult(
         call_id=flow.request.call_id,
-        tool_version=str(flow.tool.version),
+        tool_version=str(tool.version),
         outcome=Outcome.FAILED,
         error=failure,
-        side_effect=SideEffectReport(flow.tool.side_effect in _WRITES, False, "not committed"),
-        **timing,
+        side_effect=SideEffectReport(tool.side_effect in _WRITES, False, "not committed"),
+        queued_ms=timing[0],
+        running_ms=timing[1],
     )
     return flow.but(result=result)
 
 
 async def _reconcile(
-    services: Services, flow: Flow, failure: ToolgateError, timing: dict[str, int]
+    services: Services, flow: Flow, failure: ToolgateError, timing: tuple[int, int]
 ) -> Flow:
-    assert flow.tool is not None
+    tool = flow.tool
+    assert tool is not None
     base = ToolResult(
         call_id=flow.request.call_id,
-        tool_version=str(flow.tool.version),
+        tool_version=str(tool.version),
         outcome=Outcome.UNKNOWN,
         error=failure,
         side_effect=SideEffectReport(True, False, "the side effect may have happened"),
-        **timing,
+        queued_ms=timing[0],
+        running_ms=timing[1],
     )
-    if not flow.tool.reconcile:
+    if not tool.reconcile:
         return flow.but(result=base)
-    passed, evidence = await run_probes(services, flow, flow.tool.reconcile, "reconcile")
+    passed, evidence = await run_probes(services, flow, tool.reconcile, "reconcile")
     if passed is None:
         return flow.but(result=replace(base, evidence=evidence))
     if passed:
@@ -77,18 +82,19 @@ async def _reconcile(
         outcome, committed, error = Outcome.FAILED, False, failure
     result = ToolResult(
         call_id=flow.request.call_id,
-        tool_version=str(flow.tool.version),
+        tool_version=str(tool.version),
         outcome=outcome,
         error=error,
         side_effect=SideEffectReport(True, committed, summary),
         evidence=evidence,
-        **timing,
+        queued_ms=timing[0],
+        running_ms=timing[1],
     )
     return flow.but(result=result)
 
 
-def _timing(flow: Flow) -> dict[str, int]:
+def _timing(flow: Flow) -> tuple[int, int]:
+    """(queued_ms, running_ms)."""
     started = flow.started_ms or flow.received_ms
     finished = flow.finished_ms or started
-    return {"queued_ms": max(started - flow.received_ms, 0), "running_ms": finished - started}
-
+    return max(started - flow.received_ms, 0), finished - started

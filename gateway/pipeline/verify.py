@@ -12,19 +12,19 @@ from gateway.types import Outcome
 
 
 async def run(services: Services, flow: Flow) -> Flow:
-    result = flow.result
-    if result is None or flow.tool is None or flow.raw is None:
+    result, tool = flow.result, flow.tool
+    if result is None or tool is None or flow.raw is None:
         return flow  # nothing was executed: nothing to verify
-    if result.outcome is not Outcome.SUCCEEDED or not flow.tool.verify:
+    if result.outcome is not Outcome.SUCCEEDED or not tool.verify:
         return flow
-    passed, evidence = await run_probes(services, flow, flow.tool.verify, "verify")
+    passed, evidence = await run_probes(services, flow, tool.verify, "verify")
     flow = flow.emit("tool.verified", passed=passed)
     result = replace(result, evidence=(*result.evidence, *evidence))
     if passed:
         return flow.but(result=result)
     why = "could not be read back" if passed is None else "was not found as expected"
     error = VerificationError(
-        f"the side effect of {flow.tool.ref} {why} after the adapter reported success; "
+        f"the side effect of {tool.ref} {why} after the adapter reported success; "
         "inspect the evidence before retrying",
         code="verification_failed" if passed is False else "verification_unavailable",
     )

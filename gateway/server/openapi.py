@@ -24,7 +24,9 @@ _ID_PARAM = {"name": "execution_id", "in": "path", "required": True, "schema": {
 
 
 def build_openapi() -> dict[str, Any]:
-    request_schema = ExecutionRequestBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    request_schema = ExecutionRequestBody.model_json_schema(
+        ref_template="#/components/schemas/{model}"
+    )
     defs = request_schema.pop("$defs", {})
     return {
         "openapi": "3.1.0",
@@ -72,7 +74,9 @@ def _paths() -> dict[str, Any]:
                 },
                 "responses": {
                     "200": _resp("the execution reached a terminal state", _EXECUTION),
-                    "202": _resp("the execution is not finished (e.g. awaiting approval)", _EXECUTION),
+                    "202": _resp(
+                        "the execution is not finished (e.g. awaiting approval)", _EXECUTION
+                    ),
                     "400": _resp("malformed request or missing idempotency key"),
                     "409": _resp("same call or idempotency key still in flight / reused"),
                     "413": _resp("body over the size limit"),
@@ -136,7 +140,11 @@ def _paths() -> dict[str, Any]:
             }
         },
         "/healthz": {
-            "get": {"security": [], "summary": "Liveness", "responses": {"200": {"description": "alive"}}}
+            "get": {
+                "security": [],
+                "summary": "Liveness",
+                "responses": {"200": {"description": "alive"}},
+            }
         },
         "/readyz": {
             "get": {
@@ -164,7 +172,15 @@ def _execution_schema() -> dict[str, Any]:
                 "properties": {
                     "type": {"type": "string"},
                     "phase": {
-                        "enum": ["resolve", "validate", "policy", "execute", "verify", "commit", None]
+                        "enum": [
+                            "resolve",
+                            "validate",
+                            "policy",
+                            "execute",
+                            "verify",
+                            "commit",
+                            None,
+                        ]
                     },
                     "retryable": {"type": "boolean"},
                     "message": {"type": "string"},

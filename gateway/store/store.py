@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import sqlalchemy as sa
@@ -50,13 +50,13 @@ from gateway.types import LockMode, Status
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
-EXECUTIONS = sa.inspect(ExecutionRow).local_table
-EVENTS = sa.inspect(EventRow).local_table
-IDEMPOTENCY = sa.inspect(IdempotencyRow).local_table
-LOCKS = sa.inspect(LockRow).local_table
-FENCES = sa.inspect(LockFenceRow).local_table
-APPROVALS = sa.inspect(ApprovalRow).local_table
-VERSION = sa.inspect(SchemaVersionRow).local_table
+EXECUTIONS = cast(sa.Table, ExecutionRow.__table__)  # type: ignore[attr-defined]
+EVENTS = cast(sa.Table, EventRow.__table__)  # type: ignore[attr-defined]
+IDEMPOTENCY = cast(sa.Table, IdempotencyRow.__table__)  # type: ignore[attr-defined]
+LOCKS = cast(sa.Table, LockRow.__table__)  # type: ignore[attr-defined]
+FENCES = cast(sa.Table, LockFenceRow.__table__)  # type: ignore[attr-defined]
+APPROVALS = cast(sa.Table, ApprovalRow.__table__)  # type: ignore[attr-defined]
+VERSION = cast(sa.Table, SchemaVersionRow.__table__)  # type: ignore[attr-defined]
 
 
 def now_ms() -> int:
@@ -149,7 +149,7 @@ class Store:
                 with conn.begin():
                     return fn(conn)
         except _Abort as abort:
-            return abort.value  # type: ignore[no-any-return]
+            return cast(T, abort.value)
         except IntegrityError:
             raise
         except (OperationalError, SQLAlchemyError) as exc:
@@ -288,9 +288,7 @@ class Store:
         if row.expires_ms <= now_ms():
             conn.execute(IDEMPOTENCY.delete().where(IDEMPOTENCY.c.scope == claim.scope))
             return None
-        first = conn.execute(
-            EXECUTIONS.select().where(EXECUTIONS.c.id == row.execution_id)
-        ).first()
+        first = conn.execute(EXECUTIONS.select().where(EXECUTIONS.c.id == row.execution_id)).first()
         if first is None:
             conn.execute(IDEMPOTENCY.delete().where(IDEMPOTENCY.c.scope == claim.scope))
             return None
@@ -386,7 +384,9 @@ class Store:
                 .order_by(EVENTS.c.seq)
             )
             return [
-                Event(r.id, r.execution_id, r.seq, r.type, r.version, r.at_ms, json.loads(r.data_json))
+                Event(
+                    r.id, r.execution_id, r.seq, r.type, r.version, r.at_ms, json.loads(r.data_json)
+                )
                 for r in rows
             ]
 

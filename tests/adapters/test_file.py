@@ -69,7 +69,9 @@ async def test_write_creates_directories(ws: Workspace) -> None:
     assert (ws.root / "x/y/z.txt").read_text() == "1"
 
 
-async def test_failed_atomic_write_leaves_old_file(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_failed_atomic_write_leaves_old_file(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = ws.root / "a.txt"
     target.write_text("old")
 

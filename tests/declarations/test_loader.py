@@ -35,7 +35,13 @@ def _load_one(tmp_path: Path, text: str, name: str = "tool.yaml") -> list[str]:
 def test_shipped_catalogue_loads() -> None:
     catalogue = load_catalogue(REPO / "tools.d")
     names = set(catalogue.names)
-    assert {"fs.read_file", "fs.list_dir", "fs.write_file", "fs.apply_patch", "fs.delete_file"} <= names
+    assert {
+        "fs.read_file",
+        "fs.list_dir",
+        "fs.write_file",
+        "fs.apply_patch",
+        "fs.delete_file",
+    } <= names
     assert str(catalogue.resolve("fs.write_file").version) == "1.2.0"
     assert str(catalogue.resolve("fs.write_file", "1.0.0").version) == "1.0.0"
     assert str(catalogue.resolve("fs.write_file", "<1.2").version) == "1.0.0"
@@ -77,7 +83,10 @@ def test_duplicate_name_and_version_across_files(tmp_path: Path) -> None:
 
 
 def test_unknown_adapter_and_operation(tmp_path: Path) -> None:
-    assert "unknown adapter 'ftp'" in _load_one(tmp_path, GOOD.replace("adapter: file", "adapter: ftp"))[0]
+    assert (
+        "unknown adapter 'ftp'"
+        in _load_one(tmp_path, GOOD.replace("adapter: file", "adapter: ftp"))[0]
+    )
     problems = _load_one(tmp_path, GOOD.replace("operation: read", "operation: shred"))
     assert "has no operation 'shred'" in problems[0]
     assert ":5: operation" in problems[0]
@@ -105,7 +114,9 @@ def test_probe_names_and_params_are_checked(tmp_path: Path) -> None:
 
 
 def test_invalid_cerberus_schema(tmp_path: Path) -> None:
-    problems = _load_one(tmp_path, GOOD.replace("required: true}", "required: true, frobnicate: 1}"))
+    problems = _load_one(
+        tmp_path, GOOD.replace("required: true}", "required: true, frobnicate: 1}")
+    )
     assert "input" in problems[0]
 
 

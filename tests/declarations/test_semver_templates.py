@@ -42,12 +42,15 @@ def test_template_render() -> None:
     t = compile_template("ws:{workspace.id}:file:{arguments.path} {{x}}")
     ctx = {"workspace": {"id": "demo"}, "arguments": {"path": "a.txt"}}
     assert t.render(ctx) == "ws:demo:file:a.txt {x}"
-    digest = compile_template("{sha256(arguments.content)}").render({"arguments": {"content": "hi"}})
+    digest = compile_template("{sha256(arguments.content)}").render(
+        {"arguments": {"content": "hi"}}
+    )
     assert digest == "8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4"
 
 
 @pytest.mark.parametrize(
-    "source", ["{", "}", "{arguments.path", "{__import__('os')}", "{evil(arguments.x)}", "{env.HOME}"]
+    "source",
+    ["{", "}", "{arguments.path", "{__import__('os')}", "{evil(arguments.x)}", "{env.HOME}"],
 )
 def test_bad_templates(source: str) -> None:
     with pytest.raises(TemplateError):
@@ -55,5 +58,5 @@ def test_bad_templates(source: str) -> None:
 
 
 def test_missing_value_at_render() -> None:
-    with pytest.raises(TemplateError, match="arguments.nope"):
+    with pytest.raises(TemplateError, match=r"arguments\.nope"):
         compile_template("{arguments.nope}").render({"arguments": {}})

@@ -45,7 +45,11 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 def make_services(
-    tmp_path: Path, store: Store, catalogue: Catalogue, adapter: FunctionAdapter, policy: FunctionPolicy
+    tmp_path: Path,
+    store: Store,
+    catalogue: Catalogue,
+    adapter: FunctionAdapter,
+    policy: FunctionPolicy,
 ) -> Services:
     root = tmp_path / "ws"
     root.mkdir(exist_ok=True)
@@ -97,12 +101,22 @@ def sha_probe(value: str | None) -> object:
 
 def test_stage_order_is_the_design() -> None:
     assert [s.name for s in STAGES] == [
-        "resolve", "normalise", "validate", "policy", "reserve",
-        "lock", "execute", "result", "verify", "commit",
+        "resolve",
+        "normalise",
+        "validate",
+        "policy",
+        "reserve",
+        "lock",
+        "execute",
+        "result",
+        "verify",
+        "commit",
     ]
 
 
-async def test_success_runs_adapter_once_with_normalised_arguments(tmp_path: Path, store: Store, catalogue: Catalogue) -> None:
+async def test_success_runs_adapter_once_with_normalised_arguments(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
     adapter = FunctionAdapter(ok, sha_probe(hashlib.sha256(b"hi").hexdigest()))
     services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
     record = await run_call(services, request(arguments={"path": "./a.txt", "content": "hi"}))
@@ -113,7 +127,9 @@ async def test_success_runs_adapter_once_with_normalised_arguments(tmp_path: Pat
     assert list(call.fencing_tokens.values()) == [1]
 
 
-async def test_policy_deny_never_calls_the_adapter(tmp_path: Path, store: Store, catalogue: Catalogue) -> None:
+async def test_policy_deny_never_calls_the_adapter(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
     adapter = FunctionAdapter(ok)
     policy = FunctionPolicy(lambda d: Decision(DecisionResult.DENY, ("no writes today",)))
     record = await run_call(make_services(tmp_path, store, catalogue, adapter, policy), request())
@@ -126,7 +142,9 @@ async def test_policy_deny_never_calls_the_adapter(tmp_path: Path, store: Store,
     assert doc["paths"] == [{"argument": "path", "relative": "a.txt", "inside_workspace": True}]
 
 
-async def test_require_approval_parks_the_call(tmp_path: Path, store: Store, catalogue: Catalogue) -> None:
+async def test_require_approval_parks_the_call(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
     adapter = FunctionAdapter(ok)
     policy = FunctionPolicy(lambda d: Decision(DecisionResult.REQUIRE_APPROVAL, ("risky",)))
     record = await run_call(make_services(tmp_path, store, catalogue, adapter, policy), request())
@@ -136,49 +154,84 @@ async def test_require_approval_parks_the_call(tmp_path: Path, store: Store, cat
     assert types[-2:] == ["approval.requested", "state.checkpointed"]
 
 
-async def test_adapter_error_is_failed_in_execute(tmp_path: Path, store: Store, catalogue: Catalogue) -> None:
+async def test_adapter_error_is_failed_in_execute(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
     async def boom(call: AdapterCall) -> AdapterOutcome:
         raise ExecutionError("disk on fire", code="file_error", retryable=True)
 
-    services = make_services(tmp_path, store, catalogue, FunctionAdapter(boom), FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(boom), FunctionPolicy(allow_all)
+    )
     result = (await run_call(services, request())).result
     assert result is not None and result["outcome"] == "failed"
-    assert result["error"] == {"type": "file_error", "phase": "execute", "retryable": True, "message": "disk on fire"}
+    assert result["error"] == {
+        "type": "file_error",
+        "phase": "execute",
+        "retryable": True,
+        "message": "disk on fire",
+    }
 
 
-async def test_unexpected_crash_of_a_write_without_proof_is_unknown(tmp_path: Path, store: Store, catalogue: Catalogue) -> None:
+async def test_unexpected_crash_of_a_write_without_proof_is_unknown(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
     async def crash(call: AdapterCall) -> AdapterOutcome:
         raise RuntimeError("secret internal detail")
 
     # The reconcile probe cannot tell (returns a different hash): the effect did not happen.
-    services = make_services(tmp_path, store, catalogue, FunctionAdapter(crash, sha_probe("other")), FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path,
+        store,
+        catalogue,
+        FunctionAdapter(crash, sha_probe("other")),
+        FunctionPolicy(allow_all),
+    )
     result = (await run_call(services, request())).result
     assert result is not None and result["outcome"] == "failed"
     assert "secret internal detail" not in result["error"]["message"]
     # fs.apply_patch declares no reconcile probe: nobody can tell, so the outcome is unknown.
-    services = make_services(tmp_path, store, catalogue, FunctionAdapter(crash), FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(crash), FunctionPolicy(allow_all)
+    )
     req = request("fs.apply_patch", call_id="c2", arguments={"path": "a.txt", "patch": "x"})
     result = (await run_call(services, req)).result
     assert result is not None and result["outcome"] == "unknown"
     assert result["side_effect"]["attempted"] is True
 
 
-async def test_timeout_reconciled_as_succeeded_when_the_effect_is_there(tmp_path: Path, store: Store, catalogue: Catalogue) -> None:
+async def test_timeout_reconciled_as_succeeded_when_the_effect_is_there(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
     async def slow(call: AdapterCall) -> AdapterOutcome:
         await anyio.sleep(5)
         raise AssertionError("not reached")
 
     import time
 
-    services = make_services(tmp_path, store, catalogue, FunctionAdapter(slow, sha_probe(hashlib.sha256(b"hi").hexdigest())), FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path,
+        store,
+        catalogue,
+        FunctionAdapter(slow, sha_probe(hashlib.sha256(b"hi").hexdigest())),
+        FunctionPolicy(allow_all),
+    )
     deadline = int(time.time() * 1000) + 200
     result = (await run_call(services, request(deadline_ms=deadline))).result
     assert result is not None and result["outcome"] == "succeeded"
     assert result["side_effect"]["summary"].startswith("reconciled")
 
 
-async def test_verification_mismatch_is_not_succeeded(tmp_path: Path, store: Store, catalogue: Catalogue) -> None:
-    services = make_services(tmp_path, store, catalogue, FunctionAdapter(ok, sha_probe("not-the-hash")), FunctionPolicy(allow_all))
+async def test_verification_mismatch_is_not_succeeded(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    services = make_services(
+        tmp_path,
+        store,
+        catalogue,
+        FunctionAdapter(ok, sha_probe("not-the-hash")),
+        FunctionPolicy(allow_all),
+    )
     result = (await run_call(services, request())).result
     assert result is not None and result["outcome"] == "failed"
     assert result["error"]["phase"] == "verify"
@@ -186,13 +239,17 @@ async def test_verification_mismatch_is_not_succeeded(tmp_path: Path, store: Sto
     assert probes[0]["passed"] is False
 
 
-async def test_lock_held_elsewhere_times_out_retryable(tmp_path: Path, store: Store, catalogue: Catalogue) -> None:
+async def test_lock_held_elsewhere_times_out_retryable(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
     import time
 
     from gateway.store.records import LockRequest
     from gateway.types import LockMode
 
-    await store.try_acquire("ex_other", "other-call", [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)], 30)
+    await store.try_acquire(
+        "ex_other", "other-call", [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)], 30
+    )
     adapter = FunctionAdapter(ok)
     services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
     result = (await run_call(services, request(deadline_ms=int(time.time() * 1000) + 300))).result

@@ -53,7 +53,11 @@ def test_wrong_types_name_the_field(client: TestClient, mutate, field: str) -> N
 
 
 def test_wrong_content_type(client: TestClient) -> None:
-    response = client.post("/v1/executions", content=b"a=b", headers={**auth(), "Content-Type": "application/x-www-form-urlencoded"})
+    response = client.post(
+        "/v1/executions",
+        content=b"a=b",
+        headers={**auth(), "Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert response.status_code == 400
     assert response.json()["code"] == "unsupported_media_type"
 
@@ -120,7 +124,10 @@ def test_unknown_tool_is_a_failed_execution_in_resolve(client: TestClient) -> No
     ],
 )
 def test_bad_arguments_fail_at_validate(
-    client: TestClient, arguments: dict, code: str, workspace_root: Path  # type: ignore[type-arg]
+    client: TestClient,
+    arguments: dict,
+    code: str,
+    workspace_root: Path,  # type: ignore[type-arg]
 ) -> None:
     result = client.post(
         "/v1/executions", json=body("fs.write_file", arguments), headers=auth()

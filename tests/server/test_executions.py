@@ -78,10 +78,14 @@ def test_same_call_id_same_payload_returns_first_execution(client: TestClient) -
 
 
 def test_idempotent_replay_does_not_write_again(client: TestClient, workspace_root: Path) -> None:
-    first = _post(client, body("fs.write_file", {"path": "i.txt", "content": "one"}, idempotency_key="k1"))
+    first = _post(
+        client, body("fs.write_file", {"path": "i.txt", "content": "one"}, idempotency_key="k1")
+    )
     target = workspace_root / "i.txt"
     target.write_text("changed by someone else")
-    replay = _post(client, body("fs.write_file", {"path": "i.txt", "content": "one"}, idempotency_key="k1"))
+    replay = _post(
+        client, body("fs.write_file", {"path": "i.txt", "content": "one"}, idempotency_key="k1")
+    )
     assert replay.status_code == 200
     assert replay.json()["id"] == first.json()["id"]
     assert replay.json()["result"] == first.json()["result"]
@@ -132,7 +136,9 @@ def test_compare_and_swap_guard(client: TestClient, workspace_root: Path) -> Non
     stale = hashlib.sha256(b"v0").hexdigest()
     response = _post(
         client,
-        body("fs.write_file", {"path": "cas.txt", "content": "v2"}, expected_state={"sha256": stale}),
+        body(
+            "fs.write_file", {"path": "cas.txt", "content": "v2"}, expected_state={"sha256": stale}
+        ),
     )
     result = response.json()["result"]
     assert result["outcome"] == "failed"
@@ -142,7 +148,9 @@ def test_compare_and_swap_guard(client: TestClient, workspace_root: Path) -> Non
     fresh = hashlib.sha256(b"v1").hexdigest()
     ok = _post(
         client,
-        body("fs.write_file", {"path": "cas.txt", "content": "v2"}, expected_state={"sha256": fresh}),
+        body(
+            "fs.write_file", {"path": "cas.txt", "content": "v2"}, expected_state={"sha256": fresh}
+        ),
     )
     assert ok.json()["result"]["outcome"] == "succeeded"
     assert target.read_text() == "v2"
@@ -151,7 +159,9 @@ def test_compare_and_swap_guard(client: TestClient, workspace_root: Path) -> Non
 def test_apply_patch(client: TestClient, workspace_root: Path) -> None:
     (workspace_root / "p.txt").write_text("a\nb\nc\n")
     patch = "--- a/p.txt\n+++ b/p.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
-    result = _post(client, body("fs.apply_patch", {"path": "p.txt", "patch": patch})).json()["result"]
+    result = _post(client, body("fs.apply_patch", {"path": "p.txt", "patch": patch})).json()[
+        "result"
+    ]
     assert result["outcome"] == "succeeded", result
     assert (workspace_root / "p.txt").read_text() == "a\nB\nc\n"
     assert any(e["kind"] == "diff" for e in result["evidence"])
@@ -209,11 +219,15 @@ def test_other_principal_cannot_read_an_execution(client: TestClient) -> None:
     assert client.get("/v1/executions/ex_nope", headers=auth()).status_code == 404
 
 
-def test_symlink_escape_is_refused(client: TestClient, workspace_root: Path, tmp_path: Path) -> None:
+def test_symlink_escape_is_refused(
+    client: TestClient, workspace_root: Path, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside.txt"
     outside.write_text("secret")
     os.symlink(outside, workspace_root / "link.txt")
-    result = _post(client, body("fs.write_file", {"path": "link.txt", "content": "pwn"})).json()["result"]
+    result = _post(client, body("fs.write_file", {"path": "link.txt", "content": "pwn"})).json()[
+        "result"
+    ]
     assert result["outcome"] == "failed"
     assert result["error"]["type"] == "path_escape"
     assert outside.read_text() == "secret"

@@ -8,7 +8,13 @@ from tests.server.conftest import auth
 def test_list_tools(client: TestClient) -> None:
     items = client.get("/v1/tools", headers=auth()).json()["items"]
     names = [t["name"] for t in items]
-    for expected in ("fs.read_file", "fs.list_dir", "fs.write_file", "fs.apply_patch", "fs.delete_file"):
+    for expected in (
+        "fs.read_file",
+        "fs.list_dir",
+        "fs.write_file",
+        "fs.apply_patch",
+        "fs.delete_file",
+    ):
         assert expected in names
     write = next(t for t in items if t["name"] == "fs.write_file")
     assert write["version"] == "1.2.0"

@@ -65,7 +65,13 @@ def claim(scope: str = "s1", args: str = "args") -> IdempotencyClaim:
 async def test_reserve_then_commit(store: Store) -> None:
     events = [make_event("ex1", 0, "tool.requested", {"a": 1})]
     assert isinstance(await store.reserve(record("ex1"), events, None), Reserved)
-    await store.commit("ex1", outcome="succeeded", result_json='{"x":1}', events=[make_event("ex1", 1, "tool.completed", {})], fencing_json=None)
+    await store.commit(
+        "ex1",
+        outcome="succeeded",
+        result_json='{"x":1}',
+        events=[make_event("ex1", 1, "tool.completed", {})],
+        fencing_json=None,
+    )
     got = await store.get_execution("ex1")
     assert got is not None and got.status is Status.COMPLETED and got.result == {"x": 1}
     assert [e.type for e in await store.events("ex1")] == ["tool.requested", "tool.completed"]
@@ -149,7 +155,9 @@ async def test_all_or_nothing_and_lease_expiry(store: Store) -> None:
 async def test_commit_releases_locks_and_marks_claim(store: Store) -> None:
     await store.reserve(record("ex1"), [], claim())
     await store.try_acquire("ex1", "c1", [LockRequest("k", LockMode.EXCLUSIVE)], 30)
-    await store.commit("ex1", outcome="succeeded", result_json="{}", events=[], fencing_json='{"k": 1}')
+    await store.commit(
+        "ex1", outcome="succeeded", result_json="{}", events=[], fencing_json='{"k": 1}'
+    )
     assert not isinstance(
         await store.try_acquire("ex2", "c2", [LockRequest("k", LockMode.EXCLUSIVE)], 30), LockBusy
     )
