@@ -66,7 +66,7 @@ async def open_services(settings: Settings) -> Services:
         policy_data=loaded.sources.data,
         workspaces=workspaces,
         store=store,
-        adapters=build_adapters(),
+        adapters=build_adapters(settings),
     )
 
 

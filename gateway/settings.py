@@ -51,6 +51,9 @@ class Settings(_Frozen):
     approval_ttl: Duration = 3600.0
     default_timeout: Duration = 30.0
     principals: tuple[Principal, ...] = ()
+    adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Per-adapter configuration sections (``adapters: {database: {...}}``), each checked by
+    its adapter when the gateway starts."""
 
     @field_validator("principals")
     @classmethod

@@ -8,7 +8,7 @@ its own edge. ``probe`` reads real state for state guards, verification and reco
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -61,6 +61,10 @@ class AdapterOutcome:
     truncated: bool = False
 
 
+async def _no_checkpoint(state: Mapping[str, JSON]) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterCall:
     """Everything an adapter gets for one call, the same for every adapter."""
@@ -78,7 +82,12 @@ class AdapterCall:
     context: Mapping[str, JSON]
     """The template context: arguments, workspace, actor, request, tool, execution."""
     emit_output: Callable[[str, str], None] = lambda stream, text: None
+    """Stream a chunk of output (``stream`` is e.g. "stdout"); batched into tool.output."""
+    checkpoint: Callable[[Mapping[str, JSON]], Awaitable[None]] = _no_checkpoint
+    """Durably record adapter state that recovery needs (e.g. a pid and its start time)
+    as a ``state.checkpointed`` event, before relying on it."""
     traceparent: str | None = None
+    """W3C trace context to pass on to HTTP and browser requests."""
 
     def seconds_left(self) -> float:
         return self.deadline - time.time()

@@ -22,7 +22,8 @@ import anyio
 from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
 from gateway.adapters.patch import apply_unified_diff, unified_diff
-from gateway.errors import ExecutionError, ToolgateError, ValidationError
+from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
+from gateway.settings import Settings
 from gateway.types import JSON, Outcome
 from gateway.workspace import ResolvedPath, confine
 
@@ -91,6 +92,13 @@ def _os_error(exc: OSError, what: str) -> ToolgateError:
     retryable = exc.errno in (errno.EAGAIN, errno.EBUSY, errno.ENOSPC, errno.EINTR)
     reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
     return ExecutionError(f"{what}: {reason}", code="file_error", retryable=retryable)
+
+
+def create(settings: Settings, config: Mapping[str, Any]) -> FileAdapter:
+    """The file adapter takes no configuration of its own."""
+    if config:
+        raise ConfigError(f"adapters.file: the file adapter has no settings ({sorted(config)})")
+    return FileAdapter()
 
 
 class FileAdapter:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import anyio
 
 from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome
 from gateway.errors import ExecutionError, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of
+from gateway.pipeline.output import OutputSink
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
 from gateway.types import Status
@@ -30,12 +32,16 @@ async def run(services: Services, flow: Flow) -> Flow:
     )
     await services.store.append(flow.execution_id, flow.events, Status.RUNNING)
     flow = flow.drained()
-    call = adapter_call(services, flow)
+    sink = OutputSink(services.store, flow.execution_id, flow.seq)
+    call = replace(adapter_call(services, flow), emit_output=sink.emit, checkpoint=sink.checkpoint)
     async with anyio.create_task_group() as tg:
         if flow.fencing:
             tg.start_soon(_renew_leases, services, flow.execution_id)
+        tg.start_soon(sink.run)
         raw, failure = await _call_adapter(adapter_of(services, flow), call)
         tg.cancel_scope.cancel()
+    await sink.flush()
+    flow = flow.but(seq=sink.next_seq)
     return flow.but(raw=raw, failure=failure, finished_ms=int(time.time() * 1000))
 
 

@@ -1,0 +1,91 @@
+"""Adapter output streamed as ``tool.output`` events: batched, bounded, best effort.
+
+Output events do not decide recovery, so they are flushed every ``interval`` seconds (and
+at the end) rather than one write per chunk; past ``max_bytes`` the rest is counted, not
+stored. The adapter's own output budget still governs what goes into the result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from gateway.errors import ToolgateError
+from gateway.events.model import Event, make_event
+from gateway.store.store import Store
+
+log = logging.getLogger("toolgate.output")
+
+
+class OutputSink:
+    def __init__(
+        self,
+        store: Store,
+        execution_id: str,
+        first_seq: int,
+        *,
+        max_bytes: int = 256 * 1024,
+        interval: float = 0.25,
+    ) -> None:
+        self._store, self._execution_id = store, execution_id
+        self._seq = first_seq
+        self._max_bytes, self._interval = max_bytes, interval
+        self._pending: list[tuple[str, str]] = []
+        self.stored_bytes = 0
+        self.dropped_bytes = 0
+
+    @property
+    def next_seq(self) -> int:
+        return self._seq
+
+    def emit(self, stream: str, text: str) -> None:
+        """Called by adapters, from the event loop thread, for each chunk of output."""
+        size = len(text.encode("utf-8", "replace"))
+        room = self._max_bytes - self.stored_bytes
+        if room <= 0:
+            self.dropped_bytes += size
+            return
+        if size > room:
+            text = text.encode("utf-8", "replace")[:room].decode("utf-8", "ignore")
+            self.dropped_bytes += size - room
+            size = room
+        self.stored_bytes += size
+        if self._pending and self._pending[-1][0] == stream:
+            self._pending[-1] = (stream, self._pending[-1][1] + text)
+        else:
+            self._pending.append((stream, text))
+
+    async def checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Append a durable ``state.checkpointed`` event with adapter state (not batched)."""
+        await self.flush()
+        event = make_event(
+            self._execution_id, self._seq, "state.checkpointed", {"adapter": dict(state)}
+        )
+        self._seq += 1
+        await self._store.append(self._execution_id, [event])
+
+    async def run(self) -> None:
+        """Flush periodically until cancelled."""
+        while True:
+            await anyio.sleep(self._interval)
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        events: list[Event] = []
+        for stream, text in pending:
+            events.append(
+                make_event(
+                    self._execution_id, self._seq, "tool.output", {"stream": stream, "text": text}
+                )
+            )
+            self._seq += 1
+        try:
+            await self._store.append(self._execution_id, events)
+        except ToolgateError:
+            log.warning("dropped %d output events of %s", len(events), self._execution_id)
