@@ -49,6 +49,11 @@ class Settings(_Frozen):
     idempotency_ttl: Duration = 24 * 3600.0
     lock_lease: Duration = 30.0
     approval_ttl: Duration = 3600.0
+    approval_secret: str | None = Field(default=None, min_length=32)
+    """HMAC key for approval tokens; shared by all replicas. Unset: a random key is made
+    once and kept in ``var/approval.key``."""
+    sweep_interval: Duration = 5.0
+    """How often expired approvals and idempotency records are swept."""
     default_timeout: Duration = 30.0
     principals: tuple[Principal, ...] = ()
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -101,6 +106,7 @@ _ENV = {
     "TOOLGATE_VAR_DIR": "var_dir",
     "TOOLGATE_POLICY_BACKEND": "policy_backend",
     "TOOLGATE_OPA_URL": "opa_url",
+    "TOOLGATE_APPROVAL_SECRET": "approval_secret",
 }
 
 

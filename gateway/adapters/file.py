@@ -116,8 +116,40 @@ class FileAdapter:
             return await anyio.to_thread.run_sync(target.exists)
         return await anyio.to_thread.run_sync(file_sha256, target)
 
+    async def preview(self, call: AdapterCall) -> JSON:
+        """What a write would change, for the approver: a diff, or what would be deleted."""
+        return await anyio.to_thread.run_sync(_preview, call)
+
     async def aclose(self) -> None:
         return None
+
+
+def _preview(call: AdapterCall) -> JSON:
+    target = _target(call)
+    op = call.tool.operation
+    if op in ("read", "list"):
+        return None
+    exists = target.absolute.is_file()
+    current = target.absolute.read_bytes() if exists else b""
+    if op == "delete":
+        return {
+            "path": target.relative,
+            "exists": exists,
+            "size": len(current),
+            "sha256": sha256_bytes(current) if exists else None,
+        }
+    before = current.decode("utf-8", "replace")
+    if op == "apply_patch":
+        after = apply_unified_diff(before, str(call.arguments["patch"]))
+    else:
+        after = str(call.arguments["content"])
+    diff = unified_diff(before, after, target.relative)
+    return {
+        "path": target.relative,
+        "exists": exists,
+        "diff": diff[:16384],
+        "diff_truncated": len(diff) > 16384,
+    }
 
 
 def _target(call: AdapterCall) -> ResolvedPath:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
-from gateway.errors import PolicyDenied
+from gateway.approvals import tokens
+from gateway.errors import PolicyDenied, ToolgateError
+from gateway.pipeline.context import adapter_call, adapter_of
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
 from gateway.store.records import ApprovalRecord
-from gateway.types import DecisionResult
+from gateway.types import JSON, DecisionResult
 
 
 def policy_input(flow: Flow) -> dict[str, Any]:
@@ -41,12 +43,21 @@ def policy_input(flow: Flow) -> dict[str, Any]:
             "deadline_ms_left": left,
             "idempotency_key_present": bool(req.idempotency_key),
         },
-        "approval": {"present": False, "approved_by": None},
+        "approval": {
+            "present": flow.approval is not None,
+            "approved_by": flow.approval.decided_by if flow.approval else None,
+        },
         "usage": {},
     }
 
 
 async def run(services: Services, flow: Flow) -> Flow:
+    if flow.request.approval_token and flow.approval is None:
+        flow = flow.but(approval=await _approval_from_token(services, flow))
+    if flow.approval is not None and flow.approval.arguments_sha256 != flow.arguments_sha256:
+        raise PolicyDenied(
+            "the approval was given for other arguments than this call", code="approval_mismatch"
+        )
     decision = await services.policy.decide(policy_input(flow))
     flow = flow.but(decision=decision).emit(
         "policy.decided", result=decision.result.value, reasons=list(decision.reasons)
@@ -57,11 +68,54 @@ async def run(services: Services, flow: Flow) -> Flow:
             details={"reasons": list(decision.reasons)},
         )
     if decision.result is DecisionResult.REQUIRE_APPROVAL:
-        return flow.but(awaiting=_approval(services, flow, decision.reasons))
+        if flow.approval is not None:
+            raise PolicyDenied(
+                "the approval does not satisfy the policy: " + "; ".join(decision.reasons),
+                code="approval_insufficient",
+            )
+        preview = await _preview(services, flow)
+        return flow.but(awaiting=_approval(services, flow, decision.reasons, preview))
     return flow
 
 
-def _approval(services: Services, flow: Flow, reasons: tuple[str, ...]) -> ApprovalRecord:
+async def _approval_from_token(services: Services, flow: Flow) -> ApprovalRecord:
+    """The approved approval an ``approval_token`` stands for, checked against this call."""
+    assert flow.tool is not None and flow.request.approval_token is not None
+    claims = tokens.verify(flow.request.approval_token, services.approval_key)
+    tokens.check_binding(
+        claims,
+        tool=flow.tool.name,
+        version=str(flow.tool.version),
+        arguments_sha256=flow.arguments_sha256 or "",
+        actor=flow.request.principal,
+        workspace=flow.request.workspace_id,
+    )
+    approval = await services.store.get_approval(claims.approval_id)
+    if approval is None or approval.status != "approved":
+        state = approval.status if approval else "unknown"
+        raise PolicyDenied(
+            f"approval_token refused: its approval is {state}, not approved (a token is "
+            "good for one call)",
+            code="approval_token_used" if state == "used" else "approval_token_invalid",
+        )
+    return approval
+
+
+async def _preview(services: Services, flow: Flow) -> JSON:
+    """What the approver will see of the effect, when the adapter can tell (e.g. a diff)."""
+    adapter = adapter_of(services, flow)
+    preview = getattr(adapter, "preview", None)
+    if preview is None:
+        return None
+    try:
+        return cast(JSON, await preview(adapter_call(services, flow)))
+    except ToolgateError as exc:
+        return {"error": exc.message}
+
+
+def _approval(
+    services: Services, flow: Flow, reasons: tuple[str, ...], preview: JSON
+) -> ApprovalRecord:
     assert flow.tool is not None and flow.workspace is not None
     now = int(time.time() * 1000)
     return ApprovalRecord(
@@ -74,6 +128,8 @@ def _approval(services: Services, flow: Flow, reasons: tuple[str, ...]) -> Appro
         principal=flow.request.principal,
         workspace_id=flow.workspace.id,
         reasons=reasons,
+        arguments=dict(flow.arguments or {}),
+        preview=preview,
         requested_ms=now,
         expires_ms=now + int(services.settings.approval_ttl * 1000),
     )

@@ -56,6 +56,17 @@ class ToolExecutionRequest:
     body: Mapping[str, JSON]
     """The request as received (for resume and recovery)."""
 
+    def to_json(self) -> dict[str, JSON]:
+        """Everything needed to run this request again (resume, recovery); no body copy."""
+        return {
+            name: (dict(value) if isinstance(value, Mapping) else value)
+            for name, value in ((n, getattr(self, n)) for n in _REQUEST_FIELDS)
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSON]) -> ToolExecutionRequest:
+        return cls(**{name: data[name] for name in _REQUEST_FIELDS}, body=data)
+
     @property
     def payload_sha256(self) -> str:
         """What makes two requests 'the same call' (tokens excluded)."""
@@ -69,6 +80,11 @@ class ToolExecutionRequest:
                 "idempotency_key": self.idempotency_key,
             }
         )
+
+
+_REQUEST_FIELDS = tuple(
+    name for name in ToolExecutionRequest.__dataclass_fields__ if name != "body"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +132,9 @@ class Flow:
     roles: tuple[str, ...] = ()
     decision: Decision | None = None
     awaiting: ApprovalRecord | None = None
+    """A new approval to ask for (policy said require_approval)."""
+    approval: ApprovalRecord | None = None
+    """The approval this call runs under (resumed by the gateway, or an approval_token)."""
     record: ExecutionRecord | None = None
     """Set once the execution is durable in the store."""
     existing: ExecutionRecord | None = None
@@ -129,6 +148,21 @@ class Flow:
     events: tuple[Event, ...] = ()
     """Events not yet durable."""
     seq: int = 0
+
+    @classmethod
+    def resume(cls, record: ExecutionRecord, approval: ApprovalRecord, next_seq: int) -> Flow:
+        """The flow of a parked execution whose approval was granted."""
+        request = ToolExecutionRequest.from_json(json.loads(record.request_json))
+        request = replace(request, requested_version=approval.tool_version)
+        flow = cls(request, record.id, record.created_ms, record=record, approval=approval)
+        flow = flow.but(seq=next_seq)
+        return flow.emit(
+            "approval.resolved",
+            approval_id=approval.id,
+            status=approval.status,
+            decided_by=approval.decided_by,
+            comment=approval.comment,
+        )
 
     @classmethod
     def start(cls, request: ToolExecutionRequest) -> Flow:

@@ -12,12 +12,12 @@ import json
 import time
 from dataclasses import replace
 
-from gateway.errors import Conflict, IdempotencyMismatch
+from gateway.errors import Conflict, IdempotencyMismatch, PolicyDenied
 from gateway.events.model import make_event
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
 from gateway.store.records import ExecutionRecord, IdempotencyClaim
-from gateway.store.store import Existing
+from gateway.store.store import ApprovalUnavailable, Existing
 from gateway.types import Status
 
 
@@ -36,13 +36,14 @@ def build_record(flow: Flow, status: Status) -> ExecutionRecord:
         workspace_id=req.workspace_id,
         tool_name=flow.tool.name if flow.tool else req.tool_name,
         tool_version=str(flow.tool.version) if flow.tool else None,
+        risk=None,
         status=status,
         outcome=None,
         arguments_sha256=flow.arguments_sha256,
         idempotency_scope=idempotency_scope(flow),
         approval_id=flow.awaiting.id if flow.awaiting else None,
         cancellation_token=req.cancellation_token,
-        request_json=json.dumps(dict(req.body), separators=(",", ":")),
+        request_json=json.dumps(req.to_json(), separators=(",", ":")),
         result_json=None,
         fencing_json=None,
         created_ms=flow.received_ms,
@@ -61,8 +62,10 @@ def idempotency_scope(flow: Flow) -> str | None:
 
 async def run(services: Services, flow: Flow) -> Flow:
     assert flow.tool is not None
+    if flow.record is not None:
+        return await _resume(services, flow)
     status = Status.AWAITING_APPROVAL if flow.awaiting else Status.RUNNING
-    record = build_record(flow, status)
+    record = replace(build_record(flow, status), risk=flow.tool.risk.value)
     scope = record.idempotency_scope
     claim = None
     if scope is not None:
@@ -72,13 +75,29 @@ async def run(services: Services, flow: Flow) -> Flow:
             tool_version=str(flow.tool.version),
             expires_ms=int((time.time() + services.settings.idempotency_ttl) * 1000),
         )
-    outcome = await services.store.reserve(record, flow.events, claim)
+    spend = flow.approval.id if flow.approval else None
+    outcome = await services.store.reserve(record, flow.events, claim, consume_approval=spend)
     if isinstance(outcome, Existing):
         return await _existing(services, flow, outcome)
+    if isinstance(outcome, ApprovalUnavailable):
+        raise PolicyDenied(
+            "approval_token refused: its approval was already used (a token is good for one call)",
+            code="approval_token_used",
+        )
     flow = flow.but(record=record, events=())
     if flow.awaiting is not None:
         return await _checkpoint(services, flow)
     return flow
+
+
+async def _resume(services: Services, flow: Flow) -> Flow:
+    """A parked execution goes on: spend its approval and mark it running, durably."""
+    assert flow.approval is not None
+    if not await services.store.resume(flow.execution_id, flow.approval.id, flow.events):
+        raise PolicyDenied(
+            "the approval was already used by another call", code="approval_token_used"
+        )
+    return flow.drained()
 
 
 async def _existing(services: Services, flow: Flow, found: Existing) -> Flow:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.adapters.base import SideEffectReport
-from gateway.errors import CallError, ExecutionError, StoreError, ToolgateError
+from gateway.errors import CallError, ExecutionError, NotFound, StoreError, ToolgateError
 from gateway.pipeline import (
     authorize,
     commit,
@@ -28,7 +28,7 @@ from gateway.pipeline import (
 )
 from gateway.pipeline.records import Flow, ToolExecutionRequest, ToolResult
 from gateway.pipeline.services import Services
-from gateway.store.records import ExecutionRecord
+from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Outcome, Phase
 
 log = logging.getLogger("toolgate.pipeline")
@@ -61,7 +61,24 @@ async def run_call(
     services: Services, request: ToolExecutionRequest, stages: tuple[Stage, ...] = STAGES
 ) -> ExecutionRecord:
     """Run one call through ``stages``; returns the execution as the store now holds it."""
-    flow = Flow.start(request)
+    return await run_flow(services, Flow.start(request), stages)
+
+
+async def resume_call(services: Services, approval: ApprovalRecord) -> ExecutionRecord:
+    """Continue the execution parked for ``approval`` (now approved): validation and
+    policy run again, since the world may have changed while it waited."""
+    record = await services.store.get_execution(approval.execution_id)
+    if record is None:
+        raise NotFound(f"execution {approval.execution_id} of approval {approval.id} is gone")
+    events = await services.store.events(record.id)
+    flow = Flow.resume(record, approval, events[-1].seq + 1 if events else 0)
+    return await run_flow(services, flow)
+
+
+async def run_flow(
+    services: Services, flow: Flow, stages: tuple[Stage, ...] = STAGES
+) -> ExecutionRecord:
+    """Run ``flow`` through ``stages``."""
     try:
         for stage in stages:
             if flow.existing is not None:

@@ -28,8 +28,38 @@ async def run(services: Services, flow: Flow) -> Flow:
             "Idempotency-Key header)",
             code="idempotency_key_required",
         )
+    await check_quota(services, flow)
     await check_state_guards(services, flow)
     return flow
+
+
+async def check_quota(services: Services, flow: Flow) -> None:
+    """Calls per sliding minute per actor, workspace and tool risk (policy data ``quotas``).
+
+    A soft limit: calls racing each other may pass together by a few.
+    """
+    assert flow.tool is not None
+    if flow.approval is not None:
+        return  # a person approved this very call: it already counted when it was asked
+    quotas = (services.policy_data.get("quotas") or {}).get("calls_per_minute") or {}
+    limit = quotas.get(flow.tool.risk.value)
+    if limit is None:
+        return
+    now = int(time.time() * 1000)
+    req = flow.request
+    count, oldest = await services.store.recent_usage(
+        req.principal, req.workspace_id, flow.tool.risk.value, now - 60_000
+    )
+    if count < int(limit):
+        return
+    retry_ms = max((oldest or now) + 60_000 - now, 1)
+    raise ValidationError(
+        f"quota exceeded: {limit} calls per minute of {flow.tool.risk.value}-risk tools in "
+        f"workspace {req.workspace_id}; retry in {retry_ms / 1000:.1f} s",
+        code="quota_exceeded",
+        retryable=True,
+        details={"retry_after_ms": retry_ms},
+    )
 
 
 async def check_state_guards(services: Services, flow: Flow) -> None:

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
+import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.approvals import service as approvals
 from gateway.bootstrap import close_services, open_services
+from gateway.errors import ToolgateError
 from gateway.pipeline.services import Services
 from gateway.server import routes
 from gateway.server.openapi import build_openapi
 from gateway.server.problems import HANDLERS
 from gateway.settings import Settings
+
+log = logging.getLogger("toolgate.server")
 
 
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
@@ -31,7 +37,11 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         owned = services is None
         app.state.services = services or await open_services(settings)
         try:
-            yield
+            async with anyio.create_task_group() as tasks:
+                app.state.tasks = tasks
+                tasks.start_soon(_sweeper, app.state.services)
+                yield
+                tasks.cancel_scope.cancel()
         finally:
             if owned:
                 await close_services(app.state.services)
@@ -44,8 +54,21 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         Route("/v1/tools", routes.list_tools, methods=["GET"]),
         Route("/v1/tools/{name}", routes.get_tool, methods=["GET"]),
         Route("/v1/approvals", routes.list_approvals, methods=["GET"]),
+        Route("/v1/approvals/{approval_id}", routes.get_approval, methods=["GET"]),
+        Route("/v1/approvals/{approval_id}/approve", routes.approve, methods=["POST"]),
+        Route("/v1/approvals/{approval_id}/deny", routes.deny, methods=["POST"]),
         Route("/healthz", routes.healthz, methods=["GET"]),
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
     return Starlette(routes=table, exception_handlers=dict(HANDLERS), lifespan=lifespan)
+
+
+async def _sweeper(services: Services) -> None:
+    """Expire overdue approvals and idempotency keys, every ``sweep_interval`` seconds."""
+    while True:
+        await anyio.sleep(services.settings.sweep_interval)
+        try:
+            await approvals.sweep(services)
+        except ToolgateError as exc:
+            log.warning("sweep failed: %s", exc)

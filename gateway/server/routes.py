@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.approvals import service as approvals
 from gateway.errors import Forbidden, MalformedRequest, NotFound, PayloadTooLarge, ResolveError
 from gateway.pipeline.request import parse_request
-from gateway.pipeline.runner import run_call
+from gateway.pipeline.runner import resume_call, run_call
 from gateway.pipeline.services import Services
 from gateway.server import render
 from gateway.server.auth import authenticate
-from gateway.store.records import ExecutionRecord
+from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Status
 
 APPROVER_ROLE = "approver"
+log = logging.getLogger("toolgate.server")
 
 
 def services_of(request: Request) -> Services:
@@ -80,9 +85,35 @@ def _may_see(services: Services, principal: str, record: ExecutionRecord) -> boo
     return record.principal == principal or APPROVER_ROLE in services.roles(principal)
 
 
+MAX_WAIT_S = 60.0
+
+
 async def get_execution(request: Request) -> Response:
+    """One execution; ``?wait=S`` long-polls up to S seconds for a terminal state."""
     services, record = await _visible_execution(request)
+    wait = _wait_seconds(request.query_params.get("wait"))
+    deadline = time.monotonic() + wait
+    delay = 0.02
+    while not record.terminal and time.monotonic() < deadline:
+        await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+        delay = min(delay * 1.5, 0.5)
+        found = await services.store.get_execution(record.id)
+        record = found or record
     return await _execution_response(services, record)
+
+
+def _wait_seconds(raw: str | None) -> float:
+    if raw is None:
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError as exc:
+        raise MalformedRequest("wait must be a number of seconds", code="invalid_wait") from exc
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise MalformedRequest(
+            f"wait must be between 0 and {MAX_WAIT_S:g} seconds", code="invalid_wait"
+        )
+    return wait
 
 
 async def list_executions(request: Request) -> Response:
@@ -128,14 +159,96 @@ async def get_tool(request: Request) -> Response:
     return JSONResponse(render.tool_detail(tool, versions))
 
 
+APPROVAL_STATES = ("pending", "approved", "denied", "expired", "used")
+
+
+def _require_approver(services: Services, principal: str) -> None:
+    if not set(services.roles(principal)) & _approver_roles(services):
+        raise Forbidden("only approvers may see and decide approvals", code="not_an_approver")
+
+
+def _approver_roles(services: Services) -> set[str]:
+    approvers = services.policy_data.get("approvers") or {}
+    roles = set(approvers.get("default") or [])
+    for extra in (approvers.get("by_risk") or {}).values():
+        roles.update(extra)
+    return {str(r) for r in roles} or {APPROVER_ROLE}
+
+
 async def list_approvals(request: Request) -> Response:
     services = services_of(request)
-    principal = principal_of(request)
-    if APPROVER_ROLE not in services.roles(principal):
-        raise Forbidden("only approvers may list approvals", code="not_an_approver")
+    _require_approver(services, principal_of(request))
     status = request.query_params.get("status")
-    approvals = await services.store.list_approvals(status)
-    return JSONResponse({"items": [a.to_json() for a in approvals], "count": len(approvals)})
+    if status is not None and status not in APPROVAL_STATES:
+        raise MalformedRequest(
+            f"status must be one of {', '.join(APPROVAL_STATES)}", code="invalid_status"
+        )
+    await approvals.sweep(services)
+    items = await services.store.list_approvals(status)
+    return JSONResponse({"items": [a.to_json() for a in items], "count": len(items)})
+
+
+async def get_approval(request: Request) -> Response:
+    services = services_of(request)
+    principal = principal_of(request)
+    approval = await services.store.get_approval(request.path_params["approval_id"])
+    if approval is None or (
+        approval.principal != principal
+        and not set(services.roles(principal)) & _approver_roles(services)
+    ):
+        raise NotFound("no such approval")
+    return JSONResponse(approval.to_json())
+
+
+async def _decision_body(request: Request) -> dict[str, Any]:
+    if not int(request.headers.get("content-length") or 0):
+        return {}
+    data = await read_json(request, 16 * 1024)
+    if not isinstance(data, dict) or set(data) - {"comment", "resume"}:
+        raise MalformedRequest(
+            'the body is {"comment": "...", "resume": true|false}', code="invalid_request"
+        )
+    if not isinstance(data.get("comment", ""), str | None) or not isinstance(
+        data.get("resume", True), bool
+    ):
+        raise MalformedRequest("comment is a string and resume a boolean", code="invalid_request")
+    return data
+
+
+async def _decide(request: Request, approve: bool) -> Response:
+    services = services_of(request)
+    principal = principal_of(request)
+    body = await _decision_body(request)
+    verdict = await approvals.decide(
+        services,
+        request.path_params["approval_id"],
+        principal,
+        approve,
+        body.get("comment"),
+        resume=body.get("resume", True),
+    )
+    if verdict.resume:
+        request.app.state.tasks.start_soon(_resume, services, verdict.approval)
+    out = verdict.approval.to_json()
+    out["links"] = {"execution": f"/v1/executions/{verdict.approval.execution_id}"}
+    if verdict.token is not None:
+        out["approval_token"] = verdict.token
+    return JSONResponse(out, status_code=202 if verdict.resume else 200)
+
+
+async def _resume(services: Services, approval: ApprovalRecord) -> None:
+    try:
+        await resume_call(services, approval)
+    except Exception:
+        log.exception("resuming the execution of approval %s failed", approval.id)
+
+
+async def approve(request: Request) -> Response:
+    return await _decide(request, True)
+
+
+async def deny(request: Request) -> Response:
+    return await _decide(request, False)
 
 
 async def healthz(request: Request) -> Response:

@@ -21,6 +21,7 @@ class ExecutionRecord:
     workspace_id: str
     tool_name: str
     tool_version: str | None
+    risk: str | None
     status: Status
     outcome: str | None
     arguments_sha256: str | None
@@ -78,6 +79,8 @@ class ApprovalRecord:
     principal: str
     workspace_id: str
     reasons: tuple[str, ...]
+    arguments: dict[str, Any]
+    preview: Any
     requested_ms: int
     expires_ms: int
     decided_by: str | None = None
@@ -94,6 +97,8 @@ class ApprovalRecord:
             "requested_by": self.principal,
             "workspace": self.workspace_id,
             "reasons": list(self.reasons),
+            "arguments": self.arguments,
+            "preview": self.preview,
             "requested_at_ms": self.requested_ms,
             "expires_at_ms": self.expires_ms,
             "decided_by": self.decided_by,

@@ -14,7 +14,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -82,7 +82,11 @@ class Existing:
         self.record, self.by, self.same_payload = record, by, same_payload
 
 
-ReserveResult = Reserved | Existing
+class ApprovalUnavailable:
+    """The approval to consume is not (or no longer) approved: used, expired or denied."""
+
+
+ReserveResult = Reserved | Existing | ApprovalUnavailable
 
 
 def make_engine(url: str) -> Engine:
@@ -239,8 +243,13 @@ class Store:
         record: ExecutionRecord,
         events: Sequence[Event],
         claim: IdempotencyClaim | None,
+        consume_approval: str | None = None,
     ) -> ReserveResult:
-        """Write the execution record (and idempotency claim) before any side effect."""
+        """Write the execution record (and idempotency claim) before any side effect.
+
+        ``consume_approval`` turns that approval from approved to used in the same
+        transaction: a token is spent exactly when its execution becomes durable.
+        """
 
         def run(conn: Connection) -> ReserveResult:
             if claim is not None:
@@ -250,6 +259,10 @@ class Store:
             same = self._same_call(conn, record)
             if same is not None:
                 return same
+            if consume_approval is not None and not self._set_approval(
+                conn, consume_approval, "approved", "used", None, None, 0
+            ):
+                raise _Abort(ApprovalUnavailable())
             conn.execute(EXECUTIONS.insert().values(**asdict(record) | _status(record)))
             if claim is not None:
                 conn.execute(
@@ -479,8 +492,14 @@ class Store:
         def run(conn: Connection) -> None:
             conn.execute(
                 APPROVALS.insert().values(
-                    **{k: v for k, v in asdict(approval).items() if k != "reasons"},
+                    **{
+                        k: v
+                        for k, v in asdict(approval).items()
+                        if k not in ("reasons", "arguments", "preview")
+                    },
                     reasons_json=json.dumps(list(approval.reasons)),
+                    arguments_json=json.dumps(approval.arguments, default=str),
+                    preview_json=json.dumps(approval.preview, default=str),
                 )
             )
             conn.execute(
@@ -496,6 +515,117 @@ class Store:
             self._insert_events(conn, events)
 
         await self._write(run)
+
+    async def decide_approval(
+        self, approval_id: str, verdict: str, by: str, comment: str | None
+    ) -> ApprovalRecord | str:
+        """pending → ``verdict`` (approved|denied); else the reason it cannot be decided."""
+
+        def run(conn: Connection) -> ApprovalRecord | str:
+            row = conn.execute(APPROVALS.select().where(APPROVALS.c.id == approval_id)).first()
+            if row is None:
+                return "not_found"
+            now = now_ms()
+            if row.status == "pending" and row.expires_ms <= now:
+                self._set_approval(conn, approval_id, "pending", "expired", None, None, now)
+                return "expired"
+            if row.status != "pending":
+                return str(row.status)
+            self._set_approval(conn, approval_id, "pending", verdict, by, comment, now)
+            updated = conn.execute(APPROVALS.select().where(APPROVALS.c.id == approval_id)).first()
+            return _approval(updated)
+
+        return await self._write(run)
+
+    def _set_approval(
+        self,
+        conn: Connection,
+        approval_id: str,
+        from_status: str,
+        to_status: str,
+        by: str | None,
+        comment: str | None,
+        now: int,
+    ) -> bool:
+        values: dict[str, Any] = {"status": to_status}
+        if by is not None:
+            values.update(decided_by=by, decided_ms=now, comment=comment)
+        result = conn.execute(
+            APPROVALS.update()
+            .where(APPROVALS.c.id == approval_id, APPROVALS.c.status == from_status)
+            .values(**values)
+        )
+        return bool(result.rowcount)
+
+    async def resume(self, execution_id: str, approval_id: str, events: Sequence[Event]) -> bool:
+        """Spend the approval (approved → used) and mark the parked execution running, in one
+        transaction; False when the approval was already spent or never approved."""
+
+        def run(conn: Connection) -> bool:
+            if not self._set_approval(conn, approval_id, "approved", "used", None, None, 0):
+                return False
+            conn.execute(
+                EXECUTIONS.update()
+                .where(EXECUTIONS.c.id == execution_id)
+                .values(status=Status.RUNNING.value, updated_ms=now_ms())
+            )
+            self._insert_events(conn, events)
+            return True
+
+        return await self._write(run)
+
+    async def expired_approvals(self) -> list[ApprovalRecord]:
+        """Mark every pending approval past its expiry as expired; returns those it marked."""
+
+        def run(conn: Connection) -> list[ApprovalRecord]:
+            now = now_ms()
+            rows = conn.execute(
+                APPROVALS.select().where(
+                    APPROVALS.c.status == "pending", APPROVALS.c.expires_ms <= now
+                )
+            ).all()
+            marked = []
+            for row in rows:
+                if self._set_approval(conn, row.id, "pending", "expired", None, None, now):
+                    marked.append(replace(_approval(row), status="expired"))
+            return marked
+
+        return await self._write(run)
+
+    async def release_claim(self, execution_id: str) -> None:
+        """Forget the idempotency key of ``execution_id`` so the key can be used again."""
+        await self._write(
+            lambda conn: conn.execute(
+                IDEMPOTENCY.delete().where(IDEMPOTENCY.c.execution_id == execution_id)
+            )
+        )
+
+    async def sweep_idempotency(self) -> int:
+        """Delete idempotency records past their expiry; returns how many."""
+
+        def run(conn: Connection) -> int:
+            result = conn.execute(IDEMPOTENCY.delete().where(IDEMPOTENCY.c.expires_ms <= now_ms()))
+            return int(result.rowcount)
+
+        return await self._write(run)
+
+    async def recent_usage(
+        self, principal: str, workspace_id: str, risk: str, since_ms: int
+    ) -> tuple[int, int | None]:
+        """(how many, oldest created_ms) of the executions of ``principal`` in
+        ``workspace_id`` at ``risk`` created since ``since_ms``: what quotas count."""
+
+        def run(conn: Connection) -> tuple[int, int | None]:
+            query = sa.select(sa.func.count(), sa.func.min(EXECUTIONS.c.created_ms)).where(
+                EXECUTIONS.c.principal == principal,
+                EXECUTIONS.c.workspace_id == workspace_id,
+                EXECUTIONS.c.risk == risk,
+                EXECUTIONS.c.created_ms >= since_ms,
+            )
+            count, oldest = conn.execute(query).one()
+            return int(count), (int(oldest) if oldest is not None else None)
+
+        return await self._read(run)
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         def run(conn: Connection) -> ApprovalRecord | None:
@@ -538,4 +668,6 @@ def _execution(row: Any) -> ExecutionRecord:
 def _approval(row: Any) -> ApprovalRecord:
     data = dict(row._mapping)
     data["reasons"] = tuple(json.loads(data.pop("reasons_json")))
+    data["arguments"] = json.loads(data.pop("arguments_json"))
+    data["preview"] = json.loads(data.pop("preview_json"))
     return ApprovalRecord(**data)

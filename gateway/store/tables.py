@@ -13,6 +13,7 @@ class ExecutionRow(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("principal", "run_id", "call_id", name="uq_execution_call"),
         Index("ix_executions_status", "status"),
+        Index("ix_executions_quota", "principal", "workspace_id", "risk", "created_ms"),
     )
 
     id: str = Field(primary_key=True, max_length=64)
@@ -25,6 +26,8 @@ class ExecutionRow(SQLModel, table=True):
     workspace_id: str = Field(max_length=128)
     tool_name: str = Field(max_length=128)
     tool_version: str | None = Field(default=None, max_length=64)
+    risk: str | None = Field(default=None, max_length=16)
+    """Set once the call passed validation; quotas count these."""
     status: str = Field(max_length=32)
     outcome: str | None = Field(default=None, max_length=32)
     arguments_sha256: str | None = Field(default=None, max_length=64)
@@ -92,6 +95,8 @@ class ApprovalRow(SQLModel, table=True):
     principal: str = Field(max_length=128)
     workspace_id: str = Field(max_length=128)
     reasons_json: str
+    arguments_json: str = "{}"
+    preview_json: str = "null"
     requested_ms: int = Field(sa_type=BigInteger)
     expires_ms: int = Field(sa_type=BigInteger)
     decided_by: str | None = Field(default=None, max_length=128)

@@ -43,6 +43,7 @@ def record(ex_id: str, call_id: str = "c1", payload: str = "p1", **kw: object) -
         workspace_id="demo",
         tool_name="fs.write_file",
         tool_version="1.2.0",
+        risk="medium",
         status=Status.RUNNING,
         outcome=None,
         arguments_sha256="args",

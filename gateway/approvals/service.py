@@ -1,0 +1,185 @@
+"""Deciding approvals: who may decide, what approve and deny do, and expiry.
+
+Approve resumes the parked execution (the gateway runs it, re-checking validation and
+policy), or, with ``resume: false``, hands the agent a signed single-use approval token and
+closes the parked execution as cancelled. Deny and expiry close it as failed in ``policy``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gateway.adapters.base import SideEffectReport
+from gateway.approvals import tokens
+from gateway.errors import Conflict, Forbidden, NotFound, PolicyDenied, ToolgateError
+from gateway.events.model import make_event
+from gateway.pipeline.records import ToolResult
+from gateway.pipeline.services import Services
+from gateway.store.records import ApprovalRecord, ExecutionRecord
+from gateway.types import Outcome
+
+log = logging.getLogger("toolgate.approvals")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    approval: ApprovalRecord
+    token: str | None = None
+    resume: bool = False
+
+
+def eligible_roles(policy_data: Mapping[str, Any], risk: str) -> list[str]:
+    """The roles that may approve a call of ``risk`` (policy data ``approvers``)."""
+    approvers = policy_data.get("approvers") or {}
+    by_risk = approvers.get("by_risk") or {}
+    roles = by_risk.get(risk, approvers.get("default") or [])
+    return [str(r) for r in roles]
+
+
+def check_approver(services: Services, approval: ApprovalRecord, approver: str) -> None:
+    """Forbidden unless ``approver`` holds an approver role for the call's risk (and is not
+    the requester, unless policy data allows self-approval)."""
+    risk = _risk(services, approval)
+    roles = eligible_roles(services.policy_data, risk)
+    if not set(roles) & set(services.roles(approver)):
+        raise Forbidden(
+            f"{approver} may not decide approvals of {risk}-risk tools (needs one of {roles})",
+            code="not_an_approver",
+        )
+    allow_self = bool((services.policy_data.get("approvers") or {}).get("allow_self_approval"))
+    if approver == approval.principal and not allow_self:
+        raise Forbidden("nobody approves their own request", code="self_approval")
+
+
+def _risk(services: Services, approval: ApprovalRecord) -> str:
+    for tool in services.catalogue.versions(approval.tool_name):
+        if str(tool.version) == approval.tool_version:
+            return tool.risk.value
+    return "critical"  # the tool left the catalogue: only the strictest approvers decide
+
+
+async def decide(
+    services: Services,
+    approval_id: str,
+    approver: str,
+    approve: bool,
+    comment: str | None,
+    resume: bool = True,
+) -> Verdict:
+    approval = await services.store.get_approval(approval_id)
+    if approval is None:
+        raise NotFound("no such approval")
+    check_approver(services, approval, approver)
+    decided = await services.store.decide_approval(
+        approval_id, "approved" if approve else "denied", approver, comment
+    )
+    if isinstance(decided, str):
+        if decided == "expired":
+            await close_expired(services, replace(approval, status="expired"))
+        raise Conflict(
+            f"the approval is {decided}; it can no longer be decided",
+            code=f"approval_{decided}",
+            retryable=False,
+        )
+    if not approve:
+        why = f"denied by {approver}" + (f": {comment}" if comment else "")
+        await close_parked(services, decided, PolicyDenied(why, code="approval_denied"))
+        return Verdict(decided)
+    if resume:
+        return Verdict(decided, resume=True)
+    token = tokens.sign(_claims(decided), services.approval_key)
+    await close_parked(services, decided, None, release_key=True)
+    return Verdict(decided, token=token)
+
+
+def _claims(approval: ApprovalRecord) -> tokens.TokenClaims:
+    return tokens.TokenClaims(
+        approval_id=approval.id,
+        tool=approval.tool_name,
+        version=approval.tool_version,
+        arguments_sha256=approval.arguments_sha256,
+        actor=approval.principal,
+        workspace=approval.workspace_id,
+        expires_ms=approval.expires_ms,
+    )
+
+
+async def close_parked(
+    services: Services,
+    approval: ApprovalRecord,
+    error: ToolgateError | None,
+    release_key: bool = False,
+) -> ExecutionRecord | None:
+    """End the execution parked for ``approval``: failed with ``error``, or (no error)
+    cancelled because the approval went to the agent as a token."""
+    record = await services.store.get_execution(approval.execution_id)
+    if record is None or record.terminal:
+        return record
+    events = await services.store.events(record.id)
+    seq = events[-1].seq + 1 if events else 0
+    outcome = Outcome.FAILED if error else Outcome.CANCELLED
+    summary = (
+        "nothing was attempted"
+        if error
+        else ("approved as a token: resubmit the call with approval_token")
+    )
+    result = ToolResult(
+        call_id=record.call_id,
+        tool_version=record.tool_version,
+        outcome=outcome,
+        error=error,
+        side_effect=SideEffectReport(False, False, summary),
+        queued_ms=int(time.time() * 1000) - record.created_ms,
+    )
+    closing = [
+        make_event(
+            record.id,
+            seq,
+            "approval.resolved",
+            {
+                "approval_id": approval.id,
+                "status": approval.status,
+                "decided_by": approval.decided_by,
+                "comment": approval.comment,
+            },
+        ),
+        make_event(
+            record.id,
+            seq + 1,
+            "tool.completed",
+            {"outcome": outcome.value, "error": error.to_json() if error else None},
+        ),
+    ]
+    if release_key:
+        await services.store.release_claim(record.id)
+    await services.store.commit(
+        record.id,
+        outcome=outcome.value,
+        result_json=json.dumps(result.to_json(), separators=(",", ":")),
+        events=closing,
+        fencing_json=None,
+    )
+    return await services.store.get_execution(record.id)
+
+
+async def close_expired(services: Services, approval: ApprovalRecord) -> None:
+    error = PolicyDenied(
+        "the approval expired before anyone decided; request the call again",
+        code="approval_expired",
+    )
+    await close_parked(services, approval, error)
+
+
+async def sweep(services: Services) -> None:
+    """Expire overdue approvals (failing their executions) and forget expired keys."""
+    for approval in await services.store.expired_approvals():
+        try:
+            await close_expired(services, approval)
+        except ToolgateError as exc:
+            log.warning("could not close execution of expired approval %s: %s", approval.id, exc)
+    await services.store.sweep_idempotency()

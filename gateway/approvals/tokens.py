@@ -1,0 +1,79 @@
+"""Signed approval tokens: HMAC-SHA256 over what the approval binds.
+
+A token binds the approval id, tool name, resolved version, normalised-arguments sha256,
+actor, workspace and expiry. It is ``base64url(payload) "." base64url(mac)``; the payload
+is canonical JSON. Single use is enforced by the store, not by the token.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import asdict, dataclass
+
+from gateway.errors import PolicyDenied
+
+
+@dataclass(frozen=True, slots=True)
+class TokenClaims:
+    approval_id: str
+    tool: str
+    version: str
+    arguments_sha256: str
+    actor: str
+    workspace: str
+    expires_ms: int
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def sign(claims: TokenClaims, key: bytes) -> str:
+    payload = json.dumps(asdict(claims), sort_keys=True, separators=(",", ":")).encode()
+    mac = hmac.new(key, payload, hashlib.sha256).digest()
+    return f"{_b64(payload)}.{_b64(mac)}"
+
+
+def _refuse(why: str) -> PolicyDenied:
+    return PolicyDenied(f"approval_token refused: {why}", code="approval_token_invalid")
+
+
+def verify(token: str, key: bytes) -> TokenClaims:
+    """The claims of an authentic, unexpired token; PolicyDenied otherwise."""
+    try:
+        payload_text, mac_text = token.split(".", 1)
+        payload, mac = _unb64(payload_text), _unb64(mac_text)
+    except ValueError as exc:
+        raise _refuse("it is not a token issued by this gateway") from exc
+    expected = hmac.new(key, payload, hashlib.sha256).digest()
+    if not hmac.compare_digest(mac, expected):
+        raise _refuse("its signature does not match (tampered or from another gateway)")
+    try:
+        claims = TokenClaims(**json.loads(payload))
+    except (TypeError, ValueError) as exc:
+        raise _refuse("its payload is malformed") from exc
+    if claims.expires_ms <= time.time() * 1000:
+        raise _refuse("it has expired; ask for a new approval")
+    return claims
+
+
+def check_binding(claims: TokenClaims, **actual: str) -> None:
+    """Refuse a token used for another tool, version, arguments, actor or workspace."""
+    names = {
+        "tool": "another tool",
+        "version": "another tool version",
+        "arguments_sha256": "other arguments",
+        "actor": "another actor",
+        "workspace": "another workspace",
+    }
+    for field, what in names.items():
+        if getattr(claims, field) != actual[field]:
+            raise _refuse(f"it was issued for {what} than this call")

@@ -1,0 +1,184 @@
+"""Approvals end to end through the HTTP API, on the shipped policy."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from gateway.server.app import create_app
+from gateway.settings import Settings
+from tests.conftest import BOB, CAROL
+from tests.server.conftest import auth, body
+
+
+def _delete(client: TestClient, key: str | None = None, **extra: Any) -> dict[str, Any]:
+    payload = body("fs.delete_file", {"path": "doomed.txt"}, idempotency_key="del-1", **extra)
+    if key == CAROL:
+        payload["actor"] = {"user_id": "carol", "agent_id": "x"}
+    response = client.post("/v1/executions", json=payload, headers=auth(key) if key else auth())
+    assert response.status_code == 202, response.text
+    return dict(response.json())
+
+
+def _wait(client: TestClient, execution: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+    response = client.get(
+        execution["links"]["self"] + "?wait=10", headers=auth(key) if key else auth()
+    )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+@pytest.fixture
+def doomed(workspace_root: Path) -> Path:
+    target = workspace_root / "doomed.txt"
+    target.write_text("bye")
+    return target
+
+
+def test_approve_resumes_and_deletes_once(client: TestClient, doomed: Path) -> None:
+    parked = _delete(client)
+    approval_id = parked["approval"]["id"]
+    detail = client.get(f"/v1/approvals/{approval_id}", headers=auth(BOB)).json()
+    assert detail["tool"] == {"name": "fs.delete_file", "version": "1.0.0"}
+    assert detail["arguments"] == {"path": "doomed.txt"}
+    assert detail["preview"]["exists"] is True and detail["requested_by"] == "alice"
+    assert doomed.exists()
+    decided = client.post(
+        f"/v1/approvals/{approval_id}/approve", json={"comment": "ok"}, headers=auth(BOB)
+    )
+    assert decided.status_code == 202, decided.text
+    assert decided.json()["status"] == "approved" and "approval_token" not in decided.json()
+    done = _wait(client, parked)
+    assert done["result"]["outcome"] == "succeeded", done["result"]
+    assert not doomed.exists()
+    types = [
+        e["type"] for e in client.get(parked["links"]["events"], headers=auth()).json()["items"]
+    ]
+    assert types.count("tool.started") == 1
+    assert "approval.requested" in types and "approval.resolved" in types
+    again = client.post(f"/v1/approvals/{approval_id}/approve", headers=auth(BOB))
+    assert again.status_code == 409
+    # The same idempotency key now replays the committed result.
+    replay = client.post(
+        "/v1/executions",
+        json=body("fs.delete_file", {"path": "doomed.txt"}, idempotency_key="del-1"),
+        headers=auth(),
+    )
+    assert replay.json()["id"] == parked["id"]
+
+
+def test_deny_changes_nothing(client: TestClient, doomed: Path) -> None:
+    parked = _delete(client)
+    response = client.post(
+        f"/v1/approvals/{parked['approval']['id']}/deny", json={"comment": "no"}, headers=auth(BOB)
+    )
+    assert response.status_code == 200
+    done = _wait(client, parked)
+    assert done["result"]["outcome"] == "failed"
+    assert done["result"]["error"]["phase"] == "policy"
+    assert done["result"]["error"]["type"] == "approval_denied"
+    assert "no" in done["result"]["error"]["message"]
+    assert doomed.read_text() == "bye"
+
+
+def test_only_approvers_decide_and_never_their_own(client: TestClient, doomed: Path) -> None:
+    parked = _delete(client)
+    forbidden = client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth())
+    assert forbidden.status_code == 403 and forbidden.json()["code"] == "not_an_approver"
+    own = _delete(client, CAROL, call_id="carol-1")
+    refused = client.post(f"/v1/approvals/{own['approval']['id']}/approve", headers=auth(CAROL))
+    assert refused.status_code == 403 and refused.json()["code"] == "self_approval"
+    assert doomed.exists()
+
+
+def test_resumed_call_rechecks_state_guards(client: TestClient, doomed: Path) -> None:
+    sha = hashlib.sha256(b"bye").hexdigest()
+    parked = _delete(client, expected_state={"sha256": sha})
+    doomed.write_text("changed while waiting")
+    client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB))
+    done = _wait(client, parked)
+    assert done["result"]["outcome"] == "failed"
+    assert done["result"]["error"]["phase"] == "validate"
+    assert done["result"]["error"]["type"] == "state_mismatch"
+    assert doomed.read_text() == "changed while waiting"
+
+
+def _token(client: TestClient) -> tuple[dict[str, Any], str]:
+    parked = _delete(client)
+    response = client.post(
+        f"/v1/approvals/{parked['approval']['id']}/approve",
+        json={"resume": False},
+        headers=auth(BOB),
+    )
+    assert response.status_code == 200, response.text
+    return parked, response.json()["approval_token"]
+
+
+def test_token_path_runs_once(client: TestClient, doomed: Path) -> None:
+    parked, token = _token(client)
+    closed = _wait(client, parked)
+    assert closed["result"]["outcome"] == "cancelled"
+    assert doomed.exists()
+    resubmit = body(
+        "fs.delete_file", {"path": "doomed.txt"}, idempotency_key="del-1", approval_token=token
+    )
+    done = client.post("/v1/executions", json=resubmit, headers=auth()).json()
+    assert done["result"]["outcome"] == "succeeded", done["result"]
+    assert not doomed.exists()
+    doomed.write_text("again")
+    second = body(
+        "fs.delete_file", {"path": "doomed.txt"}, idempotency_key="del-2", approval_token=token
+    )
+    refused = client.post("/v1/executions", json=second, headers=auth()).json()["result"]
+    assert refused["outcome"] == "failed" and refused["error"]["type"] == "approval_token_used"
+    assert doomed.exists()
+
+
+@pytest.mark.parametrize(
+    "change, code",
+    [
+        ({"arguments": {"path": "other.txt"}}, "approval_token_invalid"),
+        ({"tamper": True}, "approval_token_invalid"),
+        ({"key": CAROL}, "approval_token_invalid"),
+    ],
+)
+def test_token_misuse_is_refused(
+    client: TestClient, doomed: Path, workspace_root: Path, change: dict[str, Any], code: str
+) -> None:
+    (workspace_root / "other.txt").write_text("x")
+    _, token = _token(client)
+    if change.get("tamper"):
+        payload, mac = token.split(".")
+        token = payload[:-2] + ("AA" if payload[-2:] != "AA" else "BB") + "." + mac
+    args = change.get("arguments", {"path": "doomed.txt"})
+    key = change.get("key")
+    resubmit = body("fs.delete_file", args, idempotency_key="x", approval_token=token)
+    if key == CAROL:
+        resubmit["actor"] = {"user_id": "carol", "agent_id": "x"}
+    result = client.post(
+        "/v1/executions", json=resubmit, headers=auth(key) if key else auth()
+    ).json()["result"]
+    assert result["outcome"] == "failed"
+    assert result["error"]["phase"] == "policy"
+    assert result["error"]["type"] == code
+    assert doomed.exists() and (workspace_root / "other.txt").exists()
+
+
+def test_pending_approval_expires(settings: Settings, doomed: Path) -> None:
+    quick = settings.model_copy(update={"approval_ttl": 0.3, "sweep_interval": 0.1})
+    with TestClient(create_app(quick)) as client:
+        parked = _delete(client)
+        time.sleep(0.6)
+        done = _wait(client, parked)
+        assert done["result"]["outcome"] == "failed"
+        assert done["result"]["error"]["type"] == "approval_expired"
+        late = client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB))
+        assert late.status_code == 409
+        expired = client.get("/v1/approvals?status=expired", headers=auth(BOB)).json()["items"]
+        assert parked["approval"]["id"] in [a["id"] for a in expired]
+    assert doomed.exists()
