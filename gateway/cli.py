@@ -153,13 +153,53 @@ def _argument(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _client_target(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
+    """(base URL, API key) for commands that talk to a running gateway."""
+    key = args.key or os.environ.get("TOOLGATE_API_KEY")
+    if not key:
+        raise ConfigError("give an API key with --key or TOOLGATE_API_KEY")
+    return args.url or f"http://{settings.host}:{settings.port}", key
+
+
+def _request(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
+    """Send one request to the gateway, print the JSON answer; exit code 1 on an error."""
+    import httpx
+
+    settings = _settings(args)
+    url, key = _client_target(args, settings)
+    try:
+        response = httpx.request(
+            method,
+            url + path,
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=args.timeout,
+        )
+    except httpx.HTTPError as exc:
+        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
+        return 3
+    print(json.dumps(response.json(), indent=2))
+    return 1 if response.status_code >= 400 else 0
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    action = args.approvals_command
+    if action == "list":
+        query = f"?status={args.status}" if args.status else ""
+        return _request(args, "GET", f"/v1/approvals{query}")
+    if action == "show":
+        return _request(args, "GET", f"/v1/approvals/{args.id}")
+    body: dict[str, Any] = {"comment": args.comment} if args.comment else {}
+    if action == "approve" and args.no_resume:
+        body["resume"] = False
+    return _request(args, "POST", f"/v1/approvals/{args.id}/{action}", body)
+
+
 def cmd_call(args: argparse.Namespace) -> int:
     import httpx
 
     settings = _settings(args)
-    key = args.key or os.environ.get("TOOLGATE_API_KEY")
-    if not key:
-        raise ConfigError("give an API key with --key or TOOLGATE_API_KEY")
+    url, key = _client_target(args, settings)
     principal = settings.principal_for_key(key)
     arguments = json.loads(args.args_json) if args.args_json else {}
     arguments.update(dict(_argument(a) for a in args.arg))
@@ -174,7 +214,6 @@ def cmd_call(args: argparse.Namespace) -> int:
         body["actor"] = {"user_id": principal.id, "agent_id": "cli"}
     if args.idempotency_key:
         body["idempotency_key"] = args.idempotency_key
-    url = args.url or f"http://{settings.host}:{settings.port}"
     try:
         response = httpx.post(
             f"{url}/v1/executions",
@@ -190,6 +229,12 @@ def cmd_call(args: argparse.Namespace) -> int:
         return 1
     result = response.json().get("result") or {}
     return 0 if result.get("outcome") == "succeeded" else 1
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--key", help="API key (default $TOOLGATE_API_KEY)")
+    parser.add_argument("--url", help="gateway URL (default from the configuration)")
+    parser.add_argument("--timeout", type=float, default=60.0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,12 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--args-json", help="all arguments as one JSON object")
     call.add_argument("--version")
     call.add_argument("--workspace", default="demo")
-    call.add_argument("--key", help="API key (default $TOOLGATE_API_KEY)")
-    call.add_argument("--url", help="gateway URL (default from the configuration)")
     call.add_argument("--run-id")
     call.add_argument("--call-id")
     call.add_argument("--idempotency-key")
-    call.add_argument("--timeout", type=float, default=60.0)
+    _client_options(call)
     call.set_defaults(fn=cmd_call)
 
     policy = sub.add_parser("policy", help="test or evaluate the Rego policy")
@@ -236,6 +279,25 @@ def build_parser() -> argparse.ArgumentParser:
     peval = psub.add_parser("eval", help="print the decision for an input document")
     peval.add_argument("--input", required=True, help="JSON file with the policy input")
     peval.set_defaults(fn=cmd_policy_eval)
+
+    approvals = sub.add_parser("approvals", help="list, show and decide approvals")
+    asub = approvals.add_subparsers(dest="approvals_command", required=True)
+    alist = asub.add_parser("list", help="approvals, optionally by --status")
+    alist.add_argument("--status", choices=["pending", "approved", "denied", "expired", "used"])
+    ashow = asub.add_parser("show", help="one approval: tool, arguments, preview, reasons")
+    ashow.add_argument("id")
+    aapprove = asub.add_parser("approve", help="approve (the gateway then runs the call)")
+    aapprove.add_argument("id")
+    aapprove.add_argument("--comment")
+    aapprove.add_argument(
+        "--no-resume", action="store_true", help="hand the agent a token instead of resuming"
+    )
+    adeny = asub.add_parser("deny", help="deny: the call ends failed")
+    adeny.add_argument("id")
+    adeny.add_argument("--comment")
+    for p in (alist, ashow, aapprove, adeny):
+        _client_options(p)
+        p.set_defaults(fn=cmd_approvals)
 
     keys = sub.add_parser("keys", help="API key helpers")
     ksub = keys.add_subparsers(dest="keys_command", required=True)

@@ -37,6 +37,7 @@ SPEC = AdapterSpec(
         "write": _WRITES,
         "atomic_replace": _WRITES,
         "apply_patch": _WRITES,
+        "append": _WRITES,
         "delete": _WRITES,
     },
     probes={"file_sha256": frozenset({"path"}), "file_exists": frozenset({"path"})},
@@ -261,6 +262,33 @@ def _write(call: AdapterCall) -> AdapterOutcome:
     )
 
 
+def _append(call: AdapterCall) -> AdapterOutcome:
+    """Append text to a file (created if missing) with one write and an fsync.
+
+    Not atomic like a replace, and not reconcilable after a crash: declare it with care.
+    """
+    target = _target(call)
+    data = str(call.arguments["content"]).encode("utf-8")
+    if not target.absolute.parent.exists():
+        _write_checked(call, target, b"", "created")
+    try:
+        fd = os.open(target.absolute, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _os_error(exc, f"cannot append to {target.relative}") from exc
+    after = file_sha256(target.absolute)
+    return AdapterOutcome(
+        Outcome.SUCCEEDED,
+        data={"path": target.relative, "appended": len(data), "sha256": after},
+        side_effect=Effect(True, True, f"appended {len(data)} bytes to {target.relative}"),
+        evidence=(Evidence("file_hash", target.relative, after),),
+    )
+
+
 def _apply_patch(call: AdapterCall) -> AdapterOutcome:
     target = _target(call)
     try:
@@ -311,5 +339,6 @@ _OPERATIONS: dict[str, Callable[[AdapterCall], AdapterOutcome]] = {
     "write": _write,
     "atomic_replace": _write,
     "apply_patch": _apply_patch,
+    "append": _append,
     "delete": _delete,
 }

@@ -1,0 +1,93 @@
+"""Real gateway processes (``toolgate serve``) on loopback, for cross-process tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.conftest import REPO
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def make_project(root: Path, database_url: str, quotas: bool = False) -> Path:
+    """A copy of the shipped project under ``root``; quotas lifted unless ``quotas``."""
+    for name in ("tools.d", "rego", "policies"):
+        shutil.copytree(REPO / name, root / name, dirs_exist_ok=True)
+    config = yaml.safe_load((REPO / "toolgate.yaml").read_text())
+    config["database_url"] = database_url
+    config["approval_secret"] = "s" * 40
+    (root / "toolgate.yaml").write_text(yaml.safe_dump(config))
+    if not quotas:
+        rules = root / "policies" / "rules.yaml"
+        data = yaml.safe_load(rules.read_text())
+        data["quotas"] = {"calls_per_minute": {}}
+        rules.write_text(yaml.safe_dump(data))
+    return root / "toolgate.yaml"
+
+
+@contextmanager
+def gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start ``toolgate serve`` and yield its base URL; stop it afterwards."""
+    port = free_port()
+    log = (config.parent / f"gateway-{port}.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "--config",
+            str(config),
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        cwd=config.parent,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the gateway exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the gateway did not become ready")

@@ -1,0 +1,178 @@
+"""The toolgate command line, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ALICE, BOB
+from tests.integration.gateways import free_port, gateway, make_project
+
+
+def toolgate(*args: str, cwd: Path, key: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RUST_LIB_BACKTRACE": "0"}
+    env.pop("TOOLGATE_CONFIG", None)
+    if key:
+        env["TOOLGATE_API_KEY"] = key
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_passes_on_the_shipped_files(project: Path) -> None:
+    done = toolgate("check", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok: ")
+
+
+def test_check_lists_every_fault(project: Path) -> None:
+    read = project / "tools.d" / "fs.read_file.yaml"
+    read.write_text(read.read_text() + "colour: blue\n")
+    (project / "tools.d" / "broken.yaml").write_text("name: [\n")
+    (project / "rego" / "extra.rego").write_text("package toolgate\n\nx := undefined_fn(1)\n")
+    done = toolgate("check", cwd=project)
+    assert done.returncode == 2
+    assert "fs.read_file.yaml:" in done.stderr and "colour: unknown key" in done.stderr
+    assert "broken.yaml" in done.stderr
+    assert "extra.rego" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_serve_refuses_to_start_on_a_broken_catalogue(project: Path) -> None:
+    (project / "tools.d" / "dup.yaml").write_text(
+        (project / "tools.d" / "fs.read_file.yaml").read_text()
+    )
+    done = toolgate("serve", "--port", str(free_port()), cwd=project)
+    assert done.returncode == 2
+    assert "declared twice" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_policy_test_and_eval(project: Path, tmp_path: Path) -> None:
+    done = toolgate("policy", "test", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].endswith(" passed, 0 failed")
+    (project / "rego" / "zz_test.rego").write_text(
+        "package toolgate_zz_test\n\ntest_always_fails if {\n\t1 == 2\n}\n"
+    )
+    failing = toolgate("policy", "test", cwd=project)
+    assert failing.returncode == 1
+    assert failing.stdout.strip().splitlines()[-1].endswith(" passed, 1 failed")
+    doc = {
+        "tool": {
+            "name": "fs.write_file",
+            "version": "1.2.0",
+            "risk": "medium",
+            "side_effect": "write",
+            "reversible": False,
+            "adapter": "file",
+            "tags": [],
+        },
+        "arguments": {"path": "a.txt"},
+        "arguments_sha256": "x",
+        "paths": [{"argument": "path", "relative": "a.txt", "inside_workspace": True}],
+        "actor": {"user_id": "alice", "agent_id": "a", "roles": []},
+        "workspace": {"id": "demo", "root": "/x"},
+        "request": {
+            "run_id": "r",
+            "turn_id": "t",
+            "call_id": "c",
+            "deadline_ms_left": None,
+            "idempotency_key_present": False,
+        },
+        "approval": {"present": False, "approved_by": None},
+        "usage": {},
+    }
+    (tmp_path / "in.json").write_text(json.dumps(doc))
+    evaluated = toolgate("policy", "eval", "--input", str(tmp_path / "in.json"), cwd=project)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["result"] == "allow"
+
+
+def test_tools_keys_and_schema(project: Path) -> None:
+    listed = toolgate("tools", cwd=project)
+    assert "fs.write_file" in listed.stdout and "1.0.0" in listed.stdout
+    shown = json.loads(toolgate("tools", "fs.write_file", cwd=project).stdout)
+    assert shown["input_schema"]["required"] == ["content", "path"]
+    hashed = toolgate("keys", "hash", "tg_dev_alice", cwd=project).stdout.strip()
+    assert hashed == "34c46cc18b2bf5414c649239812810b4fc0a4523a5d0be48a2d3ac4b96eb71b7"
+    schema = json.loads(toolgate("schema", cwd=project).stdout)
+    assert "name" in schema["properties"] and schema["additionalProperties"] is False
+
+
+@pytest.mark.slow
+def test_call_and_approvals_against_a_running_gateway(tmp_path: Path) -> None:
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    with gateway(config) as url:
+        wrote = toolgate(
+            "--config",
+            str(config),
+            "call",
+            "fs.write_file",
+            "--url",
+            url,
+            "--arg",
+            "path=notes/a.txt",
+            "--arg",
+            "content=hi",
+            cwd=tmp_path,
+            key=ALICE,
+        )
+        assert wrote.returncode == 0, wrote.stdout + wrote.stderr
+        assert json.loads(wrote.stdout)["result"]["outcome"] == "succeeded"
+        assert (tmp_path / "var/workspaces/demo/notes/a.txt").read_text() == "hi"
+        parked = toolgate(
+            "--config",
+            str(config),
+            "call",
+            "fs.delete_file",
+            "--url",
+            url,
+            "--arg",
+            "path=notes/a.txt",
+            "--idempotency-key",
+            "k",
+            cwd=tmp_path,
+            key=ALICE,
+        )
+        approval = json.loads(parked.stdout)["approval"]["id"]
+        listed = toolgate(
+            "--config",
+            str(config),
+            "approvals",
+            "list",
+            "--status",
+            "pending",
+            "--url",
+            url,
+            cwd=tmp_path,
+            key=BOB,
+        )
+        assert approval in listed.stdout
+        approved = toolgate(
+            "--config",
+            str(config),
+            "approvals",
+            "approve",
+            approval,
+            "--comment",
+            "fine",
+            "--url",
+            url,
+            cwd=tmp_path,
+            key=BOB,
+        )
+        assert approved.returncode == 0, approved.stdout
+        refused = toolgate(
+            "--config", str(config), "approvals", "list", "--url", url, cwd=tmp_path, key=ALICE
+        )
+        assert refused.returncode == 1 and "not_an_approver" in refused.stdout
