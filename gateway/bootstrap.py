@@ -8,6 +8,7 @@ from gateway.adapters.registry import build_adapters
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
+from gateway.faults import Faults
 from gateway.pipeline.services import Services, approval_key, workspaces_from_policy
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources, load_policy_sources
@@ -68,6 +69,7 @@ async def open_services(settings: Settings) -> Services:
         store=store,
         adapters=build_adapters(settings),
         approval_key=approval_key(settings),
+        faults=Faults.parse(settings.faults),
     )
 
 

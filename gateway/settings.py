@@ -52,6 +52,12 @@ class Settings(_Frozen):
     approval_secret: str | None = Field(default=None, min_length=32)
     """HMAC key for approval tokens; shared by all replicas. Unset: a random key is made
     once and kept in ``var/approval.key``."""
+    faults: str = ""
+    """A fault-injection plan (see gateway/faults.py); empty = off."""
+    cancel_grace: Duration = 2.0
+    """How long an adapter has to stop after a cancel before it is cut off."""
+    workers: int = Field(default=4, ge=1, le=256)
+    """Concurrent executions of queued (``Prefer: respond-async``) calls per process."""
     sweep_interval: Duration = 5.0
     """How often expired approvals and idempotency records are swept."""
     default_timeout: Duration = 30.0
@@ -107,6 +113,7 @@ _ENV = {
     "TOOLGATE_POLICY_BACKEND": "policy_backend",
     "TOOLGATE_OPA_URL": "opa_url",
     "TOOLGATE_APPROVAL_SECRET": "approval_secret",
+    "TOOLGATE_FAULTS": "faults",
 }
 
 

@@ -7,9 +7,7 @@ closes the parked execution as cancelled. Deny and expiry close it as failed in 
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,8 +15,7 @@ from typing import Any
 from gateway.adapters.base import SideEffectReport
 from gateway.approvals import tokens
 from gateway.errors import Conflict, Forbidden, NotFound, PolicyDenied, ToolgateError
-from gateway.events.model import make_event
-from gateway.pipeline.records import ToolResult
+from gateway.pipeline.closing import close_execution
 from gateway.pipeline.services import Services
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Outcome
@@ -75,6 +72,14 @@ async def decide(
     if approval is None:
         raise NotFound("no such approval")
     check_approver(services, approval, approver)
+    parked = await services.store.get_execution(approval.execution_id)
+    if parked is None or parked.terminal:
+        raise Conflict(
+            "the call waiting for this approval has already ended "
+            f"({parked.outcome if parked else 'gone'})",
+            code="approval_moot",
+            retryable=False,
+        )
     decided = await services.store.decide_approval(
         approval_id, "approved" if approve else "denied", approver, comment
     )
@@ -118,53 +123,28 @@ async def close_parked(
     """End the execution parked for ``approval``: failed with ``error``, or (no error)
     cancelled because the approval went to the agent as a token."""
     record = await services.store.get_execution(approval.execution_id)
-    if record is None or record.terminal:
-        return record
-    events = await services.store.events(record.id)
-    seq = events[-1].seq + 1 if events else 0
-    outcome = Outcome.FAILED if error else Outcome.CANCELLED
+    if record is None:
+        return None
     summary = (
         "nothing was attempted"
         if error
         else ("approved as a token: resubmit the call with approval_token")
     )
-    result = ToolResult(
-        call_id=record.call_id,
-        tool_version=record.tool_version,
-        outcome=outcome,
-        error=error,
-        side_effect=SideEffectReport(False, False, summary),
-        queued_ms=int(time.time() * 1000) - record.created_ms,
+    resolved = {
+        "approval_id": approval.id,
+        "status": approval.status,
+        "decided_by": approval.decided_by,
+        "comment": approval.comment,
+    }
+    return await close_execution(
+        services,
+        record,
+        Outcome.FAILED if error else Outcome.CANCELLED,
+        error,
+        SideEffectReport(False, False, summary),
+        before=[("approval.resolved", resolved)],
+        release_key=release_key,
     )
-    closing = [
-        make_event(
-            record.id,
-            seq,
-            "approval.resolved",
-            {
-                "approval_id": approval.id,
-                "status": approval.status,
-                "decided_by": approval.decided_by,
-                "comment": approval.comment,
-            },
-        ),
-        make_event(
-            record.id,
-            seq + 1,
-            "tool.completed",
-            {"outcome": outcome.value, "error": error.to_json() if error else None},
-        ),
-    ]
-    if release_key:
-        await services.store.release_claim(record.id)
-    await services.store.commit(
-        record.id,
-        outcome=outcome.value,
-        result_json=json.dumps(result.to_json(), separators=(",", ":")),
-        events=closing,
-        fencing_json=None,
-    )
-    return await services.store.get_execution(record.id)
 
 
 async def close_expired(services: Services, approval: ApprovalRecord) -> None:

@@ -21,6 +21,7 @@ EVENT_TYPES: dict[str, int] = {
     "tool.side_effect_observed": 1,
     "tool.verified": 1,
     "tool.completed": 1,
+    "outcome.resolved": 1,
 }
 """Event type → its current schema version."""
 

@@ -34,13 +34,16 @@ async def run(services: Services, flow: Flow) -> Flow:
         if isinstance(found, Existing):
             return flow.but(existing=found.record, events=())
         return flow.but(record=record, events=())
-    await services.store.commit(
+    committed = await services.store.commit(
         flow.execution_id,
         outcome=result.outcome.value,
         result_json=result_json,
         events=flow.events,
         fencing_json=fencing_json,
     )
+    if not committed:  # someone else (a cancel, recovery) settled it first: theirs stands
+        current = await services.store.get_execution(flow.execution_id)
+        return flow.but(existing=current or flow.record, events=())
     record = replace(
         flow.record,
         status=Status.COMPLETED,

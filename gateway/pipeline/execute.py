@@ -1,8 +1,11 @@
-"""Stage 7 — adapter execution under the deadline, with the lock lease kept alive.
+"""Stage 7 — adapter execution under the deadline, cancellable, with leases kept alive.
 
 ``tool.started`` is durable before the adapter is called: after a crash, recovery knows
-the side effect may have begun. Every exception is captured here as the flow's
-``failure`` (translated if foreign); stage 8 turns it into an outcome.
+the side effect may have begun. While the adapter runs, this stage renews lock leases and
+the execution's heartbeat, streams output, and watches for a cancel (local signal, or the
+store's status turned ``cancelling`` by another replica). A cancelled adapter gets
+``cancel_grace`` seconds to stop by itself before it is cut off. Every exception is
+captured as the flow's ``failure``; stage 8 turns it into an outcome.
 """
 
 from __future__ import annotations
@@ -22,40 +25,76 @@ from gateway.pipeline.services import Services
 from gateway.types import Status
 
 log = logging.getLogger("toolgate.execute")
+WATCH_INTERVAL = 0.5
 
 
 async def run(services: Services, flow: Flow) -> Flow:
     assert flow.tool is not None
-    started = int(time.time() * 1000)
-    flow = flow.but(started_ms=started).emit(
+    flow = flow.but(started_ms=int(time.time() * 1000)).emit(
         "tool.started", adapter=flow.tool.adapter, operation=flow.tool.operation
     )
     await services.store.append(flow.execution_id, flow.events, Status.RUNNING)
     flow = flow.drained()
+    await services.faults.hit("before_adapter")
+    cancelled = services.cancellations.register(flow.execution_id)
     sink = OutputSink(services.store, flow.execution_id, flow.seq)
-    call = replace(adapter_call(services, flow), emit_output=sink.emit, checkpoint=sink.checkpoint)
-    async with anyio.create_task_group() as tg:
-        if flow.fencing:
-            tg.start_soon(_renew_leases, services, flow.execution_id)
-        tg.start_soon(sink.run)
-        raw, failure = await _call_adapter(adapter_of(services, flow), call)
-        tg.cancel_scope.cancel()
+    call = replace(
+        adapter_call(services, flow, cancelled),
+        emit_output=sink.emit,
+        checkpoint=sink.checkpoint,
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_keep_alive, services, flow, cancelled)
+            tg.start_soon(sink.run)
+            raw, failure = await _call_adapter(
+                adapter_of(services, flow), call, services.settings.cancel_grace
+            )
+            tg.cancel_scope.cancel()
+    finally:
+        services.cancellations.unregister(flow.execution_id)
     await sink.flush()
-    flow = flow.but(seq=sink.next_seq)
-    return flow.but(raw=raw, failure=failure, finished_ms=int(time.time() * 1000))
+    await services.faults.hit("after_side_effect")
+    return flow.but(
+        seq=sink.next_seq, raw=raw, failure=failure, finished_ms=int(time.time() * 1000)
+    )
 
 
 async def _call_adapter(
-    adapter: Adapter, call: AdapterCall
+    adapter: Adapter, call: AdapterCall, grace: float
 ) -> tuple[AdapterOutcome | None, ToolgateError | None]:
     """The adapter's outcome, or its failure translated into the error tree."""
+    outcome: list[tuple[AdapterOutcome | None, ToolgateError | None]] = []
+
+    async def cut_off_after_grace(scope: anyio.CancelScope) -> None:
+        await call.cancelled.wait()
+        await anyio.sleep(grace)
+        scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cut_off_after_grace, tg.cancel_scope)
+        outcome.append(await _guarded(adapter, call))
+        tg.cancel_scope.cancel()
+    if outcome:
+        return outcome[0]
+    return None, ExecutionError(
+        f"{call.tool.ref} was cancelled and did not stop within {grace:g} s; it was cut off",
+        code="cancelled",
+    )
+
+
+async def _guarded(
+    adapter: Adapter, call: AdapterCall
+) -> tuple[AdapterOutcome | None, ToolgateError | None]:
     tool = call.tool
     try:
         with anyio.fail_after(max(call.seconds_left(), 0.0)):
             return await adapter.execute(call), None
     except TimeoutError:
         return None, ExecutionError(
-            f"{tool.ref} did not finish before its deadline", code="timeout", retryable=True
+            f"{tool.ref} did not finish before its deadline (timeout)",
+            code="timeout",
+            retryable=True,
         )
     except ToolgateError as exc:
         return None, exc
@@ -68,11 +107,20 @@ async def _call_adapter(
         )
 
 
-async def _renew_leases(services: Services, holder: str) -> None:
+async def _keep_alive(services: Services, flow: Flow, cancelled: anyio.Event) -> None:
+    """Renew leases and the heartbeat; turn a store-side ``cancelling`` into the signal."""
     lease = services.settings.lock_lease
+    last_renew = time.monotonic()
     while True:
-        await anyio.sleep(lease / 3)
+        await anyio.sleep(WATCH_INTERVAL)
         try:
-            await services.store.renew_locks(holder, lease)
+            record = await services.store.get_execution(flow.execution_id)
+            if record is not None and record.status is Status.CANCELLING:
+                cancelled.set()
+            if time.monotonic() - last_renew >= lease / 3:
+                last_renew = time.monotonic()
+                await services.store.heartbeat(flow.execution_id)
+                if flow.fencing:
+                    await services.store.renew_locks(flow.execution_id, lease)
         except ToolgateError:
-            log.warning("could not renew the lock lease of %s", holder)
+            log.warning("could not renew the leases of %s", flow.execution_id)

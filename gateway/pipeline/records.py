@@ -139,6 +139,8 @@ class Flow:
     """Set once the execution is durable in the store."""
     existing: ExecutionRecord | None = None
     """Set when the call resolves to an execution that already exists (replay)."""
+    respond_async: bool = False
+    """Park the call as ``queued`` once reserved; a worker runs the rest."""
     fencing: Mapping[str, int] = field(default_factory=dict)
     started_ms: int | None = None
     finished_ms: int | None = None
@@ -163,6 +165,15 @@ class Flow:
             decided_by=approval.decided_by,
             comment=approval.comment,
         )
+
+    @classmethod
+    def dequeued(cls, record: ExecutionRecord, next_seq: int) -> Flow:
+        """The flow of a queued execution a worker has claimed."""
+        request = ToolExecutionRequest.from_json(json.loads(record.request_json))
+        if record.tool_version is not None:
+            request = replace(request, requested_version=record.tool_version)
+        flow = cls(request, record.id, record.created_ms, record=record, seq=next_seq)
+        return flow.emit("state.checkpointed", status="running", dequeued=True)
 
     @classmethod
     def start(cls, request: ToolExecutionRequest) -> Flow:

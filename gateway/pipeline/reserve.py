@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from gateway.errors import Conflict, IdempotencyMismatch, PolicyDenied
 from gateway.events.model import make_event
+from gateway.instance import INSTANCE_ID
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
 from gateway.store.records import ExecutionRecord, IdempotencyClaim
@@ -46,6 +47,7 @@ def build_record(flow: Flow, status: Status) -> ExecutionRecord:
         request_json=json.dumps(req.to_json(), separators=(",", ":")),
         result_json=None,
         fencing_json=None,
+        owner=None,
         created_ms=flow.received_ms,
         updated_ms=now,
     )
@@ -64,8 +66,16 @@ async def run(services: Services, flow: Flow) -> Flow:
     assert flow.tool is not None
     if flow.record is not None:
         return await _resume(services, flow)
-    status = Status.AWAITING_APPROVAL if flow.awaiting else Status.RUNNING
-    record = replace(build_record(flow, status), risk=flow.tool.risk.value)
+    status = Status.RUNNING
+    if flow.awaiting:
+        status = Status.AWAITING_APPROVAL
+    elif flow.respond_async:
+        status = Status.QUEUED
+    record = replace(
+        build_record(flow, status),
+        risk=flow.tool.risk.value,
+        owner=INSTANCE_ID if status is Status.RUNNING else None,
+    )
     scope = record.idempotency_scope
     claim = None
     if scope is not None:
@@ -87,12 +97,18 @@ async def run(services: Services, flow: Flow) -> Flow:
     flow = flow.but(record=record, events=())
     if flow.awaiting is not None:
         return await _checkpoint(services, flow)
+    if status is Status.QUEUED:
+        services.wake_workers()
+        return flow.but(existing=record)
     return flow
 
 
 async def _resume(services: Services, flow: Flow) -> Flow:
-    """A parked execution goes on: spend its approval and mark it running, durably."""
-    assert flow.approval is not None
+    """A parked or queued execution goes on: approved ones spend their approval; both are
+    marked running, durably, by this process."""
+    if flow.approval is None:  # dequeued: the worker's claim already marked it running
+        await services.store.append(flow.execution_id, flow.events)
+        return flow.drained()
     if not await services.store.resume(flow.execution_id, flow.approval.id, flow.events):
         raise PolicyDenied(
             "the approval was already used by another call", code="approval_token_used"

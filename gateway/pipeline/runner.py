@@ -58,10 +58,24 @@ STAGES: tuple[Stage, ...] = (
 
 
 async def run_call(
-    services: Services, request: ToolExecutionRequest, stages: tuple[Stage, ...] = STAGES
+    services: Services,
+    request: ToolExecutionRequest,
+    stages: tuple[Stage, ...] = STAGES,
+    respond_async: bool = False,
 ) -> ExecutionRecord:
-    """Run one call through ``stages``; returns the execution as the store now holds it."""
-    return await run_flow(services, Flow.start(request), stages)
+    """Run one call through ``stages``; returns the execution as the store now holds it.
+
+    With ``respond_async`` the call stops once reserved (status ``queued``) and a worker
+    runs the rest (``run_queued``)."""
+    flow = Flow.start(request).but(respond_async=respond_async)
+    return await run_flow(services, flow, stages)
+
+
+async def run_queued(services: Services, record: ExecutionRecord) -> ExecutionRecord:
+    """Run a queued execution this process has claimed; validation and policy run again."""
+    events = await services.store.events(record.id)
+    flow = Flow.dequeued(record, events[-1].seq + 1 if events else 0)
+    return await run_flow(services, flow)
 
 
 async def resume_call(services: Services, approval: ApprovalRecord) -> ExecutionRecord:
@@ -95,9 +109,23 @@ async def run_flow(
     return flow.record
 
 
+FAULT_POINTS: dict[str, tuple[str | None, str | None]] = {
+    "reserve": (None, "after_reserve"),
+    "verify": ("during_verify", None),
+    "commit": ("before_commit", "after_commit"),
+}
+"""Stage → (fault point before it, fault point after it); execute has its own two."""
+
+
 async def _run_stage(stage: Stage, services: Services, flow: Flow) -> Flow:
+    before, after = FAULT_POINTS.get(stage.name, (None, None))
     try:
-        return await stage.run(services, flow)
+        if before:
+            await services.faults.hit(before)
+        flow = await stage.run(services, flow)
+        if after and (flow.record is not None or stage.name == "commit"):
+            await services.faults.hit(after)
+        return flow
     except CallError as exc:
         return _failed(flow, exc)
     except (ToolgateError, StoreError):

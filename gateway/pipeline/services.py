@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from gateway.adapters.base import Adapter
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError
+from gateway.faults import NO_FAULTS, Faults
 from gateway.settings import Settings
 from gateway.store.store import Store
 from gateway.types import PolicyBackend
@@ -28,11 +31,58 @@ class Services:
     store: Store
     adapters: Mapping[str, Adapter]
     approval_key: bytes = b""
-    faults: Mapping[str, str] = field(default_factory=dict)
+    faults: Faults = NO_FAULTS
+    cancellations: Cancellations = field(default_factory=lambda: Cancellations())
+    queue_signal: Wakeup = field(default_factory=lambda: Wakeup())
+
+    def wake_workers(self) -> None:
+        """Tell this process's workers a call was queued (other replicas poll)."""
+        self.queue_signal.set()
 
     def roles(self, principal: str) -> tuple[str, ...]:
         actor = self.policy_data.get("actors", {}).get(principal) or {}
         return tuple(str(r) for r in actor.get("roles", ()) or ())
+
+
+class Wakeup:
+    """A resettable signal: ``wait`` returns when set (or after a timeout) and re-arms."""
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self, timeout: float) -> None:
+        if self._event is None:
+            self._event = anyio.Event()
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+        if self._event.is_set():
+            self._event = anyio.Event()
+
+
+class Cancellations:
+    """The cancel signals of the executions running in this process."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, anyio.Event] = {}
+
+    def register(self, execution_id: str) -> anyio.Event:
+        event = self._events.setdefault(execution_id, anyio.Event())
+        return event
+
+    def unregister(self, execution_id: str) -> None:
+        self._events.pop(execution_id, None)
+
+    def signal(self, execution_id: str) -> bool:
+        """Tell a running execution to stop; False when it does not run here."""
+        event = self._events.get(execution_id)
+        if event is None:
+            return False
+        event.set()
+        return True
 
 
 def approval_key(settings: Settings) -> bytes:

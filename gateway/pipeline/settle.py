@@ -1,7 +1,9 @@
 """Stage 8 — normalise the result: adapter output or failure → a stable ToolResult.
 
-A write whose fate is not known (timeout, adapter crash) is reconciled by the tool's
-reconcile probes; without them it is ``unknown``, never retried behind the caller's back.
+A write whose fate is not known (timeout, adapter crash, a cancel that cut it off, an
+adapter that stopped half-way on cancel) is reconciled by the tool's ``reconcile`` probes:
+in place → succeeded; absent → failed (or cancelled, for a cancel); no probes or no
+answer → ``unknown``, never retried behind the caller's back.
 """
 
 from __future__ import annotations
@@ -9,88 +11,83 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.adapters.base import SideEffectReport
-from gateway.errors import ToolgateError
+from gateway.errors import ExecutionError, ToolgateError
 from gateway.pipeline.probes import run_probes
 from gateway.pipeline.records import Flow, ToolResult
 from gateway.pipeline.services import Services
 from gateway.types import Outcome, SideEffect
 
-_UNCERTAIN = frozenset({"timeout", "adapter_crashed"})
-_WRITES = (SideEffect.WRITE, SideEffect.EXTERNAL)
+UNCERTAIN = frozenset({"timeout", "adapter_crashed", "cancelled", "interrupted"})
+WRITES = (SideEffect.WRITE, SideEffect.EXTERNAL)
 
 
 async def run(services: Services, flow: Flow) -> Flow:
     tool = flow.tool
     assert tool is not None
-    timing = _timing(flow)
-    if flow.raw is not None:
-        raw = flow.raw
-        result = ToolResult(
-            call_id=flow.request.call_id,
-            tool_version=str(tool.version),
+    queued, running = _timing(flow)
+    base = ToolResult(
+        call_id=flow.request.call_id,
+        tool_version=str(tool.version),
+        outcome=Outcome.FAILED,
+        queued_ms=queued,
+        running_ms=running,
+    )
+    raw = flow.raw
+    if raw is not None:
+        flow = flow.emit("tool.side_effect_observed", **raw.side_effect.to_json())
+        result = replace(
+            base,
             outcome=raw.outcome,
             data=raw.data,
             error=raw.error,
             side_effect=raw.side_effect,
             evidence=raw.evidence,
             truncated=raw.truncated,
-            queued_ms=timing[0],
-            running_ms=timing[1],
         )
-        flow = flow.emit("tool.side_effect_observed", **raw.side_effect.to_json())
+        stopped = raw.outcome is Outcome.CANCELLED and raw.side_effect.attempted
+        if stopped and tool.side_effect in WRITES:
+            error = raw.error or ExecutionError("the call was cancelled", code="cancelled")
+            return await reconcile(services, flow, result, error, Outcome.CANCELLED)
         return flow.but(result=result)
     failure = flow.failure
     assert failure is not None
-    if failure.code in _UNCERTAIN and tool.side_effect in _WRITES:
-        return await _reconcile(services, flow, failure, timing)
-    result = ToolResult(
-        call_id=flow.request.call_id,
-        tool_version=str(tool.version),
-        outcome=Outcome.FAILED,
-        error=failure,
-        side_effect=SideEffectReport(tool.side_effect in _WRITES, False, "not committed"),
-        queued_ms=timing[0],
-        running_ms=timing[1],
-    )
-    return flow.but(result=result)
+    if failure.code in UNCERTAIN and tool.side_effect in WRITES:
+        absent = Outcome.CANCELLED if failure.code == "cancelled" else Outcome.FAILED
+        return await reconcile(services, flow, base, failure, absent)
+    outcome = Outcome.CANCELLED if failure.code == "cancelled" else Outcome.FAILED
+    effect = SideEffectReport(tool.side_effect in WRITES, False, "not committed")
+    return flow.but(result=replace(base, outcome=outcome, error=failure, side_effect=effect))
 
 
-async def _reconcile(
-    services: Services, flow: Flow, failure: ToolgateError, timing: tuple[int, int]
+async def reconcile(
+    services: Services,
+    flow: Flow,
+    base: ToolResult,
+    failure: ToolgateError,
+    when_absent: Outcome,
 ) -> Flow:
+    """Learn from the tool's reconcile probes whether the side effect is in place."""
     tool = flow.tool
     assert tool is not None
-    base = ToolResult(
-        call_id=flow.request.call_id,
-        tool_version=str(tool.version),
+    unknown = replace(
+        base,
         outcome=Outcome.UNKNOWN,
         error=failure,
         side_effect=SideEffectReport(True, False, "the side effect may have happened"),
-        queued_ms=timing[0],
-        running_ms=timing[1],
     )
     if not tool.reconcile:
-        return flow.but(result=base)
+        return flow.but(result=unknown)
     passed, evidence = await run_probes(services, flow, tool.reconcile, "reconcile")
+    evidence = (*base.evidence, *evidence)
     if passed is None:
-        return flow.but(result=replace(base, evidence=evidence))
+        return flow.but(result=replace(unknown, evidence=evidence))
     if passed:
-        summary = "reconciled: the side effect is in place"
-        outcome, committed, error = Outcome.SUCCEEDED, True, None
+        effect = SideEffectReport(True, True, "reconciled: the side effect is in place")
+        result = replace(base, outcome=Outcome.SUCCEEDED, error=None, side_effect=effect)
     else:
-        summary = "reconciled: the side effect did not happen"
-        outcome, committed, error = Outcome.FAILED, False, failure
-    result = ToolResult(
-        call_id=flow.request.call_id,
-        tool_version=str(tool.version),
-        outcome=outcome,
-        error=error,
-        side_effect=SideEffectReport(True, committed, summary),
-        evidence=evidence,
-        queued_ms=timing[0],
-        running_ms=timing[1],
-    )
-    return flow.but(result=result)
+        effect = SideEffectReport(True, False, "reconciled: the side effect did not happen")
+        result = replace(base, outcome=when_absent, error=failure, side_effect=effect)
+    return flow.but(result=replace(result, evidence=evidence))
 
 
 def _timing(flow: Flow) -> tuple[int, int]:

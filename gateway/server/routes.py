@@ -11,6 +11,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway import cancellation
 from gateway.approvals import service as approvals
 from gateway.errors import Forbidden, MalformedRequest, NotFound, PayloadTooLarge, ResolveError
 from gateway.pipeline.request import parse_request
@@ -68,7 +69,42 @@ async def create_execution(request: Request) -> Response:
     principal = principal_of(request)
     body = await read_json(request, services.settings.max_body_bytes)
     call = parse_request(body, principal, request.headers.get("idempotency-key"))
-    record = await run_call(services, call)
+    respond_async = "respond-async" in request.headers.get("prefer", "").lower()
+    record = await run_call(services, call, respond_async=respond_async)
+    return await _execution_response(services, record)
+
+
+async def cancel_execution(request: Request) -> Response:
+    services, record = await _visible_execution(request)
+    record = await cancellation.cancel(services, record, principal_of(request))
+    return await _execution_response(services, record)
+
+
+async def cancel_by_token(request: Request) -> Response:
+    """Cancel every unfinished execution of the caller carrying a cancellation_token."""
+    services = services_of(request)
+    principal = principal_of(request)
+    data = await read_json(request, 16 * 1024)
+    token = data.get("cancellation_token") if isinstance(data, dict) else None
+    if not isinstance(token, str) or not token:
+        raise MalformedRequest('the body is {"cancellation_token": "..."}', code="invalid_request")
+    records = await services.store.find_by_cancellation_token(principal, token)
+    done = [await cancellation.cancel(services, r, principal) for r in records]
+    items = [render.execution(r) for r in done]
+    return JSONResponse({"items": items, "count": len(items)}, status_code=202 if items else 200)
+
+
+async def resolve_execution(request: Request) -> Response:
+    """A person (an approver) settles an ``unknown`` outcome."""
+    services, record = await _visible_execution(request)
+    principal = principal_of(request)
+    _require_approver(services, principal)
+    data = await read_json(request, 16 * 1024)
+    if not isinstance(data, dict):
+        raise MalformedRequest('the body is {"outcome": ..., "note": ...}', code="invalid_request")
+    record = await cancellation.resolve_unknown(
+        services, record, principal, str(data.get("outcome")), str(data.get("note") or "")
+    )
     return await _execution_response(services, record)
 
 

@@ -31,6 +31,7 @@ class ExecutionRecord:
     request_json: str
     result_json: str | None
     fencing_json: str | None
+    owner: str | None
     created_ms: int
     updated_ms: int
 

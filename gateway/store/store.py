@@ -29,6 +29,7 @@ from sqlmodel import SQLModel
 
 from gateway.errors import StoreError
 from gateway.events.model import Event
+from gateway.instance import INSTANCE_ID
 from gateway.store.records import (
     ApprovalRecord,
     ExecutionRecord,
@@ -339,6 +340,112 @@ class Store:
 
         await self._write(run)
 
+    async def set_status(
+        self,
+        execution_id: str,
+        from_statuses: Sequence[Status],
+        to: Status,
+        events: Sequence[Event] = (),
+        owner: str | None = None,
+    ) -> bool:
+        """Move the status only from one of ``from_statuses`` (compare-and-set)."""
+
+        def run(conn: Connection) -> bool:
+            values: dict[str, Any] = {"status": to.value, "updated_ms": now_ms()}
+            if owner is not None:
+                values["owner"] = owner
+            result = conn.execute(
+                EXECUTIONS.update()
+                .where(
+                    EXECUTIONS.c.id == execution_id,
+                    EXECUTIONS.c.status.in_([s.value for s in from_statuses]),
+                )
+                .values(**values)
+            )
+            if not result.rowcount:
+                return False
+            self._insert_events(conn, events)
+            return True
+
+        return await self._write(run)
+
+    async def resolve_outcome(
+        self, execution_id: str, from_outcome: str, outcome: str, result_json: str, event: Event
+    ) -> bool:
+        """Replace the outcome (only if it still is ``from_outcome``) and log why."""
+
+        def run(conn: Connection) -> bool:
+            changed = conn.execute(
+                EXECUTIONS.update()
+                .where(EXECUTIONS.c.id == execution_id, EXECUTIONS.c.outcome == from_outcome)
+                .values(outcome=outcome, result_json=result_json, updated_ms=now_ms())
+            )
+            if not changed.rowcount:
+                return False
+            self._insert_events(conn, [event])
+            return True
+
+        return await self._write(run)
+
+    async def heartbeat(self, execution_id: str) -> None:
+        """The owner is alive: recovery leaves executions with a fresh heartbeat alone."""
+        await self._write(
+            lambda conn: conn.execute(
+                EXECUTIONS.update()
+                .where(EXECUTIONS.c.id == execution_id)
+                .values(updated_ms=now_ms())
+            )
+        )
+
+    async def unfinished(self, statuses: Sequence[Status]) -> list[ExecutionRecord]:
+        def run(conn: Connection) -> list[ExecutionRecord]:
+            rows = conn.execute(
+                EXECUTIONS.select()
+                .where(EXECUTIONS.c.status.in_([s.value for s in statuses]))
+                .order_by(EXECUTIONS.c.created_ms)
+            )
+            return [_execution(row) for row in rows]
+
+        return await self._read(run)
+
+    async def claim_queued(self, owner: str) -> ExecutionRecord | None:
+        """Take the oldest queued execution for ``owner`` (safe across replicas)."""
+
+        def run(conn: Connection) -> ExecutionRecord | None:
+            query = (
+                sa.select(EXECUTIONS.c.id)
+                .where(EXECUTIONS.c.status == Status.QUEUED.value)
+                .order_by(EXECUTIONS.c.created_ms)
+                .limit(1)
+            )
+            if self.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            found = conn.execute(query).scalar_one_or_none()
+            if found is None:
+                return None
+            conn.execute(
+                EXECUTIONS.update()
+                .where(EXECUTIONS.c.id == found)
+                .values(status=Status.RUNNING.value, owner=owner, updated_ms=now_ms())
+            )
+            row = conn.execute(EXECUTIONS.select().where(EXECUTIONS.c.id == found)).first()
+            return _execution(row)
+
+        return await self._write(run)
+
+    async def find_by_cancellation_token(self, principal: str, token: str) -> list[ExecutionRecord]:
+        def run(conn: Connection) -> list[ExecutionRecord]:
+            rows = conn.execute(
+                EXECUTIONS.select().where(
+                    EXECUTIONS.c.principal == principal,
+                    EXECUTIONS.c.cancellation_token == token,
+                    EXECUTIONS.c.status != Status.COMPLETED.value,
+                )
+            )
+            return [_execution(row) for row in rows]
+
+        return await self._read(run)
+
     async def commit(
         self,
         execution_id: str,
@@ -347,13 +454,19 @@ class Store:
         result_json: str,
         events: Sequence[Event],
         fencing_json: str | None,
-    ) -> None:
-        """One transaction: result, idempotency state, lock release and the last events."""
+    ) -> bool:
+        """One transaction: result, idempotency state, lock release and the last events.
 
-        def run(conn: Connection) -> None:
-            conn.execute(
+        False (and nothing written) when the execution had already completed: a result is
+        committed once."""
+
+        def run(conn: Connection) -> bool:
+            done = conn.execute(
                 EXECUTIONS.update()
-                .where(EXECUTIONS.c.id == execution_id)
+                .where(
+                    EXECUTIONS.c.id == execution_id,
+                    EXECUTIONS.c.status != Status.COMPLETED.value,
+                )
                 .values(
                     status=Status.COMPLETED.value,
                     outcome=outcome,
@@ -362,6 +475,8 @@ class Store:
                     updated_ms=now_ms(),
                 )
             )
+            if not done.rowcount:
+                return False
             conn.execute(
                 IDEMPOTENCY.update()
                 .where(IDEMPOTENCY.c.execution_id == execution_id)
@@ -369,25 +484,42 @@ class Store:
             )
             conn.execute(LOCKS.delete().where(LOCKS.c.holder == execution_id))
             self._insert_events(conn, events)
+            return True
 
-        await self._write(run)
+        return await self._write(run)
 
     def _insert_events(self, conn: Connection, events: Iterable[Event]) -> None:
+        """Append events; the store numbers them (writers outside the running flow, such
+        as a cancel, may append to the same execution)."""
+        events = list(events)
+        if not events:
+            return
+        execution_id = events[0].execution_id
+        if any(e.execution_id != execution_id for e in events):
+            raise ValueError("one append is for one execution")
+        if self.dialect == "postgresql":
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_id("ev:" + execution_id))))
+        last = conn.execute(
+            sa.select(sa.func.coalesce(sa.func.max(EVENTS.c.seq), -1)).where(
+                EVENTS.c.execution_id == execution_id
+            )
+        ).scalar_one()
         rows = [
             {
                 "id": e.id,
                 "execution_id": e.execution_id,
-                "seq": e.seq,
+                "seq": int(last) + 1 + i,
                 "type": e.type,
                 "version": e.version,
                 "at_ms": e.at_ms,
                 "data_json": json.dumps(e.data, separators=(",", ":"), default=str),
             }
-            for e in events
+            for i, e in enumerate(events)
         ]
-        if rows:
-            # Applying an event twice changes nothing: its id is its identity.
-            conn.execute(self._insert(EVENTS).values(rows).on_conflict_do_nothing())
+        # Applying an event twice changes nothing: its id is its identity.
+        conn.execute(
+            self._insert(EVENTS).values(rows).on_conflict_do_nothing(index_elements=[EVENTS.c.id])
+        )
 
     async def events(self, execution_id: str, after_seq: int = -1) -> list[Event]:
         def run(conn: Connection) -> list[Event]:
@@ -564,11 +696,16 @@ class Store:
         def run(conn: Connection) -> bool:
             if not self._set_approval(conn, approval_id, "approved", "used", None, None, 0):
                 return False
-            conn.execute(
+            moved = conn.execute(
                 EXECUTIONS.update()
-                .where(EXECUTIONS.c.id == execution_id)
-                .values(status=Status.RUNNING.value, updated_ms=now_ms())
+                .where(
+                    EXECUTIONS.c.id == execution_id,
+                    EXECUTIONS.c.status == Status.AWAITING_APPROVAL.value,
+                )
+                .values(status=Status.RUNNING.value, owner=INSTANCE_ID, updated_ms=now_ms())
             )
+            if not moved.rowcount:
+                raise _Abort(False)  # cancelled while parked: the approval stays unspent
             self._insert_events(conn, events)
             return True
 

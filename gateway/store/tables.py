@@ -37,6 +37,8 @@ class ExecutionRow(SQLModel, table=True):
     request_json: str
     result_json: str | None = None
     fencing_json: str | None = None
+    owner: str | None = Field(default=None, max_length=256)
+    """The gateway process running it (host:pid:start); recovery checks it is gone."""
     created_ms: int = Field(sa_type=BigInteger)
     updated_ms: int = Field(sa_type=BigInteger)
 

@@ -27,8 +27,12 @@ def free_port() -> int:
 
 def make_project(root: Path, database_url: str, quotas: bool = False) -> Path:
     """A copy of the shipped project under ``root``; quotas lifted unless ``quotas``."""
-    for name in ("tools.d", "rego", "policies"):
-        shutil.copytree(REPO / name, root / name, dirs_exist_ok=True)
+    for name in ("tools.d", "rego", "policies", "examples"):
+        if (REPO / name).is_dir():
+            shutil.copytree(
+                REPO / name, root / name, dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
     config = yaml.safe_load((REPO / "toolgate.yaml").read_text())
     config["database_url"] = database_url
     config["approval_secret"] = "s" * 40

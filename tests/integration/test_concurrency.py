@@ -51,10 +51,12 @@ async def _one_key_many_requests(urls: list[str], workspace: Path) -> None:
         )
         answers.append(await client.post(urls[i % len(urls)] + "/v1/executions", json=body))
 
-    async with httpx.AsyncClient(headers=HEADERS, timeout=60) as client:
-        async with anyio.create_task_group() as tg:
-            for i in range(50):
-                tg.start_soon(send, client, i)
+    async with (
+        httpx.AsyncClient(headers=HEADERS, timeout=60) as client,
+        anyio.create_task_group() as tg,
+    ):
+        for i in range(50):
+            tg.start_soon(send, client, i)
     statuses = sorted({a.status_code for a in answers})
     assert set(statuses) <= {200, 409}, [a.text for a in answers if a.status_code not in (200, 409)]
     done = [a.json() for a in answers if a.status_code == 200]
@@ -87,10 +89,12 @@ async def _increments(urls: list[str], workspace: Path, workers: int = 20) -> No
             assert result["error"]["type"] in ("state_mismatch", "lock_timeout"), result
         raise AssertionError("an increment never got through")
 
-    async with httpx.AsyncClient(headers=HEADERS, timeout=60) as client:
-        async with anyio.create_task_group() as tg:
-            for i in range(workers):
-                tg.start_soon(increment, client, i)
+    async with (
+        httpx.AsyncClient(headers=HEADERS, timeout=60) as client,
+        anyio.create_task_group() as tg,
+    ):
+        for i in range(workers):
+            tg.start_soon(increment, client, i)
     assert (workspace / "counter.txt").read_text() == str(workers)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -256,3 +257,135 @@ async def test_lock_held_elsewhere_times_out_retryable(
     assert result is not None and result["error"]["type"] == "lock_timeout"
     assert result["error"]["retryable"] is True and "other-call" in result["error"]["message"]
     assert adapter.calls == []
+
+
+async def _cancel_soon(services: Services, store: Store) -> None:
+    """Cancel the first execution that shows up running, the way the API does."""
+    from gateway import cancellation
+
+    for _ in range(200):
+        running = await store.unfinished([Status.RUNNING])
+        started = [
+            r for r in running if any(e.type == "tool.started" for e in await store.events(r.id))
+        ]
+        if started:
+            await cancellation.cancel(services, started[0], "bob")
+            return
+        await anyio.sleep(0.01)
+    raise AssertionError("nothing started")
+
+
+async def test_cancel_reaches_a_cooperative_adapter(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    async def polite(call: AdapterCall) -> AdapterOutcome:
+        await call.cancelled.wait()
+        return AdapterOutcome(Outcome.CANCELLED, None, SideEffectReport(False, False, "stopped"))
+
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(polite), FunctionPolicy(allow_all)
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_soon, services, store)
+        record = await run_call(services, request())
+    assert record.outcome == "cancelled"
+    types = [e.type for e in await store.events(record.id)]
+    assert "state.checkpointed" in types and types[-1] == "tool.completed"
+
+
+async def test_cancel_cuts_off_a_deaf_adapter_then_reconciles(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    async def deaf(call: AdapterCall) -> AdapterOutcome:
+        await anyio.sleep(30)
+        raise AssertionError("not reached")
+
+    # The reconcile probe finds the content absent: the cut-off call is cancelled, not failed.
+    services = make_services(
+        tmp_path,
+        store,
+        catalogue,
+        FunctionAdapter(deaf, sha_probe(None)),
+        FunctionPolicy(allow_all),
+    )
+    services = replace(
+        services, settings=services.settings.model_copy(update={"cancel_grace": 0.1})
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_soon, services, store)
+        record = await run_call(services, request())
+    result = record.result
+    assert result is not None and result["outcome"] == "cancelled"
+    assert result["error"]["type"] == "cancelled"
+    assert result["side_effect"]["summary"] == "reconciled: the side effect did not happen"
+
+
+async def test_unknown_is_resolved_by_a_person(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    from gateway import cancellation
+    from gateway.errors import Conflict, MalformedRequest
+
+    async def crash(call: AdapterCall) -> AdapterOutcome:
+        raise RuntimeError("boom")
+
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(crash), FunctionPolicy(allow_all)
+    )
+    req = request("fs.apply_patch", arguments={"path": "a.txt", "patch": "x"})
+    record = await run_call(services, req)
+    assert record.outcome == "unknown"
+    with pytest.raises(MalformedRequest):
+        await cancellation.resolve_unknown(services, record, "bob", "succeeded", " ")
+    resolved = await cancellation.resolve_unknown(
+        services, record, "bob", "succeeded", "checked the file by hand"
+    )
+    assert resolved.outcome == "succeeded"
+    assert resolved.result is not None and resolved.result["resolution"]["by"] == "bob"
+    assert resolved.result["error"] is None
+    assert (await store.events(record.id))[-1].type == "outcome.resolved"
+    with pytest.raises(Conflict):
+        await cancellation.resolve_unknown(services, resolved, "bob", "failed", "changed my mind")
+
+
+async def test_recovery_settles_what_a_dead_owner_left(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    from gateway.adapters.file import FileAdapter
+    from gateway.events.model import make_event
+    from gateway.recovery import recover
+
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
+    )
+    services = replace(services, adapters={"file": FileAdapter()})
+    record = await run_call(services, request(call_id="seed"))  # a real execution to copy
+    dead = "nohost:1:1"  # another host, heartbeat stale: its owner is gone
+    stale = record.created_ms - 10 * 60_000
+    started = replace(
+        record,
+        id="ex_dead1",
+        call_id="d1",
+        status=Status.RUNNING,
+        outcome=None,
+        result_json=None,
+        owner=dead,
+        updated_ms=stale,
+        payload_sha256="p1",
+    )
+    unstarted = replace(started, id="ex_dead2", call_id="d2", payload_sha256="p2")
+    for r, types in (
+        (started, ["tool.requested", "tool.started"]),
+        (unstarted, ["tool.requested"]),
+    ):
+        await store.reserve(r, [make_event(r.id, i, t, {}) for i, t in enumerate(types)], None)
+        await store.set_status(r.id, [Status.RUNNING], Status.RUNNING)
+    await store._write(
+        lambda conn: conn.exec_driver_sql(  # age the heartbeats
+            f"UPDATE executions SET updated_ms = {stale} WHERE id IN ('ex_dead1', 'ex_dead2')"
+        )
+    )
+    settled = {r.id: r for r in await recover(services)}
+    # The file holds "hi" (written by the seed call), which is what ex_dead1 meant to write.
+    assert settled["ex_dead1"].outcome == "succeeded"
+    assert settled["ex_dead2"].status is Status.QUEUED  # nothing was attempted: run it again

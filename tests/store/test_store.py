@@ -53,6 +53,7 @@ def record(ex_id: str, call_id: str = "c1", payload: str = "p1", **kw: object) -
         request_json="{}",
         result_json=None,
         fencing_json=None,
+        owner=None,
         created_ms=now,
         updated_ms=now,
     )

@@ -1,0 +1,71 @@
+"""Cancelling executions, and a person resolving an ``unknown`` one.
+
+A queued or parked call is closed as cancelled at once (nothing was attempted). A running
+one is marked ``cancelling`` (durably: whichever replica runs it sees it) and signalled
+here; its execute stage stops the adapter and the result stage reconciles what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from gateway.adapters.base import SideEffectReport
+from gateway.errors import Conflict, ExecutionError, MalformedRequest
+from gateway.events.model import make_event
+from gateway.pipeline.closing import close_execution
+from gateway.pipeline.services import Services
+from gateway.store.records import ExecutionRecord
+from gateway.types import Outcome, Status
+
+RESOLVABLE = {"succeeded": Outcome.SUCCEEDED, "failed": Outcome.FAILED}
+
+
+async def cancel(services: Services, record: ExecutionRecord, by: str) -> ExecutionRecord:
+    """Ask ``record`` to stop; returns its state after the request."""
+    if record.terminal:
+        raise Conflict(
+            f"execution {record.id} already completed ({record.outcome})",
+            code="already_completed",
+            retryable=False,
+        )
+    note = make_event(record.id, 0, "state.checkpointed", {"status": "cancelling", "by": by})
+    unstarted = [Status.QUEUED, Status.AWAITING_APPROVAL]
+    if await services.store.set_status(record.id, unstarted, Status.CANCELLING, [note]):
+        taken = await services.store.get_execution(record.id) or record
+        error = ExecutionError(f"cancelled by {by} before it started", code="cancelled")
+        effect = SideEffectReport(False, False, "nothing was attempted")
+        return await close_execution(services, taken, Outcome.CANCELLED, error, effect)
+    if await services.store.set_status(record.id, [Status.RUNNING], Status.CANCELLING, [note]):
+        services.cancellations.signal(record.id)
+    return await services.store.get_execution(record.id) or record
+
+
+async def resolve_unknown(
+    services: Services, record: ExecutionRecord, by: str, outcome: str, note: str
+) -> ExecutionRecord:
+    """Record a person's verdict on an ``unknown`` execution, as an event."""
+    if outcome not in RESOLVABLE:
+        raise MalformedRequest("outcome must be succeeded or failed", code="invalid_outcome")
+    if not note.strip():
+        raise MalformedRequest("say how you know (note)", code="note_required")
+    if record.outcome != Outcome.UNKNOWN.value or record.result_json is None:
+        raise Conflict(
+            f"only an unknown outcome can be resolved; {record.id} is {record.outcome}",
+            code="not_unknown",
+            retryable=False,
+        )
+    result = json.loads(record.result_json)
+    resolution = {"by": by, "note": note, "at_ms": int(time.time() * 1000), "was": "unknown"}
+    result["outcome"] = outcome
+    result["resolution"] = resolution
+    result["side_effect"]["committed"] = outcome == "succeeded"
+    if outcome == "succeeded":
+        result["error"] = None
+    event = make_event(record.id, 0, "outcome.resolved", {"outcome": outcome, **resolution})
+    changed = await services.store.resolve_outcome(
+        record.id, Outcome.UNKNOWN.value, outcome, json.dumps(result, separators=(",", ":")), event
+    )
+    if not changed:
+        raise Conflict(f"{record.id} was resolved by someone else", code="not_unknown")
+    return await services.store.get_execution(record.id) or record

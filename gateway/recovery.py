@@ -1,0 +1,143 @@
+"""Crash recovery: settle every execution whose owner died while it ran.
+
+On start (and periodically, for other replicas' crashes) the gateway finds executions left
+``running`` or ``cancelling`` whose owner process is gone (same host) or whose heartbeat is
+stale (another host). For each it:
+
+- never re-runs a side effect: one that never reached ``tool.started`` is queued again
+  (nothing was attempted, so running it is safe); one that started is settled;
+- stops what the adapter left behind when it can prove it is its own (the adapter's
+  ``recover(state)`` gets each ``state.checkpointed`` adapter state, e.g. pid + start time);
+- asks the tool's reconcile probes whether the side effect is in place, and commits
+  ``succeeded``, ``failed`` or, when nobody can tell, ``unknown``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from gateway.adapters.base import SideEffectReport
+from gateway.errors import ExecutionError, ToolgateError
+from gateway.instance import owner_is_gone
+from gateway.pipeline import normalise, resolve
+from gateway.pipeline.closing import close_execution
+from gateway.pipeline.probes import run_probes
+from gateway.pipeline.records import Flow
+from gateway.pipeline.services import Services
+from gateway.pipeline.settle import WRITES
+from gateway.store.records import ExecutionRecord
+from gateway.types import Outcome, Status
+
+log = logging.getLogger("toolgate.recovery")
+STALE_LEASES = 3
+"""A heartbeat older than this many lock leases means the owner on another host is gone."""
+
+
+def abandoned(services: Services, record: ExecutionRecord) -> bool:
+    gone = owner_is_gone(record.owner)
+    if gone is not None:
+        return gone
+    stale_ms = STALE_LEASES * services.settings.lock_lease * 1000
+    return time.time() * 1000 - record.updated_ms > stale_ms
+
+
+async def recover(services: Services) -> list[ExecutionRecord]:
+    """Settle every abandoned execution; returns their new states."""
+    settled = []
+    for record in await services.store.unfinished([Status.RUNNING, Status.CANCELLING]):
+        if not abandoned(services, record):
+            continue
+        try:
+            settled.append(await recover_one(services, record))
+        except ToolgateError as exc:
+            log.warning("could not recover %s yet: %s", record.id, exc)
+    return settled
+
+
+async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionRecord:
+    events = await services.store.events(record.id)
+    started = any(e.type == "tool.started" for e in events)
+    if not started:
+        moved = await services.store.set_status(
+            record.id, [Status.RUNNING, Status.CANCELLING], Status.QUEUED
+        )
+        if moved:
+            services.wake_workers()
+            log.info("requeued %s: interrupted before its side effect began", record.id)
+        return await services.store.get_execution(record.id) or record
+    states = [
+        e.data["adapter"] for e in events if e.type == "state.checkpointed" and "adapter" in e.data
+    ]
+    flow = await _rebuild(services, record)
+    if flow is None or flow.tool is None:
+        return await _close_unknown(services, record, "the tool or workspace is gone", ())
+    await _stop_leftovers(services, flow, states)
+    cancelling = record.status is Status.CANCELLING
+    error = ExecutionError(
+        "the gateway stopped while this call was running"
+        + (" (a cancel had been requested)" if cancelling else ""),
+        code="interrupted",
+    )
+    if flow.tool.side_effect not in WRITES:
+        return await close_execution(
+            services,
+            record,
+            Outcome.FAILED,
+            error,
+            SideEffectReport(False, False, "interrupted; no side effect"),
+        )
+    if not flow.tool.reconcile:
+        return await _close_unknown(services, record, "no reconcile probe is declared", ())
+    passed, evidence = await run_probes(services, flow, flow.tool.reconcile, "reconcile")
+    if passed is None:
+        return await _close_unknown(
+            services, record, "the reconcile probe could not read", evidence
+        )
+    if passed:
+        effect = SideEffectReport(True, True, "recovered: the side effect is in place")
+        return await close_execution(
+            services, record, Outcome.SUCCEEDED, None, effect, evidence=evidence
+        )
+    effect = SideEffectReport(True, False, "recovered: the side effect did not happen")
+    outcome = Outcome.CANCELLED if cancelling else Outcome.FAILED
+    return await close_execution(services, record, outcome, error, effect, evidence=evidence)
+
+
+async def _close_unknown(
+    services: Services, record: ExecutionRecord, why: str, evidence: Any
+) -> ExecutionRecord:
+    error = ExecutionError(
+        f"the gateway stopped while this call was running and {why}: the side effect may "
+        "have happened. A person must resolve it (toolgate executions resolve)",
+        code="interrupted",
+    )
+    effect = SideEffectReport(True, False, "unknown: interrupted mid-flight")
+    return await close_execution(
+        services, record, Outcome.UNKNOWN, error, effect, evidence=evidence
+    )
+
+
+async def _rebuild(services: Services, record: ExecutionRecord) -> Flow | None:
+    """The flow of ``record`` as far as normalisation (what probes need)."""
+    flow = Flow.dequeued(record, 0)
+    try:
+        flow = await resolve.run(services, flow)
+        return await normalise.run(services, flow)
+    except ToolgateError as exc:
+        log.warning("cannot rebuild %s for recovery: %s", record.id, exc)
+        return None
+
+
+async def _stop_leftovers(services: Services, flow: Flow, states: list[Any]) -> None:
+    assert flow.tool is not None
+    adapter = services.adapters.get(flow.tool.adapter)
+    stop = getattr(adapter, "recover", None)
+    if stop is None:
+        return
+    for state in states:
+        try:
+            await stop(state)
+        except ToolgateError as exc:
+            log.warning("could not stop what %s left running: %s", flow.execution_id, exc)
