@@ -136,9 +136,9 @@ def cmd_keys_hash(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from gateway.declarations.model import ToolDeclaration
+    from gateway.declarations.loader import declaration_json_schema
 
-    schema = ToolDeclaration.model_json_schema(mode="validation")
+    schema = declaration_json_schema()
     print(json.dumps(schema, indent=2, sort_keys=True))
     return 0
 

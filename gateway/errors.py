@@ -9,6 +9,7 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     ├── RequestError            the request itself is unusable (HTTP 4xx, no execution)
     │   ├── MalformedRequest    400  bad JSON, missing/wrong fields
     │   ├── PayloadTooLarge     413
+    │   ├── UnsupportedMediaType 415
     │   ├── Unauthenticated     401
     │   ├── Forbidden           403
     │   ├── NotFound            404
@@ -80,6 +81,11 @@ class MalformedRequest(RequestError):
 class PayloadTooLarge(RequestError):
     code = "payload_too_large"
     http_status = 413
+
+
+class UnsupportedMediaType(RequestError):
+    code = "unsupported_media_type"
+    http_status = 415
 
 
 class Unauthenticated(RequestError):

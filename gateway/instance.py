@@ -27,7 +27,7 @@ def owner_is_gone(owner: str | None) -> bool | None:
     host, _, rest = owner.partition(":")
     if host != HOST:
         return None
-    pid_text, _, started = rest.partition(":")
+    pid_text, _, _started = rest.partition(":")
     try:
         return _identity(int(pid_text)) != owner
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):

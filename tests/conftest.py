@@ -76,7 +76,9 @@ def project(tmp_path: Path) -> Path:
     """A copy of the shipped configuration, tools, policy and data in a temp dir."""
     for name in ("tools.d", "rego", "policies", "examples"):
         if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
     shutil.copy(REPO / "toolgate.yaml", tmp_path / "toolgate.yaml")
     return tmp_path
 

@@ -121,5 +121,6 @@ class AdapterSpec:
     probes: Mapping[str, frozenset[str]]
     """Probe name → required parameter names."""
     options: type[BaseModel] = NoOptions
-    path_arguments: frozenset[str] = frozenset()
-    """Arguments every tool of this adapter must list in ``paths``."""
+    path_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Operation → path specs a tool of that operation must list in ``paths`` (key ``*``:
+    every operation not listed)."""

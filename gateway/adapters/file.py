@@ -38,10 +38,11 @@ SPEC = AdapterSpec(
         "atomic_replace": _WRITES,
         "apply_patch": _WRITES,
         "append": _WRITES,
+        "write_many": _WRITES,
         "delete": _WRITES,
     },
     probes={"file_sha256": frozenset({"path"}), "file_exists": frozenset({"path"})},
-    path_arguments=frozenset({"path"}),
+    path_arguments={"*": frozenset({"path"}), "write_many": frozenset({"files.*.path"})},
 )
 MAX_LIST_ENTRIES = 10_000
 
@@ -126,8 +127,10 @@ class FileAdapter:
 
 
 def _preview(call: AdapterCall) -> JSON:
-    target = _target(call)
     op = call.tool.operation
+    if op == "write_many":
+        return {"writes": [p.relative for p in call.paths.values()]}
+    target = _target(call)
     if op in ("read", "list"):
         return None
     exists = target.absolute.is_file()
@@ -142,6 +145,8 @@ def _preview(call: AdapterCall) -> JSON:
     before = current.decode("utf-8", "replace")
     if op == "apply_patch":
         after = apply_unified_diff(before, str(call.arguments["patch"]))
+    elif op == "append":
+        after = before + str(call.arguments["content"])
     else:
         after = str(call.arguments["content"])
     diff = unified_diff(before, after, target.relative)
@@ -289,6 +294,55 @@ def _append(call: AdapterCall) -> AdapterOutcome:
     )
 
 
+def _write_many(call: AdapterCall) -> AdapterOutcome:
+    """Write several files, each atomically; report which committed and which did not.
+
+    Not one transaction across files (the filesystem has none): on a failure the outcome is
+    ``partial`` with both lists, so the caller retries only what did not commit.
+    """
+    committed: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
+    for i, item in enumerate(call.arguments["files"]):
+        where = f"files.{i}.path"
+        resolved = call.paths[where]
+        data = str(item["content"]).encode("utf-8")
+        try:
+            target = confine(call.workspace, resolved.relative, where)
+            _write_checked(call, target, data, "wrote")
+            after = file_sha256(target.absolute)  # read back: what is really there
+        except ToolgateError as exc:
+            failed.append({"path": resolved.relative, "error": exc.message})
+            continue
+        committed.append({"path": target.relative, "sha256": after, "size": len(data)})
+        evidence.append(Evidence("file_hash", target.relative, after))
+    return AdapterOutcome(
+        _batch_outcome(committed, failed),
+        data={"committed": committed, "failed": failed},
+        side_effect=Effect(
+            bool(committed or failed),
+            bool(committed),
+            f"wrote {len(committed)} of {len(committed) + len(failed)} files"
+            + ("; retry with only the failed ones" if failed and committed else ""),
+        ),
+        evidence=tuple(evidence),
+        error=None
+        if not failed
+        else ExecutionError(
+            f"{len(failed)} of {len(committed) + len(failed)} files were not written: "
+            + "; ".join(f"{f['path']}: {f['error']}" for f in failed[:5]),
+            code="batch_incomplete",
+            retryable=True,
+        ),
+    )
+
+
+def _batch_outcome(committed: list[Any], failed: list[Any]) -> Outcome:
+    if not failed:
+        return Outcome.SUCCEEDED
+    return Outcome.PARTIAL if committed else Outcome.FAILED
+
+
 def _apply_patch(call: AdapterCall) -> AdapterOutcome:
     target = _target(call)
     try:
@@ -340,5 +394,6 @@ _OPERATIONS: dict[str, Callable[[AdapterCall], AdapterOutcome]] = {
     "atomic_replace": _write,
     "apply_patch": _apply_patch,
     "append": _append,
+    "write_many": _write_many,
     "delete": _delete,
 }

@@ -74,6 +74,9 @@ def _validate(
     if spec is None:
         known = ", ".join(sorted(specs))
         raise ConfigError(f"{lines.where(('adapter',))}: unknown adapter {adapter!r} ({known})")
+    if "options" in raw:
+        where = lines.where(("options",))
+        raise ConfigError(f"{where}: unknown key (adapter settings are top-level keys)")
     option_keys = set(spec.options.model_fields)
     common = {k: v for k, v in raw.items() if k not in option_keys or k in _COMMON_KEYS}
     options_raw = {k: v for k, v in raw.items() if k in option_keys and k not in _COMMON_KEYS}
@@ -118,13 +121,28 @@ def _check_input(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
 
 def _check_paths(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:
     for i, name in enumerate(tool.paths):
-        rule = tool.input.get(name)
+        rule = _rule_at(tool.input, name.split("."))
         if not isinstance(rule, dict):
             yield f"{lines.where(('paths', i))}: path argument {name!r} is not in input"
         elif rule.get("type") != "string":
             yield f"{lines.where(('paths', i))}: path argument {name!r} must have type: string"
-    for name in sorted(spec.path_arguments - set(tool.paths)):
+    needed = spec.path_arguments.get(tool.operation, spec.path_arguments.get("*", frozenset()))
+    for name in sorted(needed - set(tool.paths)):
         yield f"{lines.where(('paths',))}: the {spec.name} adapter needs {name!r} listed in paths"
+
+
+def _rule_at(schema: Mapping[str, Any], parts: list[str]) -> Any:
+    """The cerberus rule a dotted path spec names (``files.*.path`` walks list items)."""
+    rule: Any = {"type": "dict", "schema": schema}
+    for part in parts:
+        if not isinstance(rule, dict):
+            return None
+        if part == "*":
+            rule = rule.get("schema") if rule.get("type") == "list" else None
+        else:
+            nested = rule.get("schema") if rule.get("type") == "dict" else None
+            rule = nested.get(part) if isinstance(nested, dict) else None
+    return rule
 
 
 def _templates(tool: ToolDeclaration) -> Iterable[tuple[tuple[str | int, ...], Template]]:
@@ -173,3 +191,32 @@ def _check_probe(
         return
     for missing in sorted(required - set(params)):
         yield f"{lines.where(loc)}: probe {name!r} needs the parameter {missing!r}"
+
+
+def declaration_json_schema(specs: Mapping[str, AdapterSpec] = SPECS) -> dict[str, Any]:
+    """The JSON Schema of a declaration file for editors: the common keys plus every
+    adapter's own top-level keys (each described with the adapters it belongs to)."""
+    schema = ToolDeclaration.model_json_schema(mode="validation")
+    props: dict[str, Any] = schema["properties"]
+    props.pop("options", None)
+    defs: dict[str, Any] = schema.setdefault("$defs", {})
+    owners: dict[str, list[str]] = {}
+    for name, spec in sorted(specs.items()):
+        extra = spec.options.model_json_schema(mode="validation")
+        defs.update(extra.pop("$defs", {}))
+        for key, prop in extra.get("properties", {}).items():
+            if key in props and key not in owners:
+                continue  # a common key wins
+            owners.setdefault(key, []).append(name)
+            if key in props:
+                props[key] = {"anyOf": [props[key], prop]} if props[key] != prop else prop
+            else:
+                props[key] = prop
+    for key, adapters in owners.items():
+        props[key] = {
+            **props[key],
+            "description": f"(adapter: {', '.join(adapters)}) "
+            + str(props[key].get("description", "")),
+        }
+    schema["additionalProperties"] = False
+    return schema

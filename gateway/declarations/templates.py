@@ -24,7 +24,7 @@ _FUNCTIONS: dict[str, Callable[[Any], str]] = {
     "json": lambda v: json.dumps(v, sort_keys=True, separators=(",", ":")),
 }
 _EXPR = re.compile(r"^(?:(?P<fn>[a-z0-9_]+)\((?P<inner>[^()]*)\)|(?P<path>[^()]*))$")
-_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*$")
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.(?:[A-Za-z0-9_]+|\*))*$")
 
 
 class TemplateError(ValueError):
@@ -60,6 +60,26 @@ class Template:
     def references(self) -> tuple[tuple[str, ...], ...]:
         return tuple(p.path for p in self.parts if isinstance(p, _Hole))
 
+    @property
+    def expands(self) -> bool:
+        """True when a hole has a ``*`` segment: the template renders once per list item."""
+        return any("*" in ref for ref in self.references)
+
+    def render_all(self, context: Mapping[str, Any]) -> list[str]:
+        """Every rendering of a template whose holes may contain one ``*`` (list items)."""
+        wild = next((ref for ref in self.references if "*" in ref), None)
+        if wild is None:
+            return [self.render(context)]
+        star = wild.index("*")
+        items = lookup(context, wild[:star])
+        if not isinstance(items, list | tuple):
+            raise TemplateError(f"'{'.'.join(wild[:star])}' is not a list")
+        out = []
+        for i in range(len(items)):
+            concrete = Template(self.source, tuple(_bind(p, wild, star, i) for p in self.parts))
+            out.append(concrete.render(context))
+        return out
+
     def render(self, context: Mapping[str, Any]) -> str:
         out = []
         for part in self.parts:
@@ -69,6 +89,13 @@ class Template:
             value = lookup(context, part.path)
             out.append(_FUNCTIONS[part.fn](value) if part.fn else _text(value))
         return "".join(out)
+
+
+def _bind(part: str | _Hole, wild: tuple[str, ...], star: int, index: int) -> str | _Hole:
+    if isinstance(part, _Hole) and part.path[: star + 1] == wild[: star + 1]:
+        path = (*part.path[:star], str(index), *part.path[star + 1 :])
+        return _Hole(path, part.fn)
+    return part
 
 
 def lookup(context: Mapping[str, Any], path: tuple[str, ...]) -> Any:

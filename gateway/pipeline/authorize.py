@@ -9,6 +9,7 @@ from typing import Any, cast
 from gateway.approvals import tokens
 from gateway.errors import PolicyDenied, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of
+from gateway.pipeline.validate import check_state_guards
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
 from gateway.store.records import ApprovalRecord
@@ -67,6 +68,7 @@ async def run(services: Services, flow: Flow) -> Flow:
             "denied by policy: " + ("; ".join(decision.reasons) or "no reason given"),
             details={"reasons": list(decision.reasons)},
         )
+    await check_state_guards(services, flow)  # only now: the caller may see this state
     if decision.result is DecisionResult.REQUIRE_APPROVAL:
         if flow.approval is not None:
             raise PolicyDenied(

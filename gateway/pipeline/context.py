@@ -32,7 +32,10 @@ def template_context(flow: Flow) -> dict[str, Any]:
 
 
 def deadline_of(services: Services, flow: Flow) -> float:
-    """Epoch seconds: the request's deadline, capped by the tool's timeout from now."""
+    """Epoch seconds: the request's deadline, capped by the tool's timeout from now.
+
+    Computed when asked: waiting for locks and running the adapter are each bounded by the
+    tool's ``timeout`` (and both by the request's deadline)."""
     assert flow.tool is not None
     cap = time.time() + flow.tool.timeout
     if flow.request.deadline_ms is None:

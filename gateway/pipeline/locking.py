@@ -26,11 +26,12 @@ def lock_requests(flow: Flow) -> list[LockRequest]:
     modes: dict[str, LockRequest] = {}
     for decl in flow.tool.locks:
         try:
-            key = decl.key.render(context)
+            keys = decl.key.render_all(context)
         except TemplateError as exc:
             raise ValidationError(f"lock key {decl.key.source!r}: {exc}", code="lock_key") from exc
-        if key not in modes or decl.mode.value == "exclusive":
-            modes[key] = LockRequest(key, decl.mode)
+        for key in keys:
+            if key not in modes or decl.mode.value == "exclusive":
+                modes[key] = LockRequest(key, decl.mode)
     return sorted(modes.values(), key=lambda r: r.key)
 
 

@@ -29,11 +29,11 @@ async def run(services: Services, flow: Flow) -> Flow:
     assert flow.tool is not None
     arguments = _normalise(services, flow, req.arguments)
     paths: dict[str, ResolvedPath] = {}
-    for name in flow.tool.paths:
-        if name in arguments:
-            resolved = confine(workspace, arguments[name], name)
-            paths[name] = resolved
-            arguments[name] = resolved.relative
+    for spec in flow.tool.paths:
+        for where, container, key in _path_slots(arguments, spec.split(".")):
+            resolved = confine(workspace, container[key], where)
+            paths[where] = resolved
+            container[key] = resolved.relative
     return flow.but(
         workspace=workspace,
         arguments=arguments,
@@ -42,6 +42,25 @@ async def run(services: Services, flow: Flow) -> Flow:
         arguments_sha256=sha256_json(arguments),
         roles=services.roles(req.principal),
     )
+
+
+def _path_slots(value: Any, parts: list[str], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted location, container, key) of every value a path spec names; ``*`` walks a
+    list (``files.*.path``). Missing optional values are skipped."""
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        items = value if isinstance(value, list) else []
+        keys: list[Any] = list(range(len(items)))
+    else:
+        keys = [head] if isinstance(value, dict) and head in value else []
+    found = []
+    for key in keys:
+        where = f"{prefix}{key}"
+        if rest:
+            found.extend(_path_slots(value[key], rest, where + "."))
+        else:
+            found.append((where, value, key))
+    return found
 
 
 def _normalise(services: Services, flow: Flow, raw: Any) -> dict[str, Any]:

@@ -139,6 +139,7 @@ async def _existing(services: Services, flow: Flow, found: Existing) -> Flow:
             f"call_id {first.call_id!r} of run {first.run_id!r} was already used for a "
             f"different request (execution {first.id})",
             code="call_id_reused",
+            retryable=False,
             details={"execution_id": first.id},
         )
     return flow.but(existing=first, events=())

@@ -1,7 +1,10 @@
-"""Stage 3 — validate: state guards and runtime checks (the schema layer ran in normalise).
+"""Stage 3 — validate: runtime checks (deadline, idempotency key, quota); the schema layer
+ran in normalise.
 
-``check_state_guards`` runs again after the locks are taken (stage 6): a compare-and-swap
-guard is only atomic inside the same critical section as the write.
+``check_state_guards`` compares ``expected_state`` with the real state. It runs only once
+policy has allowed the call (stage 4; reading state for a caller the policy would refuse
+would leak it), and again after the locks are taken (stage 6): a compare-and-swap guard is
+only atomic inside the same critical section as the write.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ async def run(services: Services, flow: Flow) -> Flow:
             code="idempotency_key_required",
         )
     await check_quota(services, flow)
-    await check_state_guards(services, flow)
     return flow
 
 

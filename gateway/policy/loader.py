@@ -104,6 +104,9 @@ def compact_message(exc: BaseException) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     where = next((ln[3:].strip() for ln in lines if ln.startswith("-->")), None)
     what = next((ln[6:].strip() for ln in lines if ln.startswith("error:")), None)
+    cause = next((lines[i + 1] for i, ln in enumerate(lines[:-1]) if ln == "Caused by:"), None)
+    if what is not None and cause and (what.endswith(":") or cause not in what):
+        what = f"{what} {cause}".strip()  # "Compilation error:" alone names no fault
     if what is None:
         return lines[0][:500]
     return f"{where}: {what}"[:500] if where else what[:500]

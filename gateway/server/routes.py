@@ -13,7 +13,14 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import cancellation
 from gateway.approvals import service as approvals
-from gateway.errors import Forbidden, MalformedRequest, NotFound, PayloadTooLarge, ResolveError
+from gateway.errors import (
+    Forbidden,
+    MalformedRequest,
+    NotFound,
+    PayloadTooLarge,
+    ResolveError,
+    UnsupportedMediaType,
+)
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import resume_call, run_call
 from gateway.pipeline.services import Services
@@ -39,9 +46,7 @@ async def read_json(request: Request, limit: int) -> Any:
     """The request body as JSON, refusing oversize bodies before parsing them."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
     if ctype != "application/json" and not ctype.endswith("+json"):
-        raise MalformedRequest(
-            f"send Content-Type: application/json (got {ctype!r})", code="unsupported_media_type"
-        )
+        raise UnsupportedMediaType(f"send Content-Type: application/json (got {ctype!r})")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the body is larger than {limit} bytes")
@@ -118,7 +123,10 @@ async def _visible_execution(request: Request) -> tuple[Services, ExecutionRecor
 
 
 def _may_see(services: Services, principal: str, record: ExecutionRecord) -> bool:
-    return record.principal == principal or APPROVER_ROLE in services.roles(principal)
+    """The caller's own executions; approvers (by policy data) see every execution."""
+    return record.principal == principal or bool(
+        set(services.roles(principal)) & _approver_roles(services)
+    )
 
 
 MAX_WAIT_S = 60.0

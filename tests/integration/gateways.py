@@ -30,7 +30,9 @@ def make_project(root: Path, database_url: str, quotas: bool = False) -> Path:
     for name in ("tools.d", "rego", "policies", "examples"):
         if (REPO / name).is_dir():
             shutil.copytree(
-                REPO / name, root / name, dirs_exist_ok=True,
+                REPO / name,
+                root / name,
+                dirs_exist_ok=True,
                 ignore=shutil.ignore_patterns("__pycache__"),
             )
     config = yaml.safe_load((REPO / "toolgate.yaml").read_text())
@@ -47,43 +49,57 @@ def make_project(root: Path, database_url: str, quotas: bool = False) -> Path:
 
 @contextmanager
 def gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Start ``toolgate serve`` and yield its base URL; stop it afterwards."""
-    port = free_port()
-    log = (config.parent / f"gateway-{port}.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "--config",
-            str(config),
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        cwd=config.parent,
-    )
-    url = f"http://127.0.0.1:{port}"
+    """Start ``toolgate serve`` and yield its base URL; stop it afterwards.
+
+    A start that loses its port to another process (free_port is only a guess) is retried
+    on a new port."""
+    for attempt in range(3):
+        port = free_port()
+        log_path = config.parent / f"gateway-{port}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gateway.cli",
+                    "--config",
+                    str(config),
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=config.parent,
+            )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, proc)
+            break
+        except RuntimeError:
+            stop(proc)
+            if attempt == 2 or b"address already in use" not in log_path.read_bytes():
+                raise
     try:
-        wait_healthy(url, proc)
         yield url
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
+        stop(proc)
 
 
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import anyio

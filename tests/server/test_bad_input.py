@@ -58,7 +58,7 @@ def test_wrong_content_type(client: TestClient) -> None:
         content=b"a=b",
         headers={**auth(), "Content-Type": "application/x-www-form-urlencoded"},
     )
-    assert response.status_code == 400
+    assert response.status_code == 415
     assert response.json()["code"] == "unsupported_media_type"
 
 

@@ -231,3 +231,35 @@ def test_symlink_escape_is_refused(
     assert result["outcome"] == "failed"
     assert result["error"]["type"] == "path_escape"
     assert outside.read_text() == "secret"
+
+
+def test_batch_write_is_partial_when_some_fail(client: TestClient, workspace_root: Path) -> None:
+    (workspace_root / "blocked").write_text("a file where a directory is needed")
+    files = [
+        {"path": "batch/one.txt", "content": "1"},
+        {"path": "blocked/two.txt", "content": "2"},
+        {"path": "batch/three.txt", "content": "3"},
+    ]
+    response = _post(client, body("fs.write_files", {"files": files}))
+    result = response.json()["result"]
+    assert result["outcome"] == "partial", result
+    assert [c["path"] for c in result["data"]["committed"]] == ["batch/one.txt", "batch/three.txt"]
+    assert [f["path"] for f in result["data"]["failed"]] == ["blocked/two.txt"]
+    assert result["side_effect"]["committed"] is True
+    assert "retry" in result["side_effect"]["summary"]
+    assert len([e for e in result["evidence"] if e["kind"] == "file_hash"]) == 2
+    assert (workspace_root / "batch/one.txt").read_text() == "1"
+    events = client.get(response.json()["links"]["events"], headers=auth()).json()["items"]
+    locks = next(e for e in events if e["type"] == "lock.acquired")["data"]["tokens"]
+    assert sorted(locks) == [
+        "ws:demo:file:batch/one.txt",
+        "ws:demo:file:batch/three.txt",
+        "ws:demo:file:blocked/two.txt",
+    ]
+
+
+def test_batch_paths_are_confined(client: TestClient, workspace_root: Path) -> None:
+    files = [{"path": "ok.txt", "content": "1"}, {"path": "../escape.txt", "content": "2"}]
+    result = _post(client, body("fs.write_files", {"files": files})).json()["result"]
+    assert result["outcome"] == "failed" and result["error"]["type"] == "path_escape"
+    assert not (workspace_root / "ok.txt").exists()
