@@ -195,6 +195,18 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     return _request(args, "POST", f"/v1/approvals/{args.id}/{action}", body)
 
 
+def cmd_executions(args: argparse.Namespace) -> int:
+    action = args.executions_command
+    if action == "show":
+        return _request(args, "GET", f"/v1/executions/{args.id}")
+    if action == "events":
+        return _request(args, "GET", f"/v1/executions/{args.id}/events")
+    if action == "cancel":
+        return _request(args, "POST", f"/v1/executions/{args.id}/cancel")
+    body = {"outcome": args.outcome, "note": args.note}
+    return _request(args, "POST", f"/v1/executions/{args.id}/resolve", body)
+
+
 def cmd_call(args: argparse.Namespace) -> int:
     import httpx
 
@@ -298,6 +310,19 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (alist, ashow, aapprove, adeny):
         _client_options(p)
         p.set_defaults(fn=cmd_approvals)
+
+    executions = sub.add_parser("executions", help="show, cancel or resolve executions")
+    esub = executions.add_subparsers(dest="executions_command", required=True)
+    eshow = esub.add_parser("show", help="one execution")
+    eevents = esub.add_parser("events", help="its event log")
+    ecancel = esub.add_parser("cancel", help="ask it to stop")
+    eresolve = esub.add_parser("resolve", help="settle an unknown outcome (approvers)")
+    eresolve.add_argument("--outcome", required=True, choices=["succeeded", "failed"])
+    eresolve.add_argument("--note", required=True, help="how you know")
+    for p in (eshow, eevents, ecancel, eresolve):
+        p.add_argument("id")
+        _client_options(p)
+        p.set_defaults(fn=cmd_executions)
 
     keys = sub.add_parser("keys", help="API key helpers")
     ksub = keys.add_subparsers(dest="keys_command", required=True)

@@ -9,9 +9,9 @@ from typing import Any, cast
 from gateway.approvals import tokens
 from gateway.errors import PolicyDenied, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of
-from gateway.pipeline.validate import check_state_guards
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
+from gateway.pipeline.validate import check_state_guards
 from gateway.store.records import ApprovalRecord
 from gateway.types import JSON, DecisionResult
 

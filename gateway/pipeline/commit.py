@@ -29,6 +29,9 @@ async def run(services: Services, flow: Flow) -> Flow:
             build_record(flow, Status.COMPLETED),
             outcome=result.outcome.value,
             result_json=result_json,
+            fencing_json=fencing_json,
+            # an ephemeral read passed validation: it counts against quotas
+            risk=flow.tool.risk.value if flow.ephemeral and flow.tool else None,
         )
         found = await services.store.insert_completed(record, flow.events)
         if isinstance(found, Existing):

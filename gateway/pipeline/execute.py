@@ -33,11 +33,13 @@ async def run(services: Services, flow: Flow) -> Flow:
     flow = flow.but(started_ms=int(time.time() * 1000)).emit(
         "tool.started", adapter=flow.tool.adapter, operation=flow.tool.operation
     )
-    await services.store.append(flow.execution_id, flow.events, Status.RUNNING)
-    flow = flow.drained()
+    durable = not flow.ephemeral
+    if durable:
+        await services.store.append(flow.execution_id, flow.events, Status.RUNNING)
+        flow = flow.drained()
     await services.faults.hit("before_adapter")
     cancelled = services.cancellations.register(flow.execution_id)
-    sink = OutputSink(services.store, flow.execution_id, flow.seq)
+    sink = OutputSink(services.store, flow.execution_id, flow.seq, durable=durable)
     call = replace(
         adapter_call(services, flow, cancelled),
         emit_output=sink.emit,
@@ -56,7 +58,11 @@ async def run(services: Services, flow: Flow) -> Flow:
     await sink.flush()
     await services.faults.hit("after_side_effect")
     return flow.but(
-        seq=sink.next_seq, raw=raw, failure=failure, finished_ms=int(time.time() * 1000)
+        events=(*flow.events, *sink.kept),
+        seq=sink.next_seq,
+        raw=raw,
+        failure=failure,
+        finished_ms=int(time.time() * 1000),
     )
 
 

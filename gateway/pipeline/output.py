@@ -29,11 +29,15 @@ class OutputSink:
         *,
         max_bytes: int = 256 * 1024,
         interval: float = 0.25,
+        durable: bool = True,
     ) -> None:
         self._store, self._execution_id = store, execution_id
         self._seq = first_seq
         self._max_bytes, self._interval = max_bytes, interval
         self._pending: list[tuple[str, str]] = []
+        self._durable = durable
+        self.kept: list[Event] = []
+        """Output events of a non-durable call, for the final commit to write in order."""
         self.stored_bytes = 0
         self.dropped_bytes = 0
 
@@ -85,6 +89,9 @@ class OutputSink:
                 )
             )
             self._seq += 1
+        if not self._durable:
+            self.kept.extend(events)
+            return
         try:
             await self._store.append(self._execution_id, events)
         except ToolgateError:

@@ -137,6 +137,8 @@ class Flow:
     """The approval this call runs under (resumed by the gateway, or an approval_token)."""
     record: ExecutionRecord | None = None
     """Set once the execution is durable in the store."""
+    ephemeral: bool = False
+    """A read with nothing to protect: no reservation; one insert at commit."""
     existing: ExecutionRecord | None = None
     """Set when the call resolves to an execution that already exists (replay)."""
     respond_async: bool = False

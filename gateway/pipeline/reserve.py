@@ -19,7 +19,7 @@ from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
 from gateway.store.records import ExecutionRecord, IdempotencyClaim
 from gateway.store.store import ApprovalUnavailable, Existing
-from gateway.types import Status
+from gateway.types import SideEffect, Status
 
 
 def build_record(flow: Flow, status: Status) -> ExecutionRecord:
@@ -85,6 +85,8 @@ async def run(services: Services, flow: Flow) -> Flow:
             tool_version=str(flow.tool.version),
             expires_ms=int((time.time() + services.settings.idempotency_ttl) * 1000),
         )
+    if _needs_no_reservation(flow, claim):
+        return flow.but(ephemeral=True)
     spend = flow.approval.id if flow.approval else None
     outcome = await services.store.reserve(record, flow.events, claim, consume_approval=spend)
     if isinstance(outcome, Existing):
@@ -101,6 +103,20 @@ async def run(services: Services, flow: Flow) -> Flow:
         services.wake_workers()
         return flow.but(existing=record)
     return flow
+
+
+def _needs_no_reservation(flow: Flow, claim: IdempotencyClaim | None) -> bool:
+    """A read (no side effect) that nobody waits on, replays or approves needs no durable
+    reservation: the execution is written once, with its result (saves two transactions).
+    """
+    assert flow.tool is not None
+    return (
+        flow.tool.side_effect in (SideEffect.NONE, SideEffect.READ)
+        and claim is None
+        and flow.awaiting is None
+        and flow.approval is None
+        and not flow.respond_async
+    )
 
 
 async def _resume(services: Services, flow: Flow) -> Flow:

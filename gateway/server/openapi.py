@@ -23,6 +23,19 @@ _EXECUTION = {"$ref": "#/components/schemas/Execution"}
 _ID_PARAM = {"name": "execution_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
+_APPROVAL_PARAM = {
+    "name": "approval_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+}
+
+
+def _json_body(properties: dict[str, Any]) -> dict[str, Any]:
+    schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    return {"required": False, "content": {"application/json": {"schema": schema}}}
+
+
 def build_openapi() -> dict[str, Any]:
     request_schema = ExecutionRequestBody.model_json_schema(
         ref_template="#/components/schemas/{model}"
@@ -110,6 +123,91 @@ def _paths() -> dict[str, Any]:
                 "summary": "The execution's append-only event log",
                 "parameters": [_ID_PARAM],
                 "responses": {"200": _resp("events in order", {"type": "object"}), **_ERRORS},
+            }
+        },
+        "/v1/executions/{execution_id}/cancel": {
+            "post": {
+                "summary": "Ask an execution to stop (queued/parked: cancelled at once)",
+                "parameters": [_ID_PARAM],
+                "responses": {
+                    "200": _resp("cancelled", _EXECUTION),
+                    "202": _resp("cancelling", _EXECUTION),
+                    "409": _resp("already completed"),
+                    **_ERRORS,
+                },
+            }
+        },
+        "/v1/executions/{execution_id}/resolve": {
+            "post": {
+                "summary": "A person settles an unknown outcome (approvers)",
+                "parameters": [_ID_PARAM],
+                "requestBody": _json_body(
+                    {"outcome": {"enum": ["succeeded", "failed"]}, "note": {"type": "string"}}
+                ),
+                "responses": {
+                    "200": _resp("resolved", _EXECUTION),
+                    "409": _resp("the outcome is not unknown"),
+                    **_ERRORS,
+                },
+            }
+        },
+        "/v1/cancellations": {
+            "post": {
+                "summary": "Cancel every unfinished execution carrying a cancellation_token",
+                "requestBody": _json_body({"cancellation_token": {"type": "string"}}),
+                "responses": {
+                    "200": _resp("nothing to cancel", {"type": "object"}),
+                    "202": _resp("the executions asked to stop", {"type": "object"}),
+                    **_ERRORS,
+                },
+            }
+        },
+        "/v1/approvals/{approval_id}": {
+            "get": {
+                "summary": "What the approver sees: tool, arguments, preview, reasons",
+                "parameters": [_APPROVAL_PARAM],
+                "responses": {"200": _resp("the approval", {"type": "object"}), **_ERRORS},
+            }
+        },
+        "/v1/approvals/{approval_id}/approve": {
+            "post": {
+                "summary": "Approve: resume the call (default) or return an approval_token",
+                "parameters": [_APPROVAL_PARAM],
+                "requestBody": _json_body(
+                    {"comment": {"type": "string"}, "resume": {"type": "boolean"}}
+                ),
+                "responses": {
+                    "200": _resp("approved; approval_token returned", {"type": "object"}),
+                    "202": _resp("approved; the call resumes", {"type": "object"}),
+                    "409": _resp("already decided, expired or moot"),
+                    **_ERRORS,
+                },
+            }
+        },
+        "/v1/approvals/{approval_id}/deny": {
+            "post": {
+                "summary": "Deny: the parked call ends failed in phase policy",
+                "parameters": [_APPROVAL_PARAM],
+                "requestBody": _json_body({"comment": {"type": "string"}}),
+                "responses": {"200": _resp("denied", {"type": "object"}), **_ERRORS},
+            }
+        },
+        "/v1/artifacts/{artifact_id}": {
+            "get": {
+                "summary": "An artifact (e.g. a screenshot) of one of the caller's executions",
+                "parameters": [
+                    {
+                        "name": "artifact_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {
+                    "200": {"description": "the artifact's bytes"},
+                    "404": _resp("no such artifact (or not the caller's)"),
+                    **_ERRORS,
+                },
             }
         },
         "/v1/tools": {

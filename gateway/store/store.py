@@ -227,13 +227,16 @@ class Store:
     async def insert_completed(
         self, record: ExecutionRecord, events: Sequence[Event]
     ) -> ReserveResult:
-        """Record a call that ended before reservation (rejected) in one transaction."""
+        """Record, in one transaction, a call that was never reserved: one rejected before
+        reservation, or a read that needed none. Releases any locks it held."""
 
         def run(conn: Connection) -> ReserveResult:
             existing = self._same_call(conn, record)
             if existing is not None:
+                conn.execute(LOCKS.delete().where(LOCKS.c.holder == record.id))
                 return existing
             conn.execute(EXECUTIONS.insert().values(**asdict(record) | _status(record)))
+            conn.execute(LOCKS.delete().where(LOCKS.c.holder == record.id))
             self._insert_events(conn, events)
             return Reserved()
 

@@ -46,3 +46,14 @@ def test_openapi_lists_the_routes(client: TestClient) -> None:
     for path in ("/v1/executions", "/v1/executions/{execution_id}", "/v1/tools/{name}", "/healthz"):
         assert path in doc["paths"]
     assert "ExecutionRequest" in doc["components"]["schemas"]
+
+
+def test_openapi_covers_every_route(client: TestClient) -> None:
+    from starlette.routing import Route
+
+    doc = client.get("/openapi.json", headers=auth()).json()
+    for route in client.app.routes:  # type: ignore[attr-defined]
+        if isinstance(route, Route) and route.path.startswith(("/v1", "/healthz", "/readyz")):
+            methods = {m.lower() for m in route.methods or ()} - {"head"}
+            assert route.path in doc["paths"], route.path
+            assert methods <= set(doc["paths"][route.path]), (route.path, methods)

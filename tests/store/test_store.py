@@ -142,7 +142,7 @@ async def test_shared_locks_coexist_but_block_exclusive(store: Store) -> None:
 
 
 async def test_all_or_nothing_and_lease_expiry(store: Store) -> None:
-    await store.try_acquire("ex1", "c1", [LockRequest("b", LockMode.EXCLUSIVE)], 0.05)
+    await store.try_acquire("ex1", "c1", [LockRequest("b", LockMode.EXCLUSIVE)], 1.0)
     both = [LockRequest("a", LockMode.EXCLUSIVE), LockRequest("b", LockMode.EXCLUSIVE)]
     assert isinstance(await store.try_acquire("ex2", "c2", both, 30), LockBusy)
     # "a" must not have been kept by the failed attempt:
@@ -150,7 +150,7 @@ async def test_all_or_nothing_and_lease_expiry(store: Store) -> None:
         await store.try_acquire("ex3", "c3", [LockRequest("a", LockMode.EXCLUSIVE)], 30), LockBusy
     )
     await store.release_locks("ex3")
-    await anyio.sleep(0.1)  # ex1's lease on "b" has run out: a dead holder is recovered
+    await anyio.sleep(1.1)  # ex1's lease on "b" has run out: a dead holder is recovered
     assert not isinstance(await store.try_acquire("ex2", "c2", both, 30), LockBusy)
 
 
