@@ -40,6 +40,10 @@ def load_sources(settings: Settings) -> Loaded:
         )
     except ConfigError as exc:
         problems.extend(exc.problems)
+    try:
+        Faults.parse(settings.faults)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
     if problems or catalogue is None or sources is None:
         raise ConfigError(problems)
     return Loaded(catalogue, sources)

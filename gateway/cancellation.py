@@ -11,7 +11,7 @@ import json
 import time
 
 from gateway.adapters.base import SideEffectReport
-from gateway.errors import Conflict, ExecutionError, MalformedRequest
+from gateway.errors import Conflict, ExecutionError, Forbidden, MalformedRequest
 from gateway.events.model import make_event
 from gateway.pipeline.closing import close_execution
 from gateway.pipeline.services import Services
@@ -33,6 +33,8 @@ async def cancel(services: Services, record: ExecutionRecord, by: str) -> Execut
     unstarted = [Status.QUEUED, Status.AWAITING_APPROVAL]
     if await services.store.set_status(record.id, unstarted, Status.CANCELLING, [note]):
         taken = await services.store.get_execution(record.id) or record
+        if taken.approval_id is not None:
+            await services.store.withdraw_approval(taken.approval_id)
         error = ExecutionError(f"cancelled by {by} before it started", code="cancelled")
         effect = SideEffectReport(False, False, "nothing was attempted")
         return await close_execution(services, taken, Outcome.CANCELLED, error, effect)
@@ -49,6 +51,9 @@ async def resolve_unknown(
         raise MalformedRequest("outcome must be succeeded or failed", code="invalid_outcome")
     if not note.strip():
         raise MalformedRequest("say how you know (note)", code="note_required")
+    allow_self = bool((services.policy_data.get("approvers") or {}).get("allow_self_approval"))
+    if by == record.principal and not allow_self:
+        raise Forbidden("nobody resolves the outcome of their own call", code="self_approval")
     if record.outcome != Outcome.UNKNOWN.value or record.result_json is None:
         raise Conflict(
             f"only an unknown outcome can be resolved; {record.id} is {record.outcome}",
@@ -60,6 +65,7 @@ async def resolve_unknown(
     result["outcome"] = outcome
     result["resolution"] = resolution
     result["side_effect"]["committed"] = outcome == "succeeded"
+    result["side_effect"]["summary"] = f"resolved by {by} as {outcome}: {note}"
     if outcome == "succeeded":
         result["error"] = None
     event = make_event(record.id, 0, "outcome.resolved", {"outcome": outcome, **resolution})

@@ -48,6 +48,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(
         f"toolgate: policy {settings.policy_backend}: {modules} + data from {settings.policies_dir}"
     )
+    if settings.faults:
+        print(f"toolgate: FAULT INJECTION ON: {settings.faults}", file=sys.stderr)
     for principal in settings.principals:
         if principal.label:
             print(f"toolgate: principal {principal.id}: {principal.label}")
@@ -295,7 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     approvals = sub.add_parser("approvals", help="list, show and decide approvals")
     asub = approvals.add_subparsers(dest="approvals_command", required=True)
     alist = asub.add_parser("list", help="approvals, optionally by --status")
-    alist.add_argument("--status", choices=["pending", "approved", "denied", "expired", "used"])
+    alist.add_argument(
+        "--status", choices=["pending", "approved", "denied", "expired", "used", "withdrawn"]
+    )
     ashow = asub.add_parser("show", help="one approval: tool, arguments, preview, reasons")
     ashow.add_argument("id")
     aapprove = asub.add_parser("approve", help="approve (the gateway then runs the call)")

@@ -20,13 +20,14 @@ from typing import Any
 
 from gateway.adapters.base import SideEffectReport
 from gateway.errors import ExecutionError, ToolgateError
-from gateway.instance import owner_is_gone
+from gateway.events.model import make_event
+from gateway.instance import INSTANCE_ID, owner_is_gone
 from gateway.pipeline import normalise, resolve
 from gateway.pipeline.closing import close_execution
 from gateway.pipeline.probes import run_probes
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
-from gateway.pipeline.settle import WRITES
+from gateway.pipeline.settle import WRITES, with_retryable
 from gateway.store.records import ExecutionRecord
 from gateway.types import Outcome, Status
 
@@ -36,6 +37,10 @@ STALE_LEASES = 3
 
 
 def abandoned(services: Services, record: ExecutionRecord) -> bool:
+    if record.id in services.active:
+        return False
+    if record.owner == INSTANCE_ID:
+        return True  # ours, yet no flow runs it: it failed mid-way and was left behind
     gone = owner_is_gone(record.owner)
     if gone is not None:
         return gone
@@ -60,8 +65,11 @@ async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionR
     events = await services.store.events(record.id)
     started = any(e.type == "tool.started" for e in events)
     if not started:
+        note = make_event(
+            record.id, 0, "state.checkpointed", {"status": "queued", "by": "recovery"}
+        )
         moved = await services.store.set_status(
-            record.id, [Status.RUNNING, Status.CANCELLING], Status.QUEUED
+            record.id, [Status.RUNNING, Status.CANCELLING], Status.QUEUED, [note]
         )
         if moved:
             services.wake_workers()
@@ -102,7 +110,8 @@ async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionR
         )
     effect = SideEffectReport(True, False, "recovered: the side effect did not happen")
     outcome = Outcome.CANCELLED if cancelling else Outcome.FAILED
-    return await close_execution(services, record, outcome, error, effect, evidence=evidence)
+    safe = with_retryable(error, True)  # the probe shows nothing happened: a retry is safe
+    return await close_execution(services, record, outcome, safe, effect, evidence=evidence)
 
 
 async def _close_unknown(

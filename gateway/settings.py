@@ -54,13 +54,12 @@ class Settings(_Frozen):
     once and kept in ``var/approval.key``."""
     faults: str = ""
     """A fault-injection plan (see gateway/faults.py); empty = off."""
-    cancel_grace: Duration = 2.0
+    cancel_grace: Duration = 5.0
     """How long an adapter has to stop after a cancel before it is cut off."""
     workers: int = Field(default=4, ge=1, le=256)
     """Concurrent executions of queued (``Prefer: respond-async``) calls per process."""
     sweep_interval: Duration = 5.0
     """How often expired approvals and idempotency records are swept."""
-    default_timeout: Duration = 30.0
     principals: tuple[Principal, ...] = ()
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-adapter configuration sections (``adapters: {database: {...}}``), each checked by

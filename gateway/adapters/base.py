@@ -121,6 +121,9 @@ class AdapterSpec:
     probes: Mapping[str, frozenset[str]]
     """Probe name → required parameter names."""
     options: type[BaseModel] = NoOptions
+    durable_reads: bool = False
+    """True when even a read leaves something to clean up after a crash (a process):
+    such reads are reserved like writes, so recovery can find them."""
     path_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Operation → path specs a tool of that operation must list in ``paths`` (key ``*``:
     every operation not listed)."""

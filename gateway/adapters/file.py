@@ -73,13 +73,22 @@ def atomic_write(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode if mode is not None else NEW_FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _default_mode() -> int:
+    """0o666 less the process umask: what open() would have given a new file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+NEW_FILE_MODE = _default_mode()  # read once: os.umask is process-wide, not thread-safe
 
 
 def _fsync_dir(directory: Path) -> None:

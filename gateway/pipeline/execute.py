@@ -16,13 +16,13 @@ from dataclasses import replace
 
 import anyio
 
-from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome
+from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.errors import ExecutionError, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of
 from gateway.pipeline.output import OutputSink
-from gateway.pipeline.records import Flow
+from gateway.pipeline.records import Flow, ToolResult
 from gateway.pipeline.services import Services
-from gateway.types import Status
+from gateway.types import Outcome, Status
 
 log = logging.getLogger("toolgate.execute")
 WATCH_INTERVAL = 0.5
@@ -35,7 +35,11 @@ async def run(services: Services, flow: Flow) -> Flow:
     )
     durable = not flow.ephemeral
     if durable:
-        await services.store.append(flow.execution_id, flow.events, Status.RUNNING)
+        running = [Status.RUNNING]
+        if not await services.store.set_status(
+            flow.execution_id, running, Status.RUNNING, flow.events
+        ):
+            return _cancelled_before_start(flow)  # a cancel arrived while it waited for locks
         flow = flow.drained()
     await services.faults.hit("before_adapter")
     cancelled = services.cancellations.register(flow.execution_id)
@@ -64,6 +68,19 @@ async def run(services: Services, flow: Flow) -> Flow:
         failure=failure,
         finished_ms=int(time.time() * 1000),
     )
+
+
+def _cancelled_before_start(flow: Flow) -> Flow:
+    assert flow.tool is not None
+    result = ToolResult(
+        call_id=flow.request.call_id,
+        tool_version=str(flow.tool.version),
+        outcome=Outcome.CANCELLED,
+        error=ExecutionError("cancelled before the adapter started", code="cancelled"),
+        side_effect=SideEffectReport(False, False, "nothing was attempted"),
+    )
+    unstarted = tuple(e for e in flow.events if e.type != "tool.started")
+    return flow.but(result=result, started_ms=None, events=unstarted)
 
 
 async def _call_adapter(

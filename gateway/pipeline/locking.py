@@ -42,6 +42,7 @@ async def run(services: Services, flow: Flow) -> Flow:
         return flow
     deadline = deadline_of(services, flow)
     delay = 0.005
+    beat = time.monotonic()
     while True:
         got = await services.store.try_acquire(
             flow.execution_id, flow.request.call_id, requests, services.settings.lock_lease
@@ -58,6 +59,9 @@ async def run(services: Services, flow: Flow) -> Flow:
             )
         await anyio.sleep(delay)
         delay = min(delay * 2, 0.1)
+        if flow.record is not None and time.monotonic() - beat >= services.settings.lock_lease / 3:
+            beat = time.monotonic()
+            await services.store.heartbeat(flow.execution_id)  # alive, only waiting
     flow = flow.but(fencing=got).emit("lock.acquired", tokens=dict(got))
     await check_state_guards(services, flow)
     return flow

@@ -12,6 +12,7 @@ import json
 import time
 from dataclasses import replace
 
+from gateway.adapters.registry import SPECS
 from gateway.errors import Conflict, IdempotencyMismatch, PolicyDenied
 from gateway.events.model import make_event
 from gateway.instance import INSTANCE_ID
@@ -110,8 +111,10 @@ def _needs_no_reservation(flow: Flow, claim: IdempotencyClaim | None) -> bool:
     reservation: the execution is written once, with its result (saves two transactions).
     """
     assert flow.tool is not None
+    spec = SPECS.get(flow.tool.adapter)
     return (
         flow.tool.side_effect in (SideEffect.NONE, SideEffect.READ)
+        and not (spec is not None and spec.durable_reads)
         and claim is None
         and flow.awaiting is None
         and flow.approval is None
@@ -123,6 +126,8 @@ async def _resume(services: Services, flow: Flow) -> Flow:
     """A parked or queued execution goes on: approved ones spend their approval; both are
     marked running, durably, by this process."""
     if flow.approval is None:  # dequeued: the worker's claim already marked it running
+        if flow.awaiting is not None:  # policy now wants a person: park it, do not run it
+            return await _checkpoint(services, flow)
         await services.store.append(flow.execution_id, flow.events)
         return flow.drained()
     if not await services.store.resume(flow.execution_id, flow.approval.id, flow.events):
@@ -186,4 +191,5 @@ async def _checkpoint(services: Services, flow: Flow) -> Flow:
     await services.store.checkpoint_for_approval(approval, flow.events)
     record = flow.record
     assert record is not None
-    return flow.but(existing=replace(record, approval_id=approval.id), events=())
+    parked = replace(record, approval_id=approval.id, status=Status.AWAITING_APPROVAL)
+    return flow.but(existing=parked, events=())

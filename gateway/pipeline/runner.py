@@ -93,6 +93,7 @@ async def run_flow(
     services: Services, flow: Flow, stages: tuple[Stage, ...] = STAGES
 ) -> ExecutionRecord:
     """Run ``flow`` through ``stages``."""
+    services.active.add(flow.execution_id)
     try:
         for stage in stages:
             if flow.existing is not None:
@@ -101,6 +102,7 @@ async def run_flow(
                 continue
             flow = await _run_stage(stage, services, flow)
     finally:
+        services.active.discard(flow.execution_id)
         if flow.fencing and (flow.record is None or not flow.record.terminal):
             await _release(services, flow)
     if flow.existing is not None:
@@ -131,8 +133,8 @@ async def _run_stage(stage: Stage, services: Services, flow: Flow) -> Flow:
     except (ToolgateError, StoreError):
         raise
     except Exception:
-        if flow.started_ms is not None:
-            raise  # after the side effect began, only recovery may decide the outcome
+        if flow.started_ms is not None or stage.name == "execute":
+            raise  # the side effect may have begun: only recovery may decide the outcome
         log.exception("stage %s failed for execution %s", stage.name, flow.execution_id)
         error = ExecutionError(
             f"the gateway failed in stage {stage.name}; nothing was executed "

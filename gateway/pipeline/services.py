@@ -34,6 +34,8 @@ class Services:
     faults: Faults = NO_FAULTS
     cancellations: Cancellations = field(default_factory=lambda: Cancellations())
     queue_signal: Wakeup = field(default_factory=lambda: Wakeup())
+    active: set[str] = field(default_factory=set)
+    """Executions this process is running now (recovery leaves exactly these alone)."""
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

@@ -72,7 +72,7 @@ async def reconcile(
     unknown = replace(
         base,
         outcome=Outcome.UNKNOWN,
-        error=failure,
+        error=with_retryable(failure, False),  # unknown is never retried automatically
         side_effect=SideEffectReport(True, False, "the side effect may have happened"),
     )
     if not tool.reconcile:
@@ -86,8 +86,19 @@ async def reconcile(
         result = replace(base, outcome=Outcome.SUCCEEDED, error=None, side_effect=effect)
     else:
         effect = SideEffectReport(True, False, "reconciled: the side effect did not happen")
-        result = replace(base, outcome=when_absent, error=failure, side_effect=effect)
+        # The probe shows nothing happened: running the call again is safe.
+        result = replace(
+            base, outcome=when_absent, error=with_retryable(failure, True), side_effect=effect
+        )
     return flow.but(result=replace(result, evidence=evidence))
+
+
+def with_retryable(error: ToolgateError, retryable: bool) -> ToolgateError:
+    """A copy of ``error`` that says truthfully whether retrying is safe."""
+    if error.retryable == retryable:
+        return error
+    copy = type(error)(error.message, code=error.code, retryable=retryable, details=error.details)
+    return copy
 
 
 def _timing(flow: Flow) -> tuple[int, int]:

@@ -41,8 +41,8 @@ async def check_quota(services: Services, flow: Flow) -> None:
     A soft limit: calls racing each other may pass together by a few.
     """
     assert flow.tool is not None
-    if flow.approval is not None:
-        return  # a person approved this very call: it already counted when it was asked
+    if flow.approval is not None or flow.record is not None:
+        return  # resumed or dequeued: this call already counted when it was reserved
     quotas = (services.policy_data.get("quotas") or {}).get("calls_per_minute") or {}
     limit = quotas.get(flow.tool.risk.value)
     if limit is None:

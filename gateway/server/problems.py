@@ -41,7 +41,7 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
     headers = {}
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="toolgate"'
-    if status in (409, 503):
+    if status == 503 or (status == 409 and extra.get("retryable")):
         headers["Retry-After"] = "1"
     return Response(
         json.dumps(body, default=str),

@@ -203,7 +203,7 @@ async def get_tool(request: Request) -> Response:
     return JSONResponse(render.tool_detail(tool, versions))
 
 
-APPROVAL_STATES = ("pending", "approved", "denied", "expired", "used")
+APPROVAL_STATES = ("pending", "approved", "denied", "expired", "used", "withdrawn")
 
 
 def _require_approver(services: Services, principal: str) -> None:

@@ -502,6 +502,14 @@ class Store:
             raise ValueError("one append is for one execution")
         if self.dialect == "postgresql":
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_id("ev:" + execution_id))))
+        known = set(
+            conn.execute(
+                sa.select(EVENTS.c.id).where(EVENTS.c.id.in_([e.id for e in events]))
+            ).scalars()
+        )
+        events = [e for e in events if e.id not in known]  # applied before: changes nothing
+        if not events:
+            return
         last = conn.execute(
             sa.select(sa.func.coalesce(sa.func.max(EVENTS.c.seq), -1)).where(
                 EVENTS.c.execution_id == execution_id
@@ -691,6 +699,14 @@ class Store:
             .values(**values)
         )
         return bool(result.rowcount)
+
+    async def withdraw_approval(self, approval_id: str) -> bool:
+        """pending → withdrawn: the call it was for was cancelled."""
+
+        def run(conn: Connection) -> bool:
+            return self._set_approval(conn, approval_id, "pending", "withdrawn", None, None, 0)
+
+        return await self._write(run)
 
     async def resume(self, execution_id: str, approval_id: str, events: Sequence[Event]) -> bool:
         """Spend the approval (approved → used) and mark the parked execution running, in one

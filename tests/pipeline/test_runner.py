@@ -389,3 +389,72 @@ async def test_recovery_settles_what_a_dead_owner_left(
     # The file holds "hi" (written by the seed call), which is what ex_dead1 meant to write.
     assert settled["ex_dead1"].outcome == "succeeded"
     assert settled["ex_dead2"].status is Status.QUEUED  # nothing was attempted: run it again
+
+
+async def test_a_dequeued_call_that_now_needs_approval_is_parked(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    from gateway.pipeline.runner import run_queued
+
+    verdicts = [DecisionResult.ALLOW, DecisionResult.REQUIRE_APPROVAL]
+    adapter = FunctionAdapter(ok)
+    policy = FunctionPolicy(lambda d: Decision(verdicts.pop(0), ("rules changed",)))
+    services = make_services(tmp_path, store, catalogue, adapter, policy)
+    queued = await run_call(services, request(), respond_async=True)
+    assert queued.status is Status.QUEUED
+    claimed = await store.claim_queued("me")
+    assert claimed is not None
+    parked = await run_queued(services, claimed)
+    assert parked.status is Status.AWAITING_APPROVAL and parked.approval_id
+    assert adapter.calls == []
+
+
+async def test_cancel_while_waiting_for_locks_is_not_lost(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    import time
+
+    from gateway import cancellation
+    from gateway.store.records import LockRequest
+    from gateway.types import LockMode
+
+    key = [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)]
+    await store.try_acquire("ex_holder", "holder", key, 30)
+    adapter = FunctionAdapter(ok)
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+
+    async def cancel_then_release() -> None:
+        for _ in range(300):
+            waiting = await store.unfinished([Status.RUNNING])
+            if waiting:
+                await cancellation.cancel(services, waiting[0], "bob")
+                await store.release_locks("ex_holder")
+                return
+            await anyio.sleep(0.01)
+        raise AssertionError("the call never reserved")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancel_then_release)
+        record = await run_call(services, request(deadline_ms=int(time.time() * 1000) + 5000))
+    assert record.outcome == "cancelled"
+    assert adapter.calls == []
+    assert "tool.started" not in [e.type for e in await store.events(record.id)]
+
+
+async def test_a_failure_after_the_side_effect_is_settled_by_recovery(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    from gateway.faults import Faults, InjectedFault
+    from gateway.recovery import recover
+
+    adapter = FunctionAdapter(ok, sha_probe(hashlib.sha256(b"hi").hexdigest()))
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    faulty = replace(services, faults=Faults.parse("after_side_effect:raise"))
+    with pytest.raises(InjectedFault):
+        await run_call(faulty, request())
+    [left] = await store.unfinished([Status.RUNNING])
+    settled = await recover(services)
+    assert [r.id for r in settled] == [left.id]
+    assert settled[0].outcome == "succeeded"  # the reconcile probe found the content
+    assert settled[0].result is not None
+    assert "recovered" in settled[0].result["side_effect"]["summary"]
