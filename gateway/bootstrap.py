@@ -49,6 +49,14 @@ def load_sources(settings: Settings) -> Loaded:
     return Loaded(catalogue, sources)
 
 
+async def check_adapters(settings: Settings) -> None:
+    """Build and close every adapter: their ``adapters.*`` sections and the tools that
+    use them are checked now, with a clear error, rather than in the server's start-up."""
+    adapters = build_adapters(settings)
+    for adapter in adapters.values():
+        await adapter.aclose()
+
+
 def make_policy(settings: Settings, sources: PolicySources) -> PolicyBackend:
     if settings.policy_backend == "embedded":
         return EmbeddedPolicy(sources)

@@ -27,15 +27,17 @@ def _fail(problems: Sequence[str], what: str) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import anyio
     import uvicorn
 
-    from gateway.bootstrap import load_sources
+    from gateway.bootstrap import check_adapters, load_sources
     from gateway.server.app import create_app
 
     settings = load_settings(
         Path(args.config) if args.config else None, host=args.host, port=args.port
     )
     loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
+    anyio.run(check_adapters, settings)
     print(f"toolgate: listening on http://{settings.host}:{settings.port}")
     print(f"toolgate: store {_safe_url(settings)}")
     print(
@@ -71,12 +73,15 @@ def _safe_url(settings: Settings) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from gateway.bootstrap import load_sources
+    import anyio
+
+    from gateway.bootstrap import check_adapters, load_sources
     from gateway.pipeline.services import workspaces_from_policy
 
     settings = _settings(args)
     loaded = load_sources(settings)
     workspaces_from_policy(loaded.sources.data, settings.base_dir)
+    anyio.run(check_adapters, settings)
     print(
         f"ok: {len(loaded.catalogue)} tool versions, {len(loaded.sources.modules)} policy "
         f"modules, {len(loaded.sources.test_modules)} policy test modules"

@@ -78,6 +78,9 @@ async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionR
     states = [
         e.data["adapter"] for e in events if e.type == "state.checkpointed" and "adapter" in e.data
     ]
+    if not states:  # crashed between starting and checkpointing: find it by its marker
+        began = next(e.at_ms for e in events if e.type == "tool.started")
+        states = [{"marker": record.id, "not_before": began / 1000 - 1}]
     flow = await _rebuild(services, record)
     if flow is None or flow.tool is None:
         return await _close_unknown(services, record, "the tool or workspace is gone", ())

@@ -81,6 +81,8 @@ def parse_yaml(text: str, name: str) -> tuple[Any, Lines]:
         raise ConfigError(f"{name}:{line}: YAML error: {exc.problem or exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{name}:1: YAML error: {exc}") from exc
+    except TypeError as exc:  # e.g. a mapping used as a key: unhashable
+        raise ConfigError(f"{name}:1: YAML error: a key must be a plain value ({exc})") from exc
     by_loc: dict[Loc, int] = {}
     if node is not None:
         _index(node, (), by_loc)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import ModuleType
 
-from gateway.adapters import file
+from gateway.adapters import browser, database, file, http, process
 from gateway.adapters.base import Adapter, AdapterSpec
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 
-_MODULES: tuple[ModuleType, ...] = (file,)
+_MODULES: tuple[ModuleType, ...] = (file, process, browser, database, http)
 
 SPECS: Mapping[str, AdapterSpec] = {module.SPEC.name: module.SPEC for module in _MODULES}
 

@@ -16,10 +16,12 @@ from gateway.approvals import service as approvals
 from gateway.bootstrap import close_services, open_services
 from gateway.errors import ToolgateError
 from gateway.pipeline.services import Services
-from gateway.server import routes
+from gateway.recovery import recover
+from gateway.server import artifacts, routes
 from gateway.server.openapi import build_openapi
 from gateway.server.problems import HANDLERS
 from gateway.settings import Settings
+from gateway.worker import run_workers
 
 log = logging.getLogger("toolgate.server")
 
@@ -37,9 +39,13 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         owned = services is None
         app.state.services = services or await open_services(settings)
         try:
+            settled = await recover(app.state.services)
+            if settled:
+                log.warning("recovered %d interrupted executions", len(settled))
             async with anyio.create_task_group() as tasks:
                 app.state.tasks = tasks
                 tasks.start_soon(_sweeper, app.state.services)
+                tasks.start_soon(run_workers, app.state.services)
                 yield
                 tasks.cancel_scope.cancel()
         finally:
@@ -51,12 +57,16 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         Route("/v1/executions", routes.list_executions, methods=["GET"]),
         Route("/v1/executions/{execution_id}", routes.get_execution, methods=["GET"]),
         Route("/v1/executions/{execution_id}/events", routes.execution_events, methods=["GET"]),
+        Route("/v1/executions/{execution_id}/cancel", routes.cancel_execution, methods=["POST"]),
+        Route("/v1/executions/{execution_id}/resolve", routes.resolve_execution, methods=["POST"]),
+        Route("/v1/cancellations", routes.cancel_by_token, methods=["POST"]),
         Route("/v1/tools", routes.list_tools, methods=["GET"]),
         Route("/v1/tools/{name}", routes.get_tool, methods=["GET"]),
         Route("/v1/approvals", routes.list_approvals, methods=["GET"]),
         Route("/v1/approvals/{approval_id}", routes.get_approval, methods=["GET"]),
         Route("/v1/approvals/{approval_id}/approve", routes.approve, methods=["POST"]),
         Route("/v1/approvals/{approval_id}/deny", routes.deny, methods=["POST"]),
+        Route("/v1/artifacts/{artifact_id}", artifacts.get_artifact, methods=["GET"]),
         Route("/healthz", routes.healthz, methods=["GET"]),
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),

@@ -1,0 +1,1 @@
+"""Runnable examples: the services and databases the shipped tools.d declarations use."""

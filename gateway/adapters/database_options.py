@@ -1,0 +1,200 @@
+"""The database adapter's declaration keys, and the checks that need the configuration.
+
+``DatabaseOptions`` is checked when a declaration loads: SQL is one statement with ``:name``
+binds and never a template (``{arguments.x}`` would splice text into SQL), and every bind is
+an argument the ``input`` schema declares or a declared ``binds`` template. ``check_tool``
+runs at the gateway's start, when the configured connections are known.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, WithJsonSchema
+
+from gateway.declarations.model import TemplateStr, ToolDeclaration
+from gateway.declarations.templates import Template, compile_template
+from gateway.errors import ExecutionError
+from gateway.types import SideEffect
+from gateway.yamlsrc import Lines
+
+Loc = tuple[str | int, ...]
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+READS = frozenset({SideEffect.NONE, SideEffect.READ})
+# A template hole as gateway.declarations.templates reads one: {path} or {fn(path)}.
+_HOLE = re.compile(r"\{\s*[A-Za-z_][\w.*]*\s*(?:\([^{}]*\))?\s*\}")
+_MIGRATION_LOCK = re.compile(r"^db:([^:{}]+):migrations$")
+# What may hide a ";" that does not end a statement: literals, quoted names, comments.
+_NOT_CODE = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`|--[^\n]*|/\*.*?\*/|\$(\w*)\$.*?\$\1\$",
+    re.S,
+)
+PROBE_PARAMETERS = {"row_version": frozenset(), "query": frozenset({"query", "column"})}
+
+
+@functools.lru_cache(maxsize=1024)
+def statement(sql: str) -> sa.TextClause:
+    """The ``text()`` construct of a declared statement (cached: parsing it costs)."""
+    return sa.text(sql)
+
+
+@functools.lru_cache(maxsize=1024)
+def bind_names(sql: str) -> tuple[str, ...]:
+    """The ``:name`` bind parameters of ``sql``, in order of first use."""
+    return tuple(statement(sql).compile().params)
+
+
+def _sql(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be one SQL statement (a non-empty string)")
+    hole = _HOLE.search(value)
+    if hole:
+        raise ValueError(
+            f"SQL is never a template: {hole.group(0)} would splice text into the statement; "
+            "bind values as :name parameters instead (arguments are bound by name)"
+        )
+    if ";" in _NOT_CODE.sub(" ", value).strip().rstrip(";"):
+        raise ValueError("must be one SQL statement: declare one tool per statement")
+    bind_names(value.strip())
+    return value.strip()
+
+
+SqlText = Annotated[
+    str,
+    PlainValidator(_sql),
+    WithJsonSchema({"type": "string", "description": "one SQL statement with :name binds"}),
+]
+
+
+def _argument_ref(name: str) -> Template:
+    """A stand-in template for bind ``:name``, so the loader checks it against ``input``."""
+    return replace(compile_template(f"{{arguments.{name}}}"), source=f":{name}")
+
+
+class DatabaseOptions(BaseModel):
+    """The database adapter's keys of a tool declaration (docs/adapters/database.md)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, use_attribute_docstrings=True
+    )
+
+    connection: Name
+    """A connection declared in ``adapters.database.connections`` of the configuration."""
+    sql: SqlText
+    """The statement; ``:name`` binds come from ``binds``, else from the arguments."""
+    binds: dict[Name, TemplateStr] = Field(default_factory=dict)
+    """Extra bind values rendered from templates (``{actor.user_id}``), bound as strings."""
+    max_rows: int = Field(default=100, ge=1, le=10_000)
+    """At most this many rows are returned (``query`` rows, ``RETURNING`` rows)."""
+    expect_rows: int | None = Field(default=None, ge=0)
+    """``execute`` only: any other number of affected rows rolls the transaction back."""
+    row_version: SqlText | None = None
+    """The version query behind the ``row_version`` probe (its first value)."""
+    queries: dict[Name, SqlText] = Field(default_factory=dict)
+    """Named read queries for ``query`` probes (verify, reconcile, state guards)."""
+
+    def statements(self) -> Iterator[tuple[Loc, str]]:
+        """Every declared SQL statement with its location in the declaration."""
+        yield ("sql",), self.sql
+        if self.row_version is not None:
+            yield ("row_version",), self.row_version
+        for name, sql in self.queries.items():
+            yield ("queries", name), sql
+
+    def templates(self) -> Iterator[tuple[Loc, Template]]:
+        """For the loader: the ``binds`` templates, and every bind not in ``binds`` as
+        ``arguments.<name>`` (so a bind that ``input`` does not declare is a load error)."""
+        for name, template in self.binds.items():
+            yield ("binds", name), template
+        for loc, sql in self.statements():
+            for name in bind_names(sql):
+                if name not in self.binds:
+                    yield loc, _argument_ref(name)
+
+    def probe_sql(self, name: str, params: Mapping[str, str]) -> str | None:
+        """The SQL behind probe ``name`` (``row_version`` or ``query``), if declared."""
+        if name == "row_version":
+            return self.row_version
+        if name == "query":
+            return self.queries.get(params.get("query", ""))
+        return None
+
+
+def options_of(tool: ToolDeclaration) -> DatabaseOptions:
+    options = tool.options
+    if not isinstance(options, DatabaseOptions):
+        raise ExecutionError(f"{tool.ref} is not a database tool", code="adapter_mismatch")
+    return options
+
+
+# -- checks at the gateway's start ----------------------------------------------------------
+
+
+def check_tool(
+    tool: ToolDeclaration, lines: Lines, connections: Mapping[str, bool]
+) -> Iterator[str]:
+    """Faults of one database tool that need the configured ``connections`` (name →
+    read-only?) or cross several keys; each names the file, the line and the key."""
+    options = options_of(tool)
+    read_only = connections.get(options.connection)
+    if read_only is None:
+        known = ", ".join(sorted(connections)) or "none"
+        yield (
+            f"{lines.where(('connection',))}: connection {options.connection!r} is not declared "
+            f"in adapters.database.connections of the gateway configuration (declared: {known})"
+        )
+    elif read_only and tool.side_effect not in READS:
+        yield (
+            f"{lines.where(('connection',))}: connection {options.connection!r} is read-only; "
+            f"a {tool.side_effect.value} tool cannot use it"
+        )
+    if tool.operation != "execute" and options.expect_rows is not None:
+        yield f"{lines.where(('expect_rows',))}: expect_rows applies to operation execute only"
+    for name in sorted(set(options.binds) & set(tool.input)):
+        yield f"{lines.where(('binds', name))}: bind {name!r} would hide the argument {name!r}"
+    yield from _check_probes(tool, options, lines)
+    yield from _check_locks(tool, connections, lines)
+
+
+def _probe_uses(tool: ToolDeclaration) -> Iterator[tuple[Loc, str, Mapping[str, Template]]]:
+    for field in ("verify", "reconcile"):
+        for i, probe in enumerate(getattr(tool, field)):
+            yield (field, i), probe.probe, probe.params
+    for i, guard in enumerate(tool.state_guards):
+        yield ("state_guards", i), guard.actual, guard.params
+
+
+def _check_probes(tool: ToolDeclaration, options: DatabaseOptions, lines: Lines) -> Iterator[str]:
+    for loc, name, params in _probe_uses(tool):
+        for extra in sorted(set(params) - PROBE_PARAMETERS.get(name, frozenset())):
+            yield f"{lines.where((*loc, extra))}: probe {name!r} has no parameter {extra!r}"
+        if name == "row_version" and options.row_version is None:
+            yield f"{lines.where(loc)}: probe 'row_version' needs the row_version query declared"
+        query = params.get("query")
+        if name != "query" or query is None:
+            continue
+        if query.references:
+            yield f"{lines.where((*loc, 'query'))}: the query name must be literal"
+        elif query.source not in options.queries:
+            known = ", ".join(sorted(options.queries)) or "none"
+            yield (
+                f"{lines.where((*loc, 'query'))}: query {query.source!r} is not declared in "
+                f"queries ({known})"
+            )
+
+
+def _check_locks(
+    tool: ToolDeclaration, connections: Mapping[str, bool], lines: Lines
+) -> Iterator[str]:
+    for i, lock in enumerate(tool.locks):
+        match = _MIGRATION_LOCK.match(lock.key.source)
+        if match and match.group(1) not in connections:
+            yield (
+                f"{lines.where(('locks', i, 'key'))}: {lock.key.source!r} is the migration lane "
+                f"of {match.group(1)!r}, which is not a declared connection"
+            )

@@ -1,0 +1,305 @@
+"""Egress control: may a tool's request leave for this URL, and to which addresses?
+
+Every outbound connection an adapter makes for a tool passes two checks:
+
+1. **host**: the URL's scheme is http or https and its host (IDNA, lower case) is in the
+   tool's allowlist — an exact name or IP, ``*.example.com`` (subdomains only) or ``*``;
+2. **address**: after DNS resolution, *every* address the host resolves to is public, or
+   lies in a network the tool allows explicitly (``allow_networks``).
+
+Refused unless allowed: loopback, private (RFC 1918, unique local), link-local, shared
+(CGNAT), unspecified, multicast and reserved addresses; IPv4 inside IPv6 (mapped, 6to4,
+NAT64) is judged by its IPv4 address. Cloud metadata endpoints (``169.254.169.254`` and
+kin) stay refused inside an allowed range; only a network naming exactly that address
+(a /32 or /128) opens one.
+
+The caller must connect to the addresses that were checked, never resolve the name again,
+or DNS rebinding could slip a refused address in between. ``GuardedBackend`` does that for
+httpx: give it to a connection pool and every TCP connect resolves, checks and connects
+to the checked address; nothing else needs to be trusted.
+
+Public surface: ``EgressPolicy``, ``EgressRefused``, ``parse_network``, ``check_host``,
+``resolve``, ``check_url``, ``refusal``, ``GuardedBackend`` and ``guarded_transport``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpcore
+import httpx
+
+from gateway.errors import ExecutionError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+SCHEMES = frozenset({"http", "https"})
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean
+        "169.254.170.2",  # AWS ECS task metadata
+        "169.254.170.23",  # AWS EKS pod identity
+        "100.100.100.200",  # Alibaba Cloud
+        "fd00:ec2::254",  # AWS over IPv6
+        "fd00:ec2::23",
+    )
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+class EgressRefused(ExecutionError):
+    """The destination is not allowed for this tool; nothing was sent."""
+
+    code = "egress_refused"
+    retryable = False
+
+
+@dataclass(frozen=True, slots=True)
+class EgressPolicy:
+    """What one tool may reach. Hashable: connection pools are kept per policy."""
+
+    hosts: frozenset[str] = frozenset()
+    """Allowed hosts, normalised by ``normalise_host``; ``*`` allows any host."""
+    networks: tuple[IPNetwork, ...] = ()
+    """Networks whose addresses are allowed although they are not public."""
+
+    @classmethod
+    def build(cls, hosts: Iterable[str], networks: Iterable[str | IPNetwork]) -> EgressPolicy:
+        """A policy from declared strings; raises ValueError naming a bad entry."""
+        return cls(
+            frozenset(normalise_host(h) for h in hosts),
+            tuple(dict.fromkeys(parse_network(n) for n in networks)),
+        )
+
+    def permits_host(self, host: str) -> bool:
+        name = normalise_host(host)
+        if "*" in self.hosts or name in self.hosts:
+            return True
+        return any(p.startswith("*.") and name.endswith(p[1:]) for p in self.hosts)
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """A checked URL: where it may go, and the only addresses to connect to."""
+
+    url: httpx.URL
+    host: str
+    port: int
+    addresses: tuple[IPAddress, ...]
+
+
+def normalise_host(host: str) -> str:
+    """Lower case, no trailing dot, IDNA-encoded; IP literals in their canonical form."""
+    name = host.strip().lower().rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    prefix = "*." if name.startswith("*.") else ""
+    rest = name[len(prefix) :]
+    if rest and rest != "*":
+        try:
+            rest = rest.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise ValueError(f"{host!r} is not a valid host name") from exc
+    return prefix + rest
+
+
+def parse_network(value: str | IPNetwork) -> IPNetwork:
+    """``10.0.0.0/8``, ``127.0.0.1`` (one address) or ``::1/128``; host bits must be zero."""
+    if isinstance(value, ipaddress.IPv4Network | ipaddress.IPv6Network):
+        return value
+    try:
+        return ipaddress.ip_network(str(value).strip(), strict=True)
+    except ValueError as exc:
+        raise ValueError(
+            f"{value!r} is not a network like 10.0.0.0/8 or 127.0.0.1 ({exc})"
+        ) from exc
+
+
+def _embedded_ipv4(ip: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 address stands for (mapped, 6to4, NAT64), else ``ip``."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip.sixtofour is not None:
+            return ip.sixtofour
+        if ip in _NAT64:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+def _category(ip: IPAddress) -> str | None:
+    """Why ``ip`` is not a public address (None when it is)."""
+    if ip in METADATA_ADDRESSES:
+        return "cloud metadata"
+    for name, flag in (
+        ("loopback", ip.is_loopback),
+        ("link-local", ip.is_link_local),
+        ("unspecified", ip.is_unspecified),
+        ("multicast", ip.is_multicast),
+        ("private", ip.is_private),
+        ("reserved", ip.is_reserved),
+    ):
+        if flag:
+            return name
+    return None if ip.is_global else "non-public"
+
+
+def refusal(ip: IPAddress, policy: EgressPolicy) -> str | None:
+    """The kind of address ``ip`` is when ``policy`` refuses it (e.g. "loopback"), else None."""
+    inner = _embedded_ipv4(ip)
+    category = _category(inner)  # an IPv6 wrapping an IPv4 reaches that IPv4
+    if category is None:
+        return None
+    candidates = {ip, inner}
+    if category == "cloud metadata":
+        exact = [n for n in policy.networks if n.num_addresses == 1]
+        return None if any(a in n for a in candidates for n in exact) else category
+    return None if any(a in n for a in candidates for n in policy.networks) else category
+
+
+def check_host(url: httpx.URL, policy: EgressPolicy) -> None:
+    """Refuse a URL whose scheme or host the policy does not allow (no DNS yet)."""
+    if url.scheme not in SCHEMES:
+        raise EgressRefused(f"only http and https URLs may be requested, not {url.scheme or '?'}:")
+    host = url.raw_host.decode("ascii", "replace")
+    if not host:
+        raise EgressRefused("the URL has no host")
+    if not policy.permits_host(host):
+        raise EgressRefused(
+            f"host {host} is not in this tool's allowed hosts "
+            f"({', '.join(sorted(policy.hosts)) or 'none'})"
+        )
+
+
+async def resolve(host: str, port: int, policy: EgressPolicy) -> tuple[IPAddress, ...]:
+    """The addresses of ``host``, each allowed by ``policy``; refuses if any one is not."""
+    name = host[1:-1] if host.startswith("[") else host
+    try:
+        addresses: tuple[IPAddress, ...] = (ipaddress.ip_address(name),)
+    except ValueError:
+        addresses = await _lookup(name, port)
+    for ip in addresses:
+        kind = refusal(ip, policy)
+        if kind is not None:
+            shown = name if name == str(ip) else f"{name} ({ip})"
+            raise EgressRefused(
+                f"refused to connect to {shown}: a {kind} address, which this tool does not "
+                "allow (declare it in allow_networks to permit it)"
+            )
+    return addresses
+
+
+async def _lookup(name: str, port: int) -> tuple[IPAddress, ...]:
+    try:
+        infos = await anyio.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        transient = isinstance(exc, socket.gaierror) and exc.errno == socket.EAI_AGAIN
+        raise ExecutionError(
+            f"cannot resolve host {name}: "
+            f"{'temporary DNS failure' if transient else 'no such host'}",
+            code="dns_failed",
+            retryable=transient,
+        ) from exc
+    found = (ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos)
+    return tuple(dict.fromkeys(found))
+
+
+async def check_url(url: str | httpx.URL, policy: EgressPolicy) -> Destination:
+    """Check scheme, host and every resolved address; connect only to ``addresses``."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise EgressRefused(f"not a valid URL ({exc})") from exc
+    check_host(parsed, policy)
+    host = parsed.raw_host.decode("ascii")
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return Destination(parsed, host, port, await resolve(host, port, policy))
+
+
+def guarded_transport(
+    policy: EgressPolicy, *, ssl_context: ssl.SSLContext, limits: httpx.Limits
+) -> httpx.AsyncHTTPTransport:
+    """An httpx transport whose connections are all made through ``GuardedBackend(policy)``.
+
+    Give it to an ``httpx.AsyncClient`` with ``trust_env=False`` (a proxy from the
+    environment would connect on the client's behalf, past the check). Only the
+    ``networks`` of ``policy`` matter here; check hosts per request with ``check_host``.
+    """
+    transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False, limits=limits)
+    # httpx takes no network backend argument, so its pool is replaced by an identical one
+    # built with ours (httpcore's public API); httpx 0.28 keeps the pool in ``_pool``.
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=GuardedBackend(policy),
+    )
+    return transport
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """An httpcore network backend whose every TCP connect goes through ``resolve``.
+
+    The connection is made to a checked address, so a name that resolves differently the
+    second time cannot reach a refused one. Unix sockets are refused outright.
+    """
+
+    def __init__(self, policy: EgressPolicy, inner: httpcore.AsyncNetworkBackend | None = None):
+        self._policy = policy
+        self._inner = inner or httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            with anyio.fail_after(timeout):
+                addresses = await resolve(host, port, self._policy)
+                return await self._connect_any(addresses, port, local_address, socket_options)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+
+    async def _connect_any(
+        self,
+        addresses: tuple[IPAddress, ...],
+        port: int,
+        local_address: str | None,
+        socket_options: Iterable[Any] | None,
+    ) -> httpcore.AsyncNetworkStream:
+        failure = httpcore.ConnectError(f"no address to connect to on port {port}")
+        for ip in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    str(ip), port, local_address=local_address, socket_options=socket_options
+                )
+            except httpcore.ConnectError as exc:
+                failure = exc
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise EgressRefused("unix sockets are not reachable through egress control")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)

@@ -1,0 +1,533 @@
+"""The HTTP adapter: one declared request per tool, sent with httpx behind egress control.
+
+A tool declares its method, URL, query, headers, body, credentials and egress allowlist
+(``gateway.adapters.http_options``; every key in ``docs/adapters/http.md``); the request is
+filled from the call context (``http_request``), sent here, and read back into an outcome
+(``http_results``). Every connection goes through ``gateway.adapters.egress``: the host is
+checked per request and per redirect hop, the resolved address at every connect.
+
+Failures are translated at this edge, and whether anything left decides how:
+
+    never sent (refused, DNS, connect, cancelled early) → failed, retryable if it may help
+    sent, no response: the deadline             → ``timeout``
+    sent, no response: connection lost          → ``interrupted``   (reason response_lost)
+    sent, no response: cancelled in flight      → ``cancelled``     (reason cancelled_in_flight)
+    a response                                  → by status (http_results.status_error)
+
+The pipeline reconciles the three uncertain codes of a write with the tool's ``reconcile``
+probes and otherwise reports ``unknown``; ``retryable`` is true for them only when a repeat
+cannot duplicate the effect. Nothing is ever retried here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import anyio
+import httpx
+from pydantic import ValidationError as PydanticValidationError
+
+from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec
+from gateway.adapters.egress import EgressPolicy, IPNetwork, check_host, guarded_transport
+from gateway.adapters.http_options import HttpConfig, HttpOptions, parse_json_path
+from gateway.adapters.http_request import (
+    Redactor,
+    check_header_values,
+    credential_headers,
+    join_url,
+    render_body,
+    render_pairs,
+    render_url,
+)
+from gateway.adapters.http_results import (
+    IDEMPOTENT_METHODS,
+    SAFE_METHODS,
+    Exchange,
+    Plan,
+    cancelled_outcome,
+    outcome_of,
+    parse_statuses,
+    probe_value,
+)
+from gateway.declarations.model import ToolDeclaration
+from gateway.declarations.templates import TemplateError
+from gateway.errors import ConfigError, ExecutionError, ToolgateError
+from gateway.settings import Settings
+from gateway.types import JSON
+from gateway.yamlsrc import Lines
+
+T = TypeVar("T")
+
+RESPONSE_LOST = "interrupted"
+"""The code of "sent, and the connection died before the response": one the pipeline
+reconciles (like ``timeout``), with ``reason: response_lost`` in the error."""
+_MARGIN = 0.05  # seconds kept back so this adapter's own timeout fires before the pipeline's
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_HTTP_TOOL = re.compile(r"""^adapter:\s*["']?http["']?\s*(#.*)?$""", re.MULTILINE)
+_PROBE_PARAMS = frozenset({"url", "status", "json_path", "header"})
+PROBE_FLOOR = 5.0
+"""Seconds a probe may always take (capped by the tool's timeout): reconcile probes run
+after the call's own deadline has passed."""
+
+SPEC = AdapterSpec(
+    name="http",
+    operations={"request": frozenset({"none", "read", "write", "external"})},
+    probes={"http_get": frozenset({"url"})},
+    options=HttpOptions,
+)
+
+
+def create(settings: Settings, config: Mapping[str, Any]) -> HttpAdapter:
+    """Check ``adapters.http`` and open the adapter; ConfigError names every bad key."""
+    try:
+        parsed = HttpConfig.model_validate(dict(config))
+    except PydanticValidationError as exc:
+        raise ConfigError(
+            [
+                f"adapters.http.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                for err in exc.errors()
+            ]
+        ) from exc
+    secrets_dir = settings.path(parsed.secrets_dir) if parsed.secrets_dir else None
+    ca_bundle = settings.path(parsed.ca_bundle) if parsed.ca_bundle else None
+    if ca_bundle is not None and not ca_bundle.is_file():
+        raise ConfigError(f"adapters.http.ca_bundle: {ca_bundle} is not a file")
+    problems = check_declarations(settings.path(settings.tools_dir), parsed)
+    if problems:
+        raise ConfigError(problems)
+    return HttpAdapter(
+        parsed.model_copy(update={"secrets_dir": secrets_dir, "ca_bundle": ca_bundle})
+    )
+
+
+def check_declarations(tools_dir: Path, config: HttpConfig) -> list[str]:
+    """What the loader cannot see in the http tools of ``tools_dir``: a ``service`` that
+    ``adapters.http.services`` does not declare, bad ``http_get`` probe parameters.
+    Any of them fails the start, naming file, line and key."""
+    # Imported here: the loader imports the adapter registry, which imports this module.
+    from gateway.declarations.loader import load_declaration
+
+    if not tools_dir.is_dir():
+        return []
+    problems: list[str] = []
+    known = ", ".join(sorted(config.services)) or "none"
+    for path in sorted(p for p in tools_dir.rglob("*") if p.suffix in (".yaml", ".yml")):
+        if not _HTTP_TOOL.search(path.read_text("utf-8", "replace")):
+            continue  # parsing YAML is slow; only http tools can name a service
+        try:
+            tool, lines = load_declaration(path)
+        except ConfigError:
+            continue  # the catalogue's own load reports it
+        if not isinstance(tool.options, HttpOptions):
+            continue
+        service = tool.options.service
+        if service is not None and service not in config.services:
+            problems.append(
+                f"{lines.where(('service',))}: service {service!r} is not declared "
+                f"in adapters.http.services of the gateway configuration (declared: {known})"
+            )
+        problems.extend(_probe_problems(tool, lines))
+    return problems
+
+
+def _probe_problems(tool: ToolDeclaration, lines: Lines) -> Iterator[str]:
+    """Probe parameters the loader cannot check: unknown names, a bad status or path."""
+    probes = [
+        (f, i, p.probe, p.params)
+        for f in ("verify", "reconcile")
+        for i, p in enumerate(getattr(tool, f))
+    ]
+    probes += [("state_guards", i, g.actual, g.params) for i, g in enumerate(tool.state_guards)]
+    for field, i, name, params in probes:
+        if name != "http_get":
+            continue
+        for key, template in params.items():
+            where = lines.where((field, i, key))
+            if key not in _PROBE_PARAMS and not key.startswith("query."):
+                yield f"{where}: probe http_get has no parameter {key!r}"
+            elif key in ("status", "json_path") and not template.references:
+                try:
+                    (parse_statuses if key == "status" else parse_json_path)(template.source)
+                except ValueError as exc:
+                    yield f"{where}: {exc}"
+
+
+class _Progress:
+    """Whether the request has started to leave (httpcore's trace extension tells)."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    async def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        if event.endswith("send_request_headers.started"):
+            self.sent = True
+
+
+class _StoppedSafely(Exception):
+    """Cancelled where nothing can have changed: before sending, or during a safe method."""
+
+
+def _options(call: AdapterCall) -> HttpOptions:
+    options = call.tool.options
+    if not isinstance(options, HttpOptions):
+        raise ExecutionError(f"{call.tool.ref} is not an http tool", code="adapter_mismatch")
+    return options
+
+
+async def _run_bounded(call: AdapterCall, seconds: float, fn: Callable[[], Awaitable[T]]) -> T:
+    """``fn()`` within ``seconds`` (else TimeoutError) unless ``call.cancelled`` is set first
+    (then ``_Cancelled``). Errors of ``fn`` come out as they are, not in an ExceptionGroup."""
+    box: dict[str, Any] = {}
+
+    async def runner() -> None:
+        try:
+            with anyio.fail_after(seconds):
+                box["value"] = await fn()
+        except Exception as exc:
+            box["error"] = exc
+        finally:
+            tg.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner)
+        await call.cancelled.wait()
+        tg.cancel_scope.cancel()
+    if "error" in box:
+        raise box["error"]
+    if "value" not in box:
+        raise _Cancelled
+    value: T = box["value"]
+    return value
+
+
+class _Cancelled(Exception):
+    """``call.cancelled`` was set while waiting."""
+
+
+def _budget(call: AdapterCall, floor: float) -> float:
+    return max(call.seconds_left() - _MARGIN, floor, 0.001)
+
+
+async def _read_body(
+    response: httpx.Response, limit: int, buf: bytearray
+) -> tuple[bool, str | None]:
+    """Read at most ``limit`` bytes into ``buf``: (truncated, problem)."""
+    try:
+        async for chunk in response.aiter_bytes():
+            room = limit - len(buf)
+            if len(chunk) > room:
+                buf += chunk[:room]
+                return True, None
+            buf += chunk
+    except httpx.DecodingError:
+        return True, "the body could not be decoded (bad content-encoding)"
+    except httpx.TransportError:
+        return True, "the connection failed while the body was being read"
+    return False, None
+
+
+def _os_reason(exc: BaseException) -> str:
+    """A short reason from the OSError behind ``exc``, never the raw exception text."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno).lower()
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc).lower()
+    for known in ("connection refused", "network is unreachable", "no route to host"):
+        if known in text:
+            return known
+    return "the connection could not be made"
+
+
+def _where(url: httpx.URL) -> str:
+    return f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+
+
+def _send_error(
+    exc: Exception, plan: Plan, url: httpx.URL, sent: bool, seconds: float
+) -> ToolgateError:
+    """A transport failure as the project's error: was anything sent, may it be retried?"""
+    target = f"{plan.method} {url.copy_with(query=None)}"
+    if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return ExecutionError(
+            f"{target} could not be sent: invalid request", code="invalid_request"
+        )
+    if not sent or isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            why = f"no connection to {_where(url)} within {seconds:.1f} s"
+        else:
+            why = f"could not connect to {_where(url)}: {_os_reason(exc)}"
+        return ExecutionError(f"{why}; nothing was sent", code="http_unreachable", retryable=True)
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return ExecutionError(
+            f"{target} got no response within {seconds:.1f} s; the server may have processed it",
+            code="timeout",
+            retryable=plan.retry_safe,
+        )
+    return ExecutionError(
+        f"the connection for {target} was lost before a response arrived; "
+        "the server may have processed it",
+        code=RESPONSE_LOST,
+        retryable=plan.retry_safe,
+        details={"reason": "response_lost"},
+    )
+
+
+class HttpAdapter:
+    """Declared HTTP requests through per-policy connection pools."""
+
+    name: ClassVar[str] = "http"
+
+    def __init__(self, config: HttpConfig) -> None:
+        self.config = config
+        self._clients: dict[tuple[IPNetwork, ...], httpx.AsyncClient] = {}
+        self._ssl: ssl.SSLContext | None = None  # made with the first client (~50 ms)
+        self._limits = httpx.Limits(
+            max_connections=config.max_connections,
+            max_keepalive_connections=min(config.max_connections, 20),
+            keepalive_expiry=5.0,
+        )
+
+    async def execute(self, call: AdapterCall) -> AdapterOutcome:
+        if call.cancelled.is_set():
+            return cancelled_outcome("before the request was sent")
+        opts = _options(call)
+        plan = await self._plan_request(call, opts)
+        try:
+            exchange = await self._send(plan, call)
+        except _StoppedSafely as stop:
+            return cancelled_outcome(str(stop))
+        except ToolgateError as exc:
+            plan.redactor.error(exc)
+            raise
+        return outcome_of(plan, exchange, opts)
+
+    async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
+        """``http_get``: GET ``url``; the status, a header or a JSON value (docs: probes)."""
+        if name != "http_get":
+            raise ExecutionError(f"the http adapter has no probe {name!r}", code="unknown_probe")
+        unknown = {k for k in params if k not in _PROBE_PARAMS and not k.startswith("query.")}
+        if unknown:
+            raise ExecutionError(
+                f"probe http_get has no parameters {sorted(unknown)}", code="invalid_probe"
+            )
+        opts = _options(call)
+        query = [(k.removeprefix("query."), v) for k, v in params.items() if k.startswith("query.")]
+        floor = min(PROBE_FLOOR, call.tool.timeout)
+        plan = await self._plan(call, opts, "GET", params["url"], query=query, floor=floor)
+        try:
+            exchange = await self._send(plan, call)
+        except _StoppedSafely as exc:
+            raise ExecutionError("the probe was cancelled", code="cancelled") from exc
+        except ToolgateError as exc:
+            plan.redactor.error(exc)
+            raise
+        return plan.redactor.json(probe_value(exchange, params))
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    # -- planning --------------------------------------------------------------------
+
+    async def _plan_request(self, call: AdapterCall, opts: HttpOptions) -> Plan:
+        ctx = call.context
+        key = str((ctx.get("request") or {}).get("idempotency_key") or "")
+        idem = opts.idempotency_header if key else None
+        try:
+            url = render_url(opts.url, ctx)
+            query = render_pairs(opts.query, ctx)
+            headers = render_pairs(opts.headers, ctx)
+            content, ctype = render_body(opts.body, ctx)
+            if idem is not None:
+                headers.append((idem.name, idem.value.render(ctx)))
+        except TemplateError as exc:
+            raise ExecutionError(
+                f"the declaration of {call.tool.ref} could not be filled in: {exc}",
+                code="template_error",
+            ) from exc
+        if ctype and not any(n.lower() == "content-type" for n, _ in headers):
+            headers.append(("Content-Type", ctype))
+        return await self._plan(
+            call,
+            opts,
+            opts.method,
+            url,
+            query=query,
+            headers=headers,
+            content=content,
+            redirects=opts.redirects,
+            keyed=idem is not None,
+        )
+
+    async def _plan(
+        self,
+        call: AdapterCall,
+        opts: HttpOptions,
+        method: str,
+        url_text: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        headers: Sequence[tuple[str, str]] = (),
+        content: bytes | None = None,
+        redirects: int = 0,
+        keyed: bool = False,
+        floor: float = 0.0,
+    ) -> Plan:
+        """Everything but the sending: URL, egress policy, credentials, trace context."""
+        base, networks = self._upstream(opts)
+        url = join_url(base, url_text)
+        if query:
+            url = url.copy_merge_params(tuple(query))
+        policy = EgressPolicy.build(
+            (
+                *opts.egress.allow_hosts,
+                *opts.implied_hosts,
+                *([httpx.URL(base).host] if base else []),
+            ),
+            (*opts.egress.allow_networks, *networks),
+        )
+        secrets, credentials = await credential_headers(opts.credentials, self.config.secrets_dir)
+        all_headers = [*headers, *credentials]
+        if call.traceparent:
+            all_headers.append(("traceparent", call.traceparent))
+        check_header_values(all_headers)
+        return Plan(
+            method=method,
+            url=url,
+            headers=tuple(all_headers),
+            content=content,
+            policy=policy,
+            redactor=Redactor(secrets),
+            credential_headers=frozenset(c.header.lower() for c in opts.credentials),
+            redirects=redirects,
+            retry_safe=method in IDEMPOTENT_METHODS or keyed,
+            budget=call.output_budget,
+            floor=floor,
+        )
+
+    def _upstream(self, opts: HttpOptions) -> tuple[str | None, tuple[IPNetwork, ...]]:
+        """The base URL and the extra allowed networks of the tool's service."""
+        if opts.service is None:
+            return opts.base_url, ()
+        service = self.config.services.get(opts.service)
+        if service is None:
+            known = ", ".join(sorted(self.config.services)) or "none"
+            raise ExecutionError(
+                f"service {opts.service!r} is not configured under adapters.http.services "
+                f"(configured: {known})",
+                code="http_service_unknown",
+            )
+        return service.base_url, service.allow_networks
+
+    # -- sending ---------------------------------------------------------------------
+
+    def _client(self, policy: EgressPolicy) -> httpx.AsyncClient:
+        """One client (and pool) per set of allowed networks: a pooled connection is only
+        reused under the policy that checked it."""
+        client = self._clients.get(policy.networks)
+        if client is None:
+            transport = guarded_transport(
+                EgressPolicy(networks=policy.networks),
+                ssl_context=self._ssl_context(),
+                limits=self._limits,
+            )
+            client = httpx.AsyncClient(
+                transport=transport,
+                trust_env=False,
+                follow_redirects=False,
+                headers={"User-Agent": self.config.user_agent},
+                # One client serves every actor: it must never remember a cookie.
+                cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+            )
+            self._clients[policy.networks] = client
+        return client
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            cafile = self.config.ca_bundle
+            self._ssl = (
+                ssl.create_default_context(cafile=str(cafile))
+                if cafile is not None
+                else httpx.create_ssl_context(trust_env=False)
+            )
+        return self._ssl
+
+    async def _send(self, plan: Plan, call: AdapterCall) -> Exchange:
+        """Send, following at most ``plan.redirects`` redirects, each hop checked again."""
+        method, url, headers, content = plan.method, plan.url, list(plan.headers), plan.content
+        hops: list[str] = []
+        while True:
+            check_host(url, plan.policy)
+            exchange = await self._exchange(plan, call, method, url, headers, content)
+            location = exchange.headers.get("location")
+            if exchange.status not in _REDIRECTS or not location or len(hops) >= plan.redirects:
+                return replace(exchange, hops=tuple(hops))
+            hops.append(str(url))
+            target = url.join(location)
+            if exchange.status == 303 or (exchange.status in (301, 302) and method == "POST"):
+                method = "GET" if method != "HEAD" else method
+                content = None
+                headers = [(n, v) for n, v in headers if n.lower() != "content-type"]
+            if (target.scheme, target.host, target.port) != (url.scheme, url.host, url.port):
+                headers = [(n, v) for n, v in headers if n.lower() not in plan.credential_headers]
+            url = target
+
+    async def _exchange(
+        self,
+        plan: Plan,
+        call: AdapterCall,
+        method: str,
+        url: httpx.URL,
+        headers: list[tuple[str, str]],
+        content: bytes | None,
+    ) -> Exchange:
+        progress = _Progress()
+        seconds = _budget(call, plan.floor)
+        client = self._client(plan.policy)
+        request = client.build_request(
+            method,
+            url,
+            headers=headers,
+            content=content,
+            timeout=httpx.Timeout(seconds),
+            extensions={"trace": progress.trace},
+        )
+        try:
+            response = await _run_bounded(call, seconds, lambda: client.send(request, stream=True))
+        except _Cancelled as exc:
+            if not progress.sent:
+                raise _StoppedSafely("before the request was sent") from exc
+            if method in SAFE_METHODS:
+                raise _StoppedSafely(f"while waiting for the response to {method}") from exc
+            raise ExecutionError(
+                f"cancelled after {method} {url.copy_with(query=None)} was sent; "
+                "the server may have processed it",
+                code="cancelled",
+                retryable=plan.retry_safe,
+                details={"reason": "cancelled_in_flight"},
+            ) from exc
+        except ToolgateError:
+            raise
+        except Exception as exc:
+            raise _send_error(exc, plan, url, progress.sent, seconds) from exc
+        buf = bytearray()
+        try:
+            read = lambda: _read_body(response, plan.budget, buf)  # noqa: E731
+            truncated, problem = await _run_bounded(call, _budget(call, plan.floor), read)
+        except (TimeoutError, _Cancelled):
+            truncated, problem = True, "the deadline or a cancellation cut the body short"
+        finally:
+            await response.aclose()
+        return Exchange(
+            method, url, response.status_code, response.headers, bytes(buf), truncated, problem
+        )

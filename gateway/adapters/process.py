@@ -1,0 +1,658 @@
+"""The process adapter: run a declared command (argv, never a shell) inside a workspace.
+
+Each ``command`` element is a template rendered on its own, so an argument is always one
+argv element whatever it contains (a whole-element ``{arguments.x}`` holding a list becomes
+one element per item). The child gets its own session, a confined ``cwd``, an environment
+built only from the declaration's allowlist and constants, and optionally stdin from a
+template. stdout and stderr are read concurrently, streamed as ``tool.output`` and kept
+within the output budget (head and tail). The whole process tree is stopped on cancel, on
+the deadline and when the command ends (see ``gateway.adapters.proctree``); its identity is
+checkpointed right after the spawn so that recovery can stop it after a crash.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import psutil
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec, Evidence
+from gateway.adapters.base import SideEffectReport as Effect
+from gateway.adapters.file import file_sha256
+from gateway.adapters.junit import JUnitError, read_report
+from gateway.adapters.proctree import (
+    MARKER_ENV,
+    ProcessIdentity,
+    ProcessTree,
+    become_subreaper,
+    identify,
+    kill_recorded,
+)
+from gateway.declarations.model import Duration, TemplateStr
+from gateway.declarations.templates import Template, TemplateError, compile_template, lookup
+from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
+from gateway.settings import Settings
+from gateway.types import JSON, Outcome, SideEffect
+from gateway.workspace import ResolvedPath, Workspace, confine
+
+log = logging.getLogger("toolgate.process")
+TRACK_INTERVAL = 0.25
+"""How often the root's descendants are recorded while it runs (seconds)."""
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_WRITES = (SideEffect.WRITE, SideEffect.EXTERNAL)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class EnvOptions(_Frozen):
+    """The child's whole environment: nothing is inherited unless listed in ``allow``."""
+
+    allow: tuple[str, ...] = ()
+    """Names copied from the gateway's environment when they are set there."""
+    constants: dict[str, TemplateStr] = Field(default_factory=dict, alias="set")
+    """Names set to a template's value (rendered per call)."""
+
+    @model_validator(mode="after")
+    def _check_names(self) -> EnvOptions:
+        for name in (*self.allow, *self.constants):
+            if not re.match(_ENV_NAME, name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        if MARKER_ENV in self.constants or MARKER_ENV in self.allow:
+            raise ValueError(f"{MARKER_ENV} is set by the gateway itself")
+        return self
+
+
+class ProcessOptions(_Frozen):
+    """The declaration keys of ``adapter: process`` (documented in docs/adapters/process.md)."""
+
+    command: tuple[TemplateStr, ...] = Field(min_length=1)
+    cwd: TemplateStr = Field(default_factory=lambda: compile_template("."))
+    env: EnvOptions = Field(default_factory=EnvOptions)
+    stdin: TemplateStr | None = None
+    success_exit_codes: tuple[int, ...] = Field(default=(0,), min_length=1)
+    junit: TemplateStr | None = None
+    kill_grace: Duration = 2.0
+
+    @model_validator(mode="after")
+    def _check(self) -> ProcessOptions:
+        program = self.command[0]
+        if program.references or not program.source.strip():
+            raise ValueError("command[0] (the program) must be a fixed, non-empty name or path")
+        if any(not 0 <= code <= 255 for code in self.success_exit_codes):
+            raise ValueError("success_exit_codes must be between 0 and 255")
+        if not 0 <= self.kill_grace <= 60:
+            raise ValueError("kill_grace must be between 0s and 60s")
+        return self
+
+    def templates(self) -> Iterable[tuple[tuple[str | int, ...], Template]]:
+        """Every template, with its location, for the loader's reference check."""
+        for i, element in enumerate(self.command):
+            yield ("command", i), element
+        yield ("cwd",), self.cwd
+        for name, value in self.env.constants.items():
+            yield ("env", "set", name), value
+        if self.stdin is not None:
+            yield ("stdin",), self.stdin
+        if self.junit is not None:
+            yield ("junit",), self.junit
+
+
+class ProcessSettings(_Frozen):
+    """The ``adapters.process`` section of the gateway configuration."""
+
+    executables: dict[str, str] = Field(default_factory=dict)
+    """Program names mapped to absolute paths; ``python`` defaults to the gateway's own."""
+    subreaper: bool = True
+    """Make the gateway a child subreaper (Linux) so that no descendant escapes tracking."""
+
+
+SPEC = AdapterSpec(
+    name="process",
+    operations={"run": frozenset({"none", "read", "write", "external"})},
+    probes={"file_sha256": frozenset({"path"}), "file_exists": frozenset({"path"})},
+    options=ProcessOptions,
+    durable_reads=True,  # a read still leaves a process tree to stop after a crash
+)
+
+
+def create(settings: Settings, config: Mapping[str, Any]) -> ProcessAdapter:
+    """Check the ``adapters.process`` section and become a subreaper if asked to."""
+    try:
+        parsed = ProcessSettings.model_validate(dict(config))
+    except PydanticValidationError as exc:
+        raise ConfigError(
+            [f"adapters.process.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        ) from exc
+    executables = {"python": sys.executable, **parsed.executables}
+    bad = sorted(k for k, v in executables.items() if "/" in k or not os.path.isabs(v))
+    if bad:
+        raise ConfigError(f"adapters.process.executables: {bad} must map names to absolute paths")
+    if parsed.subreaper:
+        become_subreaper()
+    return ProcessAdapter(executables)
+
+
+class ProcessAdapter:
+    """Real processes, one tree per call."""
+
+    name: ClassVar[str] = "process"
+
+    def __init__(self, executables: Mapping[str, str]) -> None:
+        self._executables = dict(executables)
+
+    async def execute(self, call: AdapterCall) -> AdapterOutcome:
+        try:
+            plan = make_plan(call, self._executables)
+        except ToolgateError as exc:
+            return not_started(exc)
+        if call.cancelled.is_set():
+            error = ExecutionError("the call was cancelled before it started", code="cancelled")
+            return not_started(error, Outcome.CANCELLED)
+        return await _Run(plan, call).run()
+
+    async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
+        target = confine(call.workspace, params["path"], "probe path").absolute
+        if name == "file_exists":
+            return await anyio.to_thread.run_sync(target.exists)
+        return await anyio.to_thread.run_sync(file_sha256, target)
+
+    async def recover(self, state: Mapping[str, JSON]) -> None:
+        """After a restart: stop the tree a ``state.checkpointed`` event recorded, if it is
+        provably still the one this adapter started (pid + start time, or its marker)."""
+        try:
+            stopped = await anyio.to_thread.run_sync(kill_recorded, state)
+        except (psutil.Error, OSError) as exc:
+            raise ExecutionError(
+                f"cannot stop the recorded process {state.get('pid')}: {exc}",
+                code="interrupted",
+            ) from exc
+        if stopped:
+            log.warning("stopped the leftover process tree of %s", state.get("marker"))
+
+    async def aclose(self) -> None:
+        return None
+
+
+def not_started(error: ToolgateError, outcome: Outcome = Outcome.FAILED) -> AdapterOutcome:
+    """Nothing ran: the outcome says so, whatever the tool's side_effect."""
+    return AdapterOutcome(outcome, error=error, side_effect=Effect(False, False, "not started"))
+
+
+# --- the plan: everything rendered and checked before anything starts ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    argv: tuple[str, ...]
+    cwd: ResolvedPath
+    env: Mapping[str, str]
+    stdin: bytes | None
+    junit: ResolvedPath | None
+    success_exit_codes: frozenset[int]
+    kill_grace: float
+
+    @property
+    def program(self) -> str:
+        return os.path.basename(self.argv[0])
+
+
+def make_plan(call: AdapterCall, executables: Mapping[str, str]) -> Plan:
+    """Render and check the declaration for this call; raises ValidationError/ExecutionError."""
+    options = call.tool.options
+    assert isinstance(options, ProcessOptions)
+    context = call.context
+    cwd = _cwd(call.workspace, _render(options.cwd, context, "cwd"))
+    env = {name: os.environ[name] for name in options.env.allow if name in os.environ}
+    env.update({k: _render(v, context, f"env.set.{k}") for k, v in options.env.constants.items()})
+    env[MARKER_ENV] = call.execution_id
+    argv = [arg for i, t in enumerate(options.command) for arg in _element(t, context, i)]
+    argv[0] = _program(argv[0], env, cwd.absolute, executables, call.tool.ref)
+    stdin = options.stdin
+    junit = options.junit
+    return Plan(
+        argv=tuple(argv),
+        cwd=cwd,
+        env=env,
+        stdin=_render(stdin, context, "stdin").encode("utf-8") if stdin is not None else None,
+        junit=_report_path(call.workspace, _render(junit, context, "junit")) if junit else None,
+        success_exit_codes=frozenset(options.success_exit_codes),
+        kill_grace=options.kill_grace,
+    )
+
+
+def _render(template: Template, context: Mapping[str, Any], where: str) -> str:
+    try:
+        text = template.render(context)
+    except TemplateError as exc:
+        raise ValidationError(f"{where} ({template.source!r}): {exc}") from exc
+    if "\x00" in text:
+        raise ValidationError(f"{where} contains a NUL byte", code="invalid_arguments")
+    return text
+
+
+def _element(template: Template, context: Mapping[str, Any], index: int) -> list[str]:
+    """One argv element, or one per item when the element is exactly a list-valued hole."""
+    where = f"command[{index}]"
+    parts = template.parts
+    if len(parts) == 1 and not isinstance(parts[0], str) and parts[0].fn is None:
+        try:
+            value = lookup(context, parts[0].path)
+        except TemplateError as exc:
+            raise ValidationError(f"{where} ({template.source!r}): {exc}") from exc
+        if isinstance(value, list | tuple):
+            return [_item(item, where) for item in value]
+    return [_render(template, context, where)]
+
+
+def _item(value: object, where: str) -> str:
+    if isinstance(value, dict | list | tuple) or value is None:
+        raise ValidationError(f"{where}: list items must be strings or numbers")
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if "\x00" in text:
+        raise ValidationError(f"{where} contains a NUL byte", code="invalid_arguments")
+    return text
+
+
+def _cwd(workspace: Workspace, raw: str) -> ResolvedPath:
+    """``raw`` confined to the workspace; an absolute path is accepted only inside it."""
+    if os.path.isabs(raw):
+        absolute = Path(raw)
+        if absolute == workspace.root or workspace.root in absolute.parents:
+            raw = absolute.relative_to(workspace.root).as_posix() or "."
+    resolved = confine(workspace, raw, "cwd")
+    if not resolved.absolute.is_dir():
+        raise ValidationError(
+            f"cwd {resolved.relative!r} is not a directory in the workspace", code="invalid_cwd"
+        )
+    return resolved
+
+
+def _report_path(workspace: Workspace, raw: str) -> ResolvedPath:
+    resolved = confine(workspace, raw, "junit")
+    try:
+        resolved.absolute.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExecutionError(
+            f"cannot create the directory of the test report {resolved.relative}",
+            code="test_report_missing",
+        ) from exc
+    confine(workspace, resolved.relative, "junit")  # a symlink may have been swapped in
+    return resolved
+
+
+def _program(
+    name: str, env: Mapping[str, str], cwd: Path, executables: Mapping[str, str], ref: str
+) -> str:
+    """The path of the program: configured, relative to cwd, or on the child's own PATH."""
+    if name in executables:
+        found: str | None = executables[name]
+    elif "/" in name:
+        found = str(cwd / name) if not os.path.isabs(name) else name
+    else:
+        found = shutil.which(name, path=env.get("PATH", os.defpath))
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise ExecutionError(
+            f"the program {name!r} declared by {ref} was not found or is not executable "
+            "(looked up on the PATH of the environment the declaration gives it)",
+            code="command_not_found",
+        )
+    return found
+
+
+# --- output: head and tail within the budget ------------------------------------------------
+
+
+class Capture:
+    """One stream: its first and last ``cap`` bytes, its size and its sha256."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.digest = hashlib.sha256()
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.digest.update(chunk)
+        room = self.cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+        self.tail += chunk
+        if len(self.tail) > self.cap:
+            del self.tail[: len(self.tail) - self.cap]
+
+    def text(self, limit: int) -> str:
+        """The whole stream if it fits in ``limit`` bytes, else its head and tail."""
+        if self.total <= limit:
+            return bytes(self.head[: self.total]).decode("utf-8", "replace")
+        head, tail = limit // 2, limit - limit // 2
+        dropped = self.total - head - tail
+        return (
+            _head_text(bytes(self.head[:head]))
+            + f"\n[... {dropped} bytes dropped ...]\n"
+            + _tail_text(bytes(self.tail[len(self.tail) - tail :] if tail else b""))
+        )
+
+
+def _head_text(data: bytes) -> str:
+    return codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=False)
+
+
+def _tail_text(data: bytes) -> str:
+    start = 0
+    while start < min(len(data), 3) and data[start] & 0xC0 == 0x80:
+        start += 1  # skip the continuation bytes of a character cut in half
+    return data[start:].decode("utf-8", "replace")
+
+
+def split_budget(budget: int, a: int, b: int) -> tuple[int, int]:
+    """Share ``budget`` between two streams of sizes a and b; a small one gives up its rest."""
+    first = min(a, max(budget // 2, budget - b))
+    return first, min(b, budget - first)
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    plan: Plan
+    call: AdapterCall
+    out: Capture = field(init=False)
+    err: Capture = field(init=False)
+    cancelled: bool = False
+    """A cancel stopped the command (a cancel after it ended changes nothing)."""
+    ended: bool = False
+
+    def __post_init__(self) -> None:
+        budget = max(self.call.output_budget, 0)
+        self.out, self.err = Capture(budget), Capture(budget)
+
+    async def run(self) -> AdapterOutcome:
+        report_before = _stat(self.plan.junit)
+        spawned_at = time.time()
+        try:
+            process = await self._spawn()
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
+            error = ExecutionError(
+                f"{self.plan.program} could not be started: {reason}",
+                code="command_failed_to_start",
+            )
+            return not_started(error)
+        started = time.monotonic()
+        tree = ProcessTree(_identity(process.pid, spawned_at), marker=self.call.execution_id)
+        try:
+            await self.call.checkpoint(self._state(tree))
+            returncode = await self._supervise(process, tree)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await tree.stop(self.plan.kill_grace)
+                await _close(process, tree)
+        duration = time.monotonic() - started
+        result = _Result(self, process.pid, returncode, duration, len(tree.signalled))
+        return await result.outcome(report_before)
+
+    async def _spawn(self) -> Process:
+        plan = self.plan
+        return await anyio.open_process(
+            list(plan.argv),
+            stdin=subprocess.PIPE if plan.stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=plan.cwd.absolute,
+            env=dict(plan.env),
+            start_new_session=True,
+        )
+
+    def _state(self, tree: ProcessTree) -> dict[str, JSON]:
+        root = tree.root
+        return {
+            "pid": root.pid,
+            "create_time": root.create_time,
+            "pgid": root.pid,
+            "marker": self.call.execution_id,
+            "program": self.plan.program,
+            "kill_grace": self.plan.kill_grace,
+        }
+
+    async def _supervise(self, process: Process, tree: ProcessTree) -> int:
+        async with anyio.create_task_group() as watchers:
+            watchers.start_soon(self._watch_cancel, tree)
+            watchers.start_soon(_track, tree)
+            async with anyio.create_task_group() as io:
+                assert process.stdout is not None and process.stderr is not None
+                io.start_soon(self._pump, process.stdout, "stdout", self.out)
+                io.start_soon(self._pump, process.stderr, "stderr", self.err)
+                if self.plan.stdin is not None and process.stdin is not None:
+                    io.start_soon(_feed, process.stdin, self.plan.stdin)
+                returncode = await process.wait()
+                self.ended = True
+                if not self.cancelled:
+                    # Descendants left behind may hold the pipes open: stop them now.
+                    await tree.stop(self.plan.kill_grace)
+            watchers.cancel_scope.cancel()
+        return returncode
+
+    async def _watch_cancel(self, tree: ProcessTree) -> None:
+        await self.call.cancelled.wait()
+        if not self.ended:
+            self.cancelled = True
+            await tree.stop(self.plan.kill_grace)
+
+    async def _pump(self, stream: ByteReceiveStream, name: str, capture: Capture) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        try:
+            async for chunk in stream:
+                capture.add(chunk)
+                text = decoder.decode(chunk)
+                if text:
+                    self.call.emit_output(name, text)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        rest = decoder.decode(b"", final=True)
+        if rest:
+            self.call.emit_output(name, rest)
+
+
+def _identity(pid: int, spawned_at: float) -> ProcessIdentity:
+    try:
+        return identify(pid)
+    except psutil.Error:
+        # Already exited and reaped: an identity that no live process will match.
+        return ProcessIdentity(pid, spawned_at - 2.0)
+
+
+async def _track(tree: ProcessTree) -> None:
+    while True:
+        await anyio.sleep(TRACK_INTERVAL)
+        tree.track()
+
+
+async def _feed(stdin: ByteSendStream, data: bytes) -> None:
+    try:
+        await stdin.send(data)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass  # the command did not read all of it: its choice
+    finally:
+        await stdin.aclose()
+
+
+async def _close(process: Process, tree: ProcessTree) -> None:
+    # Signal only a root that is provably still ours: its pid may already be reaped and reused.
+    if process.returncode is None and tree.root.process() is not None:
+        process.kill()
+    await process.aclose()
+
+
+def _stat(path: ResolvedPath | None) -> tuple[int, int, int] | None:
+    try:
+        st = path.absolute.stat() if path is not None else None
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size) if st is not None else None
+
+
+# --- the outcome -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Result:
+    run: _Run
+    pid: int
+    returncode: int
+    duration: float
+    stopped: int
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
+
+    async def outcome(self, report_before: tuple[int, int, int] | None) -> AdapterOutcome:
+        plan, call = self.run.plan, self.run.call
+        data, truncated = self._data()
+        if self.run.cancelled:
+            return self._cancelled(data, truncated)
+        evidence = [self._evidence()]
+        report_error: ToolgateError | None = None
+        if plan.junit is not None:
+            report, report_error = await _report(plan.junit, report_before)
+            if report is not None:
+                data["junit"] = dict(report.data)
+                evidence.append(report)
+        error = self._exit_error() or report_error
+        attempted = call.tool.side_effect in _WRITES
+        summary = f"ran {plan.program} for {self.duration:.2f}s: " + self._how_it_ended()
+        return AdapterOutcome(
+            Outcome.FAILED if error else Outcome.SUCCEEDED,
+            data=data,
+            side_effect=Effect(attempted, attempted, summary),
+            evidence=tuple(evidence),
+            error=error,
+            truncated=truncated,
+        )
+
+    def _how_it_ended(self) -> str:
+        name = self.signal_name
+        return f"killed by {name}" if name else f"exit code {self.returncode}"
+
+    def _exit_error(self) -> ToolgateError | None:
+        plan = self.run.plan
+        if self.returncode in plan.success_exit_codes:
+            return None
+        expected = ", ".join(str(c) for c in sorted(plan.success_exit_codes))
+        name = self.signal_name
+        if name:
+            message = f"{plan.program} was killed by {name}"
+        else:
+            message = f"{plan.program} exited with code {self.returncode} (success: {expected})"
+        return ExecutionError(
+            message + "; see data.stderr",
+            code="command_failed",
+            details={"exit_code": self.returncode if not name else None, "signal": name},
+        )
+
+    def _cancelled(self, data: dict[str, JSON], truncated: bool) -> AdapterOutcome:
+        plan, call = self.run.plan, self.run.call
+        attempted = call.tool.side_effect in _WRITES
+        summary = (
+            f"{plan.program} was stopped on request after {self.duration:.2f}s "
+            f"({self.stopped} processes signalled); its effects may be partial"
+        )
+        return AdapterOutcome(
+            Outcome.CANCELLED,
+            data=data,
+            side_effect=Effect(attempted, False, summary),
+            evidence=(self._evidence(),),
+            error=ExecutionError(
+                f"the call was cancelled while {plan.program} ran; its process tree was stopped",
+                code="cancelled",
+            ),
+            truncated=truncated,
+        )
+
+    def _data(self) -> tuple[dict[str, JSON], bool]:
+        run = self.run
+        out_limit, err_limit = split_budget(
+            max(run.call.output_budget, 0), run.out.total, run.err.total
+        )
+        truncated = run.out.total > out_limit or run.err.total > err_limit
+        name = self.signal_name
+        data: dict[str, JSON] = {
+            "command": list(run.plan.argv),
+            "cwd": run.plan.cwd.relative,
+            "pid": self.pid,
+            "exit_code": None if name else self.returncode,
+            "signal": name,
+            "duration_ms": int(self.duration * 1000),
+            "stdout": run.out.text(out_limit),
+            "stderr": run.err.text(err_limit),
+            "stdout_bytes": run.out.total,
+            "stderr_bytes": run.err.total,
+            "truncated": truncated,
+            "stopped_processes": self.stopped,
+        }
+        return data, truncated
+
+    def _evidence(self) -> Evidence:
+        run = self.run
+        return Evidence(
+            "process_exit",
+            run.plan.program,
+            None,
+            {
+                "exit_code": None if self.signal_name else self.returncode,
+                "signal": self.signal_name,
+                "duration_ms": int(self.duration * 1000),
+                "stdout_sha256": run.out.digest.hexdigest(),
+                "stderr_sha256": run.err.digest.hexdigest(),
+            },
+        )
+
+
+async def _report(
+    path: ResolvedPath, before: tuple[int, int, int] | None
+) -> tuple[Evidence | None, ToolgateError | None]:
+    """The report as evidence, or why there is none."""
+    if _stat(path) == before:
+        return None, ExecutionError(
+            f"the test report {path.relative} was not written by this run",
+            code="test_report_missing",
+        )
+    try:
+        return await anyio.to_thread.run_sync(_report_evidence, path), None
+    except JUnitError as exc:
+        return None, ExecutionError(
+            f"the test report {path.relative} is unusable: {exc}", code="test_report_invalid"
+        )
+
+
+def _report_evidence(path: ResolvedPath) -> Evidence:
+    report = read_report(path.absolute)
+    data: dict[str, JSON] = {"summary": report.summary(), **report.to_json()}
+    return Evidence("test_report", path.relative, file_sha256(path.absolute), data)

@@ -1,0 +1,316 @@
+"""Process trees: find every process a command started, and stop them all.
+
+A command runs in its own session, but a descendant that calls ``setsid`` leaves that
+session, and when its parent dies it is reparented, so neither the process group nor the
+root's ``children()`` finds it any more. Three things keep the tree in view:
+
+- the gateway marks itself a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``):
+  orphans reparent to the gateway instead of init and stay its descendants;
+- every command gets ``TOOLGATE_EXECUTION_ID`` in its environment, which descendants
+  inherit, so a stray can be told apart from the gateway's other children;
+- a ``ProcessTree`` remembers every descendant it has seen (pid and start time) while the
+  root ran, for strays that dropped the marker.
+
+Stopping is SIGTERM to every member, a grace period (new members are signalled too), then
+SIGKILL until none is left; zombies the gateway adopted are reaped. A pid alone never
+identifies a process (pids are reused): it always goes with its ``create_time``.
+
+After a gateway restart, ``kill_recorded(state)`` (or ``kill_if_ours``) stops a tree recorded
+in a ``state.checkpointed`` event only if the process there is still the one recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import anyio
+import psutil
+
+log = logging.getLogger("toolgate.proctree")
+
+MARKER_ENV = "TOOLGATE_EXECUTION_ID"
+"""Set in every command's environment to the execution id; descendants inherit it."""
+PR_SET_CHILD_SUBREAPER = 36
+CREATE_TIME_TOLERANCE = 0.01
+"""psutil's create_time has clock-tick (10 ms) resolution; a reused pid differs by more."""
+POLL = 0.05
+KILL_ROUNDS = 40
+"""SIGKILL rounds (each POLL apart) before giving up on a tree that keeps forking."""
+
+_subreaper: bool | None = None
+
+
+def become_subreaper() -> bool:
+    """Mark this process a child subreaper (once); False where the platform cannot."""
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = _prctl_subreaper()
+    return _subreaper
+
+
+def _prctl_subreaper() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        ok = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        ok = False
+    if not ok:
+        log.warning("cannot become a child subreaper; strays are found by their marker only")
+    return ok
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """A process as recovery can recognise it: pid plus start time (epoch seconds)."""
+
+    pid: int
+    create_time: float
+
+    def matches(self, proc: psutil.Process) -> bool:
+        try:
+            started = proc.create_time()
+        except psutil.Error:
+            return False
+        return proc.pid == self.pid and _same_time(started, self.create_time)
+
+    def process(self) -> psutil.Process | None:
+        """The live process, or None when it is gone or the pid now belongs to another."""
+        if self.pid <= 0:
+            return None
+        try:
+            proc = psutil.Process(self.pid)
+        except psutil.Error:
+            return None
+        return proc if self.matches(proc) and _alive(proc) else None
+
+
+def _same_time(a: float, b: float) -> bool:
+    return abs(a - b) <= CREATE_TIME_TOLERANCE
+
+
+def identify(pid: int) -> ProcessIdentity:
+    """The identity of a running (or not yet reaped) process."""
+    return ProcessIdentity(pid, psutil.Process(pid).create_time())
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _marker(proc: psutil.Process) -> str | None:
+    try:
+        return proc.environ().get(MARKER_ENV)
+    except psutil.Error:
+        return None
+
+
+class ProcessTree:
+    """Every process a command started, as far as it can be seen.
+
+    ``root`` is never reaped here (its spawner waits for it); adopted orphans are.
+    ``scan_all`` looks for marked strays among all processes instead of this process's
+    descendants: for recovery, when the tree was started by an earlier gateway.
+    """
+
+    def __init__(
+        self, root: ProcessIdentity, marker: str | None = None, *, scan_all: bool = False
+    ) -> None:
+        self.root = root
+        self.marker = marker
+        self.scan_all = scan_all or not become_subreaper()
+        self._seen: dict[int, float] = {}
+        self.signalled: set[int] = set()
+
+    def track(self) -> None:
+        """Remember the root's current descendants (cheap; called periodically)."""
+        root = self.root.process()
+        if root is not None:
+            self._remember(_descendants(root))
+
+    def members(self) -> list[psutil.Process]:
+        """Live processes of the tree now: root, descendants and adopted strays."""
+        found: dict[int, psutil.Process] = {}
+        root = self.root.process()
+        if root is not None:
+            found[root.pid] = root
+            found.update((p.pid, p) for p in _descendants(root))
+        for stray in self._strays(skip=set(found)):
+            found.setdefault(stray.pid, stray)
+            found.update((p.pid, p) for p in _descendants(stray))
+        self._remember(p for p in found.values() if p.pid != self.root.pid)
+        return [p for p in found.values() if _alive(p)]
+
+    def _remember(self, procs: Iterable[psutil.Process]) -> None:
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                self._seen.setdefault(proc.pid, proc.create_time())
+
+    def _strays(self, skip: set[int]) -> Iterator[psutil.Process]:
+        candidates = psutil.process_iter() if self.scan_all else _own_descendants()
+        for proc in candidates:
+            if proc.pid in skip or proc.pid == self.root.pid:
+                continue
+            if self._ours(proc):
+                yield proc
+
+    def _ours(self, proc: psutil.Process) -> bool:
+        try:
+            started = proc.create_time()
+        except psutil.Error:
+            return False
+        seen = self._seen.get(proc.pid)
+        if seen is not None and _same_time(seen, started):
+            return True
+        if self.marker is None or started + CREATE_TIME_TOLERANCE < self.root.create_time:
+            return False
+        return _marker(proc) == self.marker
+
+    def send(self, procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)  # psutil refuses a pid that was reused
+                self.signalled.add(proc.pid)
+
+    def reap(self) -> None:
+        """Collect the exit status of adopted orphans that died (never the root's)."""
+        me = os.getpid()
+        for pid, started in list(self._seen.items()):
+            try:
+                proc = psutil.Process(pid)
+                if not _same_time(proc.create_time(), started):
+                    continue
+                if proc.ppid() == me and proc.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(pid, os.WNOHANG)
+            except (psutil.Error, ChildProcessError):
+                continue
+
+    def stopping(self, grace: float) -> Iterator[float]:
+        """Stop the tree step by step; yields how long to wait before the next step."""
+        members = self.members()
+        if members:
+            self.send(members, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while members and time.monotonic() < deadline:
+                yield min(POLL, max(deadline - time.monotonic(), 0.0))
+                members = self.members()
+                self.send((p for p in members if p.pid not in self.signalled), signal.SIGTERM)
+            for _ in range(KILL_ROUNDS):
+                if not members:
+                    break
+                self.send(members, signal.SIGKILL)
+                yield POLL / 5
+                members = self.members()
+            if members:
+                log.error("processes %s survived SIGKILL", sorted(p.pid for p in members))
+        self.reap()
+
+    async def stop(self, grace: float) -> int:
+        """SIGTERM, ``grace`` seconds, SIGKILL: returns how many processes were signalled."""
+        await drive_async(self.stopping(grace), anyio.sleep)
+        return len(self.signalled)
+
+    def stop_blocking(self, grace: float) -> int:
+        """``stop`` for synchronous callers (recovery): blocks up to ``grace`` + ~1 s."""
+        for delay in self.stopping(grace):
+            time.sleep(delay)
+        return len(self.signalled)
+
+
+async def drive_async(steps: Iterator[float], sleep: Callable[[float], Awaitable[None]]) -> None:
+    for delay in steps:
+        await sleep(delay)
+
+
+def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+    """All descendants of ``proc`` (zombies included), children first."""
+    if not _PROC_CHILDREN:
+        try:
+            return proc.children(recursive=True)
+        except psutil.Error:
+            return []
+    out: list[psutil.Process] = []
+    queue = _child_pids(proc.pid)
+    while queue:
+        pid = queue.pop(0)
+        with contextlib.suppress(psutil.Error):
+            out.append(psutil.Process(pid))
+            queue.extend(_child_pids(pid))
+    return out
+
+
+def _child_pids(pid: int) -> list[int]:
+    """Direct children from ``/proc/PID/task/*/children``: cost grows with the tree, not with
+    every process on the machine as psutil's ``children()`` does."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def _own_descendants() -> list[psutil.Process]:
+    return _descendants(psutil.Process())
+
+
+_PROC_CHILDREN = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+
+
+def kill_if_ours(
+    pid: int, create_time: float, *, marker: str | None = None, grace: float = 2.0
+) -> bool:
+    """Stop the tree rooted at ``pid`` only if ``pid`` is still the process started at
+    ``create_time``; with ``marker``, also processes carrying that execution marker that
+    started no earlier. Blocking: call it from a worker thread. True if anything was
+    signalled (the command was still running when this gateway found it).
+    """
+    identity = ProcessIdentity(pid, create_time)
+    root_matches = identity.process() is not None
+    if not root_matches and marker is None:
+        return False
+    tree = ProcessTree(identity, marker or None, scan_all=True)
+    return tree.stop_blocking(grace) > 0
+
+
+def kill_marked(marker: str, not_before: float, *, grace: float = 2.0) -> bool:
+    """Stop every process carrying ``marker`` that started at ``not_before`` or later: for
+    an execution that crashed between its spawn and its checkpoint. Blocking."""
+    tree = ProcessTree(ProcessIdentity(0, not_before), marker, scan_all=True)
+    return tree.stop_blocking(grace) > 0
+
+
+def kill_recorded(state: Mapping[str, object], grace: float | None = None) -> bool:
+    """``kill_if_ours`` from the adapter state of a ``state.checkpointed`` event (``pid``,
+    ``create_time``, ``marker``, ``kill_grace``); with only ``marker`` and ``not_before``,
+    ``kill_marked``. False for a state that names no process. Blocking."""
+    pid, started, marker = state.get("pid"), state.get("create_time"), state.get("marker")
+    recorded_grace = state.get("kill_grace")
+    if grace is None:
+        grace = float(recorded_grace) if isinstance(recorded_grace, int | float) else 2.0
+    marker = marker if isinstance(marker, str) and marker else None
+    if isinstance(pid, int) and isinstance(started, int | float):
+        return kill_if_ours(pid, float(started), marker=marker, grace=grace)
+    not_before = state.get("not_before")
+    if marker is not None and isinstance(not_before, int | float):
+        return kill_marked(marker, float(not_before), grace=grace)
+    return False

@@ -1,0 +1,748 @@
+"""The process adapter with real processes, and proc.* tools through the whole gateway API."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+import yaml
+from starlette.testclient import TestClient
+
+from gateway.adapters import junit
+from gateway.adapters.base import AdapterCall, AdapterOutcome
+from gateway.adapters.junit import JUnitError, parse_report, read_report
+from gateway.adapters.process import (
+    Capture,
+    ProcessAdapter,
+    ProcessOptions,
+    create,
+    split_budget,
+)
+from gateway.adapters.proctree import MARKER_ENV
+from gateway.declarations.loader import load_declaration
+from gateway.declarations.model import ToolDeclaration
+from gateway.errors import ConfigError
+from gateway.server.app import create_app
+from gateway.settings import Settings, load_settings
+from gateway.types import Outcome
+from gateway.workspace import Workspace
+from tests.adapters.test_proctree import (
+    TREE_SCRIPT,
+    TREE_SIZE,
+    no_stray_children,
+    read_pids,
+    wait_gone,
+)
+from tests.conftest import REPO
+from tests.server.conftest import auth, body
+
+__all__ = ["no_stray_children"]  # the autouse fixture applies here too
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return Workspace("demo", root.resolve())
+
+
+@pytest.fixture
+def adapter(tmp_path: Path) -> ProcessAdapter:
+    return create(Settings(base_dir=tmp_path), {})
+
+
+class Recorder:
+    """What the adapter streamed and checkpointed."""
+
+    def __init__(self) -> None:
+        self.output: list[tuple[str, str]] = []
+        self.states: list[dict[str, Any]] = []
+
+    def emit(self, stream: str, text: str) -> None:
+        self.output.append((stream, text))
+
+    async def checkpoint(self, state: Any) -> None:
+        self.states.append(dict(state))
+
+    def text(self, stream: str) -> str:
+        return "".join(t for s, t in self.output if s == stream)
+
+
+def declare(tmp_path: Path, **keys: Any) -> ToolDeclaration:
+    """A process tool declaration with ``keys`` over sensible defaults, loaded from YAML."""
+    decl: dict[str, Any] = {
+        "name": "test.proc",
+        "version": "1.0.0",
+        "description": "a test process tool",
+        "adapter": "process",
+        "operation": "run",
+        "risk": "low",
+        "side_effect": "write",
+        "input": {
+            "script": {"type": "string", "default": "s.py"},
+            "args": {"type": "list", "default": [], "schema": {"type": "string"}},
+            "text": {"type": "string", "default": ""},
+        },
+        "command": ["python", "{arguments.script}", "{arguments.args}"],
+        "env": {"allow": ["PATH"]},
+    }
+    decl.update(keys)
+    path = tmp_path / f"decl{len(list(tmp_path.glob('decl*')))}.yaml"
+    path.write_text(yaml.safe_dump(decl))
+    return load_declaration(path)[0]
+
+
+def make_call(
+    ws: Workspace,
+    tool: ToolDeclaration,
+    recorder: Recorder,
+    *,
+    budget: int = 64 * 1024,
+    timeout: float = 20.0,
+    **arguments: Any,
+) -> AdapterCall:
+    args = {"script": "s.py", "args": [], "text": "", **arguments}
+    return AdapterCall(
+        execution_id=f"ex_test_{time.monotonic_ns()}",
+        tool=tool,
+        arguments=args,
+        workspace=ws,
+        paths={},
+        deadline=time.time() + timeout,
+        cancelled=anyio.Event(),
+        fencing_tokens={},
+        output_budget=budget,
+        context={
+            "arguments": args,
+            "workspace": ws.to_json(),
+            "tool": {"name": tool.name, "version": str(tool.version)},
+            "execution": {"id": "ex_test"},
+        },
+        emit_output=recorder.emit,
+        checkpoint=recorder.checkpoint,
+    )
+
+
+def script(ws: Workspace, code: str, name: str = "s.py") -> None:
+    (ws.root / name).write_text(code)
+
+
+async def run(
+    adapter: ProcessAdapter, ws: Workspace, tool: ToolDeclaration, **kw: Any
+) -> tuple[AdapterOutcome, Recorder]:
+    recorder = Recorder()
+    outcome = await adapter.execute(make_call(ws, tool, recorder, **kw))
+    return outcome, recorder
+
+
+# --- exit codes, output, streaming ------------------------------------------------------------
+
+
+async def test_success_reports_exit_output_and_checkpoint(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "import sys\nprint('hello')\nprint('warn', file=sys.stderr)\n")
+    out, rec = await run(adapter, ws, declare(tmp_path))
+    assert out.outcome is Outcome.SUCCEEDED, out.error
+    assert out.data["exit_code"] == 0 and out.data["signal"] is None
+    assert out.data["stdout"] == "hello\n" and out.data["stderr"] == "warn\n"
+    assert out.data["stdout_bytes"] == 6 and out.data["stderr_bytes"] == 5
+    assert out.data["truncated"] is False and out.truncated is False
+    assert out.data["duration_ms"] >= 0
+    assert out.side_effect.attempted and out.side_effect.committed
+    assert "exit code 0" in out.side_effect.summary
+    assert out.evidence[0].kind == "process_exit"
+    assert rec.text("stdout") == "hello\n" and rec.text("stderr") == "warn\n"
+    [state] = rec.states
+    assert state["pid"] == out.data["pid"] and state["create_time"] > 0
+    assert state["pgid"] == state["pid"] and state["marker"].startswith("ex_test_")
+
+
+async def test_nonzero_exit_fails_with_a_clear_message(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "import sys\nprint('boom', file=sys.stderr)\nsys.exit(3)\n")
+    out, _ = await run(adapter, ws, declare(tmp_path))
+    assert out.outcome is Outcome.FAILED
+    assert out.error is not None and out.error.code == "command_failed"
+    assert "exited with code 3 (success: 0)" in out.error.message
+    assert out.error.to_json()["exit_code"] == 3
+    assert out.data["stderr"] == "boom\n"
+    assert out.side_effect.attempted and out.side_effect.committed  # it ran to its end
+
+
+async def test_declared_success_exit_codes(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "raise SystemExit(3)\n")
+    out, _ = await run(adapter, ws, declare(tmp_path, success_exit_codes=[0, 3]))
+    assert out.outcome is Outcome.SUCCEEDED
+    assert out.data["exit_code"] == 3
+
+
+async def test_death_by_signal_is_named(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "import os, signal\nos.kill(os.getpid(), signal.SIGUSR1)\n")
+    out, _ = await run(adapter, ws, declare(tmp_path))
+    assert out.outcome is Outcome.FAILED
+    assert out.data["signal"] == "SIGUSR1" and out.data["exit_code"] is None
+    assert out.error is not None and "killed by SIGUSR1" in out.error.message
+
+
+async def test_output_streams_while_the_process_runs(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(
+        ws,
+        "import os, sys, time\n"
+        "print('first', flush=True)\n"
+        "print('err-first', file=sys.stderr, flush=True)\n"
+        "while not os.path.exists('go'):\n"
+        "    time.sleep(0.01)\n"
+        "print('second')\n",
+    )
+    recorder = Recorder()
+    call = make_call(ws, declare(tmp_path), recorder)
+    result: list[AdapterOutcome] = []
+
+    async def execute() -> None:
+        result.append(await adapter.execute(call))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute)
+        with anyio.fail_after(10):
+            while "first" not in recorder.text("stdout") or not recorder.text("stderr"):
+                await anyio.sleep(0.01)
+        assert not result  # still running: the output arrived while it ran
+        (ws.root / "go").touch()
+    assert recorder.text("stdout") == "first\nsecond\n"
+    assert recorder.text("stderr") == "err-first\n"
+    assert result[0].outcome is Outcome.SUCCEEDED
+
+
+async def test_output_budget_keeps_head_and_tail(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(
+        ws,
+        "import sys\nsys.stdout.write('A' * 10000 + 'B' * 10000)\nsys.stderr.write('e' * 100)\n",
+    )
+    out, rec = await run(adapter, ws, declare(tmp_path), budget=1000)
+    assert out.truncated is True and out.data["truncated"] is True
+    assert out.data["stdout_bytes"] == 20000 and out.data["stderr_bytes"] == 100
+    assert out.data["stderr"] == "e" * 100  # the small stream keeps all of it
+    stdout = out.data["stdout"]
+    assert stdout.startswith("A" * 450) and stdout.endswith("B" * 450)
+    assert "[... 19100 bytes dropped ...]" in stdout
+    assert len(rec.text("stdout")) == 20000  # streaming is bounded by the sink, not here
+
+
+def test_split_budget_gives_a_small_stream_what_it_needs() -> None:
+    assert split_budget(100, 10, 10) == (10, 10)
+    assert split_budget(50, 100, 10) == (40, 10)
+    assert split_budget(50, 10, 100) == (10, 40)
+    assert split_budget(50, 100, 100) == (25, 25)
+    assert split_budget(0, 5, 5) == (0, 0)
+
+
+def test_capture_cuts_at_character_boundaries() -> None:
+    capture = Capture(8)
+    for chunk in ("é" * 10).encode(), ("ü" * 10).encode():
+        capture.add(chunk)
+    text = capture.text(7)  # 3 bytes of head (1.5 characters), 4 of tail (2 characters)
+    assert text == "é\n[... 33 bytes dropped ...]\nüü"
+    assert capture.total == 40
+
+
+# --- environment, cwd, argv, stdin ---------------------------------------------------------------
+
+
+async def test_environment_is_the_allowlist_plus_constants(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TG_TEST_SECRET", "s3cret")
+    monkeypatch.setenv("TG_TEST_ALLOWED", "yes")
+    script(ws, "import json, os\nprint(json.dumps(dict(os.environ)))\n")
+    tool = declare(
+        tmp_path,
+        env={"allow": ["PATH", "TG_TEST_ALLOWED", "TG_TEST_UNSET"], "set": {"K": "v-{tool.name}"}},
+    )
+    out, _ = await run(adapter, ws, tool)
+    env = json.loads(out.data["stdout"])
+    assert "TG_TEST_SECRET" not in env and "TG_TEST_UNSET" not in env
+    assert env["TG_TEST_ALLOWED"] == "yes"
+    assert env["K"] == "v-test.proc"
+    assert env[MARKER_ENV].startswith("ex_test_")
+    # Python itself may add LC_CTYPE (C locale coercion); nothing else is inherited.
+    assert set(env) - {"LC_CTYPE"} == {"PATH", "TG_TEST_ALLOWED", "K", MARKER_ENV}
+
+
+@pytest.mark.parametrize("cwd", ["..", "/tmp", "../ws2", "{arguments.text}"])
+async def test_cwd_escaping_the_workspace_is_rejected(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path, cwd: str
+) -> None:
+    script(ws, "open('/dev/null')\n")
+    out, rec = await run(adapter, ws, declare(tmp_path, cwd=cwd), text="../..")
+    assert out.outcome is Outcome.FAILED
+    assert out.error is not None and out.error.code == "path_escape"
+    assert out.side_effect.attempted is False
+    assert rec.states == []  # nothing was spawned
+
+
+async def test_cwd_inside_the_workspace(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    (ws.root / "sub").mkdir()
+    script(ws, "import os\nprint(os.getcwd())\n", name="sub/s.py")
+    out, _ = await run(adapter, ws, declare(tmp_path, cwd="{workspace.root}/sub"), script="s.py")
+    assert out.outcome is Outcome.SUCCEEDED, out.error
+    assert out.data["stdout"].strip() == str(ws.root / "sub")
+    assert out.data["cwd"] == "sub"
+
+
+async def test_argv_injection_is_inert(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    hostile = ["; rm -rf /", "$(touch pwned)", "`touch pwned`", "a b", "-c", "", "'\"", "*"]
+    out, _ = await run(adapter, ws, declare(tmp_path), args=hostile)
+    assert out.outcome is Outcome.SUCCEEDED, out.error
+    assert json.loads(out.data["stdout"]) == hostile
+    assert not (ws.root / "pwned").exists()
+
+
+async def test_one_hole_inside_an_element_stays_one_element(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    tool = declare(tmp_path, command=["python", "s.py", "--name={arguments.text}"])
+    out, _ = await run(adapter, ws, tool, text="x; echo y")
+    assert json.loads(out.data["stdout"]) == ["--name=x; echo y"]
+
+
+async def test_stdin_from_an_argument(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "import sys\nprint(sys.stdin.read().upper(), end='')\n")
+    out, _ = await run(adapter, ws, declare(tmp_path, stdin="{arguments.text}"), text="héllo\n")
+    assert out.data["stdout"] == "HÉLLO\n"
+
+
+async def test_without_stdin_the_child_reads_eof(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "import sys\nprint(repr(sys.stdin.read()))\n")
+    out, _ = await run(adapter, ws, declare(tmp_path))
+    assert out.data["stdout"] == "''\n"
+
+
+@pytest.mark.parametrize("program", ["/nonexistent/bin/tool", "no-such-program-tg", "./nope.sh"])
+async def test_a_bad_command_path_is_a_clear_error(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path, program: str
+) -> None:
+    out, rec = await run(adapter, ws, declare(tmp_path, command=[program, "x"]))
+    assert out.outcome is Outcome.FAILED
+    assert out.error is not None and out.error.code == "command_not_found"
+    assert repr(program) in out.error.message and "test.proc@1.0.0" in out.error.message
+    assert out.side_effect.attempted is False and rec.states == []
+
+
+async def test_a_non_executable_program_fails_to_start(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "not a binary", name="prog")
+    (ws.root / "prog").chmod(0o755)
+    out, _ = await run(adapter, ws, declare(tmp_path, command=["./prog"]))
+    assert out.outcome is Outcome.FAILED
+    assert out.error is not None and out.error.code == "command_failed_to_start"
+    assert "Traceback" not in out.error.message
+
+
+@pytest.mark.parametrize(
+    "keys, fragment",
+    [
+        ({"command": ["{arguments.script}"]}, "command[0] (the program) must be a fixed"),
+        ({"command": []}, "command"),
+        ({"command": ["python", "{arguments.nope}"]}, "arguments.nope"),
+        ({"env": {"allow": ["BAD-NAME"]}}, "not an environment variable name"),
+        ({"env": {"set": {MARKER_ENV: "x"}}}, "set by the gateway"),
+        ({"success_exit_codes": [300]}, "between 0 and 255"),
+        ({"kill_grace": "2h"}, "kill_grace"),
+        ({"junit": "{arguments.missing}"}, "arguments.missing"),
+        ({"shell": True}, "shell"),
+    ],
+)
+def test_declaration_faults_name_the_key(
+    tmp_path: Path, keys: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        declare(tmp_path, **keys)
+    message = str(caught.value)
+    assert fragment in message
+    assert ".yaml:" in message
+
+
+def test_the_documented_declaration_loads(tmp_path: Path) -> None:
+    text = (REPO / "docs" / "adapters" / "process.md").read_text(encoding="utf-8")
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "example.yaml").write_text(block)
+    tool = load_declaration(tmp_path / "example.yaml")[0]
+    options = tool.options
+    assert isinstance(options, ProcessOptions)
+    documented = set(re.findall(r"^\| `([a-z_.]+)` \|", text, flags=re.MULTILINE))
+    keys = set(ProcessOptions.model_fields) | {"env.allow", "env.set"}
+    assert keys <= documented
+    assert {k for k in ProcessOptions.model_fields if getattr(options, k) is not None} == set(
+        ProcessOptions.model_fields
+    )
+
+
+def test_adapter_settings_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"adapters\.process\.bogus"):
+        create(Settings(base_dir=tmp_path), {"bogus": 1})
+    with pytest.raises(ConfigError, match="absolute"):
+        create(Settings(base_dir=tmp_path), {"executables": {"python": "python3"}})
+
+
+# --- JUnit --------------------------------------------------------------------------------------
+
+
+REPORT = b"""<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="5">
+  <testcase classname="t.test_a" name="test_ok" time="0.1"/>
+  <testcase classname="t.test_a" name="test_fail">
+    <failure message="assert 1 == 2&#10;more">trace</failure></testcase>
+  <testcase classname="t.test_a" name="test_err"><error message="boom">x</error></testcase>
+  <testcase classname="" name="test_skip"><skipped message="later"/></testcase>
+  <testcase name="test_both"><failure>f</failure><error message="teardown">e</error></testcase>
+</testsuite></testsuites>"""
+
+
+def test_junit_counts_and_failed_names() -> None:
+    report = parse_report(REPORT)
+    assert (report.tests, report.passed, report.failures, report.errors, report.skipped) == (
+        5,
+        1,
+        1,
+        2,
+        1,
+    )
+    assert [(t.name, t.kind, t.message) for t in report.failed] == [
+        ("t.test_a::test_fail", "failure", "assert 1 == 2"),
+        ("t.test_a::test_err", "error", "boom"),
+        ("test_both", "error", "teardown"),
+    ]
+    assert report.summary() == "1 passed, 1 failed, 2 errors, 1 skipped"
+    assert report.to_json()["failed_tests_truncated"] is False
+
+
+def test_junit_single_testsuite_root() -> None:
+    report = parse_report(b'<testsuite><testcase name="a"/><testcase name="b"/></testsuite>')
+    assert (report.tests, report.passed) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        (b"<testsuites><oops", "not well-formed"),
+        (b"<html><body/></html>", "<html>"),
+        (
+            b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;">]>'
+            b"<testsuites>&b;</testsuites>",
+            "not well-formed",
+        ),
+    ],
+)
+def test_junit_rejects_what_is_not_a_report(data: bytes, fragment: str) -> None:
+    with pytest.raises(JUnitError, match=fragment):
+        parse_report(data)
+
+
+def test_junit_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(junit, "MAX_REPORT_BYTES", 10)
+    (tmp_path / "r.xml").write_bytes(REPORT)
+    with pytest.raises(JUnitError, match="limit"):
+        read_report(tmp_path / "r.xml")
+    with pytest.raises(JUnitError, match="not written"):
+        read_report(tmp_path / "missing.xml")
+
+
+async def test_probes_read_workspace_files(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    (ws.root / "out.txt").write_text("x")
+    call = make_call(ws, declare(tmp_path), Recorder())
+    assert await adapter.probe("file_exists", {"path": "out.txt"}, call) is True
+    assert await adapter.probe("file_exists", {"path": "nope"}, call) is False
+    digest = await adapter.probe("file_sha256", {"path": "out.txt"}, call)
+    assert digest == hashlib.sha256(b"x").hexdigest()
+
+
+async def test_a_declared_report_that_is_not_written_fails_the_call(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "print('no report')\n")
+    (ws.root / "old.xml").write_text("<testsuites/>")  # a stale report does not count
+    out, _ = await run(adapter, ws, declare(tmp_path, junit="old.xml"))
+    assert out.outcome is Outcome.FAILED
+    assert out.error is not None and out.error.code == "test_report_missing"
+
+
+async def test_a_malformed_report_fails_the_call(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "open('r.xml', 'w').write('<testsuites><oops')\n")
+    out, _ = await run(adapter, ws, declare(tmp_path, junit="r.xml"))
+    assert out.error is not None and out.error.code == "test_report_invalid"
+
+
+# --- the process tree: deadline and cancel ------------------------------------------------------
+
+
+def _tree_tool(tmp_path: Path) -> ToolDeclaration:
+    return declare(tmp_path, kill_grace="300ms", timeout="30s")
+
+
+async def test_deadline_kills_the_whole_tree(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, TREE_SCRIPT)
+    recorder = Recorder()
+    call = make_call(ws, _tree_tool(tmp_path), recorder, timeout=2.5, args=["pids"])
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):  # as the execute stage runs every adapter
+        with anyio.fail_after(call.seconds_left()):
+            await adapter.execute(call)
+    elapsed = time.monotonic() - started
+    identities = read_pids(ws.root / "pids", TREE_SIZE, timeout=0)
+    assert wait_gone(identities, timeout=0.5) == []
+    assert elapsed < 2.5 + 0.3 + 2.0
+    assert recorder.states and recorder.states[0]["pid"] == identities[0].pid
+
+
+async def test_cancel_stops_the_whole_tree_and_reports_what_ran(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, TREE_SCRIPT)
+    recorder = Recorder()
+    call = make_call(ws, _tree_tool(tmp_path), recorder, args=["pids"])
+    result: list[AdapterOutcome] = []
+
+    async def execute() -> None:
+        result.append(await adapter.execute(call))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute)
+        identities = await anyio.to_thread.run_sync(read_pids, ws.root / "pids", TREE_SIZE)
+        cancelled_at = time.monotonic()
+        call.cancelled.set()
+    stopped_in = time.monotonic() - cancelled_at
+    out = result[0]
+    assert out.outcome is Outcome.CANCELLED
+    assert out.error is not None and out.error.code == "cancelled"
+    assert out.side_effect.attempted is True and out.side_effect.committed is False
+    assert out.data["signal"] == "SIGTERM"
+    assert out.data["stopped_processes"] >= TREE_SIZE - 1
+    assert wait_gone(identities, timeout=0.5) == []
+    assert stopped_in < 0.3 + 2.0
+
+
+async def test_a_daemon_left_behind_is_stopped_when_the_command_ends(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(
+        ws,
+        "import os, subprocess, sys, time\n"
+        'code = \'import os, time; os.setsid(); open("pids", "w").write(str(os.getpid()));'
+        " time.sleep(60)'\n"
+        "subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.DEVNULL)\n"
+        "while not os.path.exists('pids'):\n"
+        "    time.sleep(0.01)\n",
+    )
+    out, _ = await run(adapter, ws, declare(tmp_path, kill_grace="200ms"))
+    assert out.outcome is Outcome.SUCCEEDED
+    assert out.data["stopped_processes"] == 1
+    daemon = int((ws.root / "pids").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(daemon, 0)
+
+
+async def test_recover_stops_a_tree_left_by_an_earlier_gateway(
+    adapter: ProcessAdapter, ws: Workspace
+) -> None:
+    """What recovery does with a checkpoint after a crash (here the 'crashed' spawner is us)."""
+    (ws.root / "tree.py").write_text(TREE_SCRIPT)
+    env = {**os.environ, MARKER_ENV: "ex_crashed"}
+    root = subprocess.Popen([sys.executable, "tree.py", "pids"], cwd=ws.root, env=env)
+    try:
+        identities = await anyio.to_thread.run_sync(read_pids, ws.root / "pids", TREE_SIZE)
+        state = {
+            "pid": root.pid,
+            "create_time": identities[0].create_time,
+            "marker": "ex_crashed",
+            "kill_grace": 0.2,
+        }
+        await adapter.recover(state)
+        assert root.wait(timeout=5) == -signal.SIGTERM
+        assert wait_gone(identities[1:], timeout=1.0) == []
+    finally:
+        root.kill()
+        root.wait()
+
+
+async def test_recover_leaves_a_process_that_is_not_ours(
+    adapter: ProcessAdapter, ws: Workspace
+) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = psutil.Process(proc.pid).create_time()
+        await adapter.recover({"pid": proc.pid, "create_time": started - 3, "marker": "ex_x"})
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_cancel_before_the_start_runs_nothing(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    script(ws, "open('ran', 'w').close()\n")
+    recorder = Recorder()
+    call = make_call(ws, declare(tmp_path), recorder)
+    call.cancelled.set()
+    out = await adapter.execute(call)
+    assert out.outcome is Outcome.CANCELLED and out.side_effect.attempted is False
+    assert not (ws.root / "ran").exists()
+
+
+# --- through the gateway API --------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(project: Path, tmp_path: Path) -> Iterator[TestClient]:
+    settings = load_settings(
+        project / "toolgate.yaml", env={}, database_url=f"sqlite:///{tmp_path / 'tg.db'}"
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+TESTS = """
+import pytest
+
+def test_one():
+    assert 1 + 1 == 2
+
+def test_two():
+    pass
+
+def test_bad():
+    assert 1 == 2, "one is not two"
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    pass
+"""
+
+
+def test_run_tests_reports_junit_counts(client: TestClient, workspace_root: Path) -> None:
+    (workspace_root / "tests").mkdir()
+    (workspace_root / "tests" / "test_sample.py").write_text(TESTS)
+    response = client.post(
+        "/v1/executions", json=body("proc.run_tests", {"target": "tests"}), headers=auth()
+    )
+    assert response.status_code == 200, response.text
+    execution = response.json()
+    result = execution["result"]
+    assert result["outcome"] == "succeeded", result
+    report = next(e for e in result["evidence"] if e["kind"] == "test_report")
+    assert (report["tests"], report["passed"], report["failures"], report["skipped"]) == (
+        4,
+        2,
+        1,
+        1,
+    )
+    assert [t["name"] for t in report["failed_tests"]] == ["tests.test_sample::test_bad"]
+    assert "one is not two" in report["failed_tests"][0]["message"]
+    assert report["ref"] == f".toolgate/reports/{execution['id']}.xml"
+    assert (workspace_root / report["ref"]).exists()
+    assert result["data"]["exit_code"] == 1
+    assert result["data"]["junit"]["failures"] == 1
+    assert "1 failed" in result["data"]["stdout"]
+    assert not list(workspace_root.rglob("__pycache__"))
+    events = client.get(execution["links"]["events"], headers=auth()).json()["items"]
+    types = [e["type"] for e in events]
+    assert "state.checkpointed" in types and "tool.output" in types
+    assert types.index("state.checkpointed") < types.index("tool.completed")
+
+
+def test_run_tests_target_is_confined(client: TestClient, workspace_root: Path) -> None:
+    for target in ("../..", "/etc"):
+        result = client.post(
+            "/v1/executions", json=body("proc.run_tests", {"target": target}), headers=auth()
+        ).json()["result"]
+        assert result["outcome"] == "failed"
+        assert result["error"]["type"] == "path_escape"
+
+
+def test_python_tool_runs_a_script_with_arguments(client: TestClient, workspace_root: Path) -> None:
+    (workspace_root / "echo.py").write_text(
+        "import json, sys\nprint(json.dumps({'argv': sys.argv[1:], 'in': sys.stdin.read()}))\n"
+    )
+    arguments = {"script": "echo.py", "args": ["; rm -rf /", "x y"], "stdin": "data"}
+    result = client.post(
+        "/v1/executions", json=body("proc.python", arguments), headers=auth()
+    ).json()["result"]
+    assert result["outcome"] == "succeeded", result
+    assert json.loads(result["data"]["stdout"]) == {"argv": ["; rm -rf /", "x y"], "in": "data"}
+
+
+def test_python_tool_failure_reaches_the_agent_without_a_traceback_of_ours(
+    client: TestClient, workspace_root: Path
+) -> None:
+    (workspace_root / "fail.py").write_text("import sys\nsys.exit(2)\n")
+    result = client.post(
+        "/v1/executions", json=body("proc.python", {"script": "fail.py"}), headers=auth()
+    ).json()["result"]
+    assert result["outcome"] == "failed"
+    assert result["error"]["type"] == "command_failed"
+    assert result["error"]["phase"] == "execute"
+    assert result["error"]["message"].startswith("python")
+    assert "exited with code 2" in result["error"]["message"]
+
+
+def test_deadline_through_the_api_leaves_no_process(
+    client: TestClient, workspace_root: Path
+) -> None:
+    (workspace_root / "tree.py").write_text(TREE_SCRIPT)
+    deadline = int(time.time() * 1000) + 3000
+    payload = body("proc.python", {"script": "tree.py", "args": ["pids"]}, deadline=deadline)
+    result = client.post("/v1/executions", json=payload, headers=auth()).json()["result"]
+    assert result["outcome"] == "unknown"  # a write tool with no reconcile probe
+    assert result["error"]["type"] == "timeout"
+    identities = read_pids(workspace_root / "pids", TREE_SIZE, timeout=0)
+    assert wait_gone(identities, timeout=0.5) == []
+
+
+def test_sys_executable_is_the_default_python(tmp_path: Path) -> None:
+    adapter = create(Settings(base_dir=tmp_path), {})
+    assert adapter._executables["python"] == sys.executable
