@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RUST_LIB_BACKTRACE := 0
 
-.PHONY: run test lint format check policy-test bench clean
+.PHONY: run test lint format check policy-test bench clean system-deps
 
 $(VENV)/.base: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,9 +20,34 @@ $(VENV)/.dev: pyproject.toml $(VENV)/.base
 run: $(VENV)/.base
 	$(BIN)/toolgate serve
 
+## Install what the tests need from Debian when it is missing and we are root: chromium (browser
+## tests), wrk (the benchmark harness's smoke test).
+CHROMIUM ?= /usr/bin/chromium
+system-deps:
+	@missing=""; \
+	[ -x "$(CHROMIUM)" ] || missing="$$missing chromium"; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "system-deps: missing$$missing; running: apt-get update && apt-get install -y$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else \
+	  echo "system-deps: missing$$missing; install them as root:"; \
+	  echo "  apt-get update && apt-get install -y$$missing"; \
+	  echo "  (without them those tests skip, or fail when CI=true)"; \
+	fi
+
 ## Set up and run the whole test suite.
-test: $(VENV)/.dev
+test: $(VENV)/.dev system-deps
 	$(BIN)/python -m pytest -W error
+
+## Benchmarks (not part of `make test`): the gateway against a bare Starlette app in one run;
+## prints the table and writes bench/results/<date>.json, docs/performance.md and .png.
+## Installs Debian's wrk when missing (as root) and py-spy into the venv for the profile
+## (without it the profile falls back to cProfile). Pass options with BENCH_ARGS=--quick etc.
+bench: $(VENV)/.dev
+	$(BIN)/python -m pip install --quiet py-spy || echo "bench: py-spy not installed; profiling with cProfile"
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check gateway tests bench
