@@ -18,6 +18,8 @@ import logging
 import time
 from typing import Any
 
+import anyio
+
 from gateway.adapters.base import SideEffectReport
 from gateway.errors import ExecutionError, ToolgateError
 from gateway.events.model import make_event
@@ -48,16 +50,27 @@ def abandoned(services: Services, record: ExecutionRecord) -> bool:
     return time.time() * 1000 - record.updated_ms > stale_ms
 
 
+RECOVERY_CONCURRENCY = 16
+"""Executions settled at once: stopping process trees and probing wait on I/O."""
+
+
 async def recover(services: Services) -> list[ExecutionRecord]:
-    """Settle every abandoned execution; returns their new states."""
-    settled = []
-    for record in await services.store.unfinished([Status.RUNNING, Status.CANCELLING]):
-        if not abandoned(services, record):
-            continue
-        try:
-            settled.append(await recover_one(services, record))
-        except ToolgateError as exc:
-            log.warning("could not recover %s yet: %s", record.id, exc)
+    """Settle every abandoned execution, several at a time; returns their new states."""
+    settled: list[ExecutionRecord] = []
+    limiter = anyio.CapacityLimiter(RECOVERY_CONCURRENCY)
+
+    async def one(record: ExecutionRecord) -> None:
+        async with limiter:
+            try:
+                settled.append(await recover_one(services, record))
+            except ToolgateError as exc:
+                log.warning("could not recover %s yet: %s", record.id, exc)
+
+    candidates = await services.store.unfinished([Status.RUNNING, Status.CANCELLING])
+    async with anyio.create_task_group() as tg:
+        for record in candidates:
+            if abandoned(services, record):
+                tg.start_soon(one, record)
     return settled
 
 

@@ -35,10 +35,13 @@ async def _work(services: Services) -> None:
         if record is None:
             await services.queue_signal.wait(IDLE_POLL)
             continue
+        services.active.add(record.id)  # before any await: recovery must not requeue it
         try:
             await run_queued(services, record)
         except Exception:
             log.exception("queued execution %s failed; recovery will settle it", record.id)
+        finally:
+            services.active.discard(record.id)
 
 
 async def _recover_periodically(services: Services) -> None:
