@@ -26,15 +26,20 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.integration.gateways import gateway, make_project  # noqa: E402
+from tests.integration.gateways import gateway, make_project
 
 HEADERS = {"Authorization": "Bearer tg_dev_alice"}
 
 
 def body(tool: str, arguments: dict, call_id: str, **extra: object) -> dict:
     return {
-        "run_id": "bench", "call_id": call_id, "tool": {"name": tool}, "arguments": arguments,
-        "actor": {"user_id": "alice", "agent_id": "bench"}, "workspace": {"id": "demo"}, **extra,
+        "run_id": "bench",
+        "call_id": call_id,
+        "tool": {"name": tool},
+        "arguments": arguments,
+        "actor": {"user_id": "alice", "agent_id": "bench"},
+        "workspace": {"id": "demo"},
+        **extra,
     }
 
 
@@ -63,15 +68,30 @@ def policy_decisions(n: int = 2000) -> dict[str, float]:
     root = Path(__file__).resolve().parent.parent
     policy = EmbeddedPolicy(load_policy_sources(root / "rego", root / "policies"))
     doc = {
-        "tool": {"name": "fs.read_file", "version": "1.0.0", "risk": "low", "side_effect": "read",
-                 "reversible": True, "adapter": "file", "operation": "read", "tags": ["fs"]},
-        "arguments": {"path": "notes/a.txt"}, "arguments_sha256": "0" * 64,
+        "tool": {
+            "name": "fs.read_file",
+            "version": "1.0.0",
+            "risk": "low",
+            "side_effect": "read",
+            "reversible": True,
+            "adapter": "file",
+            "operation": "read",
+            "tags": ["fs"],
+        },
+        "arguments": {"path": "notes/a.txt"},
+        "arguments_sha256": "0" * 64,
         "paths": [{"argument": "path", "relative": "notes/a.txt", "inside_workspace": True}],
         "actor": {"user_id": "alice", "agent_id": "bench", "roles": ["agent"]},
         "workspace": {"id": "demo", "root": "/tmp/demo"},
-        "request": {"run_id": "r", "turn_id": "t", "call_id": "c", "deadline_ms_left": None,
-                    "idempotency_key_present": False},
-        "approval": {"present": False, "approved_by": None}, "usage": {},
+        "request": {
+            "run_id": "r",
+            "turn_id": "t",
+            "call_id": "c",
+            "deadline_ms_left": None,
+            "idempotency_key_present": False,
+        },
+        "approval": {"present": False, "approved_by": None},
+        "usage": {},
     }
     for _ in range(200):
         policy.decide_sync(doc)
@@ -103,23 +123,52 @@ def main() -> None:
             url = base + "/v1/executions"
             for i in range(20):  # warm up
                 timed(client, url, body("fs.read_file", {"path": "one-kib.txt"}, f"w{i}"))
-            reads = [timed(client, url, body("fs.read_file", {"path": "one-kib.txt"}, f"r{i}"))
-                     for i in range(args.calls)]
-            timed(client, url, body("fs.write_file", {"path": "w.txt", "content": "x" * 1024},
-                                    "seed", idempotency_key="replayed"))
+            reads = [
+                timed(client, url, body("fs.read_file", {"path": "one-kib.txt"}, f"r{i}"))
+                for i in range(args.calls)
+            ]
+            timed(
+                client,
+                url,
+                body(
+                    "fs.write_file",
+                    {"path": "w.txt", "content": "x" * 1024},
+                    "seed",
+                    idempotency_key="replayed",
+                ),
+            )
             first, replay = [], []
             for i in range(args.calls):
-                first.append(timed(client, url, body(
-                    "fs.write_file", {"path": f"w/{i}.txt", "content": "x" * 1024}, f"f{i}",
-                    idempotency_key=f"key-{i}")))
-                replay.append(timed(client, url, body(
-                    "fs.write_file", {"path": "w.txt", "content": "x" * 1024}, f"p{i}",
-                    idempotency_key="replayed")))
+                first.append(
+                    timed(
+                        client,
+                        url,
+                        body(
+                            "fs.write_file",
+                            {"path": f"w/{i}.txt", "content": "x" * 1024},
+                            f"f{i}",
+                            idempotency_key=f"key-{i}",
+                        ),
+                    )
+                )
+                replay.append(
+                    timed(
+                        client,
+                        url,
+                        body(
+                            "fs.write_file",
+                            {"path": "w.txt", "content": "x" * 1024},
+                            f"p{i}",
+                            idempotency_key="replayed",
+                        ),
+                    )
+                )
     results["fs.read_file"] = summary(reads)
     results["fs.write_file first execution"] = summary(first)
     results["fs.write_file idempotent replay"] = summary(replay)
     results["replay/first median ratio"] = round(
-        statistics.median(replay) / statistics.median(first), 3)
+        statistics.median(replay) / statistics.median(first), 3
+    )
     results["policy decision (in-process)"] = policy_decisions()
     out_dir = Path(__file__).resolve().parent / "results"
     out_dir.mkdir(exist_ok=True)
