@@ -137,11 +137,17 @@ class Store:
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
         self._insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
+        # SQLite has one writer at a time. Threads of this process that race for its lock
+        # fall into SQLite's busy handler, which sleeps in whole milliseconds: so this
+        # process queues its own write transactions and only other processes contend.
+        self._writers: anyio.CapacityLimiter | None = None  # made in the loop, on first use
 
     # -- plumbing -------------------------------------------------------------------------
 
     async def _write(self, fn: Callable[[Connection], T]) -> T:
-        return await anyio.to_thread.run_sync(partial(self._tx, fn, True))
+        if self.dialect == "sqlite" and self._writers is None:
+            self._writers = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(partial(self._tx, fn, True), limiter=self._writers)
 
     async def _read(self, fn: Callable[[Connection], T]) -> T:
         return await anyio.to_thread.run_sync(partial(self._tx, fn, False))
