@@ -1,0 +1,122 @@
+"""The benchmark harness itself works: ``bench/run.py --quick`` runs end to end.
+
+Not a benchmark (the durations are far too short for the figures to mean anything): it checks
+that every phase runs against real processes and that the results file has every scenario
+with positive numbers. Needs Debian's ``wrk``: skipped with the reason when it is missing,
+except in CI (``CI=true``), where that is a failure. Scenario 5 needs PostgreSQL on
+127.0.0.1:5432 under the same rule.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.conftest import IN_CI, REPO
+
+pytestmark = pytest.mark.slow
+
+HTTP_SCENARIOS = (
+    "s1_read",
+    "s2_replay",
+    "s3_deny",
+    "s4_write_64_files",
+    "s4_write_shared_file",
+)
+
+
+def positive(where: str, data: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        value = data.get(key)
+        assert isinstance(value, int | float) and value > 0, f"{where}.{key} = {value!r}"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if shutil.which("wrk") is None:
+        reason = "wrk is not installed (as root: apt-get update && apt-get install -y wrk)"
+        if IN_CI:
+            pytest.fail(f"{reason}; CI requires it", pytrace=False)
+        pytest.skip(reason)
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "run.py"),
+            "--quick",
+            "--no-wrk-install",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    assert "target (issue 6)" in proc.stdout, proc.stdout
+    files = list(out.glob("*.json"))
+    assert len(files) == 1, files
+    assert (out / "performance.png").stat().st_size > 0
+    data: dict[str, Any] = json.loads(files[0].read_text())
+    data["_stdout"] = proc.stdout
+    return data
+
+
+def test_every_http_scenario_has_positive_figures(results: dict[str, Any]) -> None:
+    scenarios = results["http"]["scenarios"]
+    for key in HTTP_SCENARIOS:
+        s = scenarios[key]
+        positive(key, s, "ratio", "gateway_rps", "bare_rps", "gateway_p50_ms", "gateway_p99_ms")
+        positive(key, s, "gateway_cpu_us_per_call", "bare_cpu_us_per_call")
+        assert s["bad"] == 0, (key, s["runs"])
+    pg = scenarios["s5_read_postgres"]
+    if "skipped" in pg:
+        assert not IN_CI, f"scenario 5 was skipped in CI: {pg['skipped']}"
+    else:
+        positive("s5_read_postgres", pg, "ratio", "gateway_rps", "bare_rps", "gateway_p99_ms")
+        assert pg["bad"] == 0, pg["runs"]
+    half = results["http"]["s1_half_rate_latency"]
+    positive("s1_half_rate_latency", half, "rate")
+    positive("s1_half_rate_latency.gateway", half["gateway"], "achieved_rate", "p50_ms", "p99_ms")
+    positive("s1_half_rate_latency.bare", half["bare"], "achieved_rate", "p99_ms")
+    assert half["gateway"]["bad"] == 0
+
+
+def test_every_micro_benchmark_has_positive_figures(results: dict[str, Any]) -> None:
+    micro = results["micro"]
+    for key in ("policy_decision_allow", "policy_decision_deny", "pipeline_read", "pipeline_write"):
+        positive(key, micro[key], "median_us", "p99_us", "n")
+    positive("micro", micro, "pipeline_read_concurrent16_rps")
+    shipped = {p.name for p in (REPO / "tools.d").glob("*.yaml")}
+    validation = micro["validation"]
+    assert len(validation) == len(shipped), sorted(validation)
+    for ref, figures in validation.items():
+        positive(f"validation[{ref}]", figures, "median_us", "p99_us")
+    for key in ("empty_write_tx", "empty_write_tx_sync", "reserve_commit"):
+        positive(f"store_sqlite.{key}", micro["store_sqlite"][key], "median_us", "p99_us")
+    if "skipped" not in micro["store_postgres"]:
+        positive(
+            "store_postgres.reserve_commit", micro["store_postgres"]["reserve_commit"], "median_us"
+        )
+
+
+def test_growth_and_targets(results: dict[str, Any]) -> None:
+    catalogue = results["growth"]["catalogue"]
+    assert catalogue["tools"] == results["plan"]["tools"]
+    positive("catalogue", catalogue, "load_s", "shipped_load_s")
+    positive("catalogue.resolve_any", catalogue["resolve_any"], "median_us")
+    positive("catalogue.resolve_range", catalogue["resolve_range"], "median_us")
+    events = results["growth"]["events"]
+    assert events["events"] == results["plan"]["events"]
+    positive("events", events, "ratio", "empty_rps", "full_rps")
+    statuses = {t["target"]: t["status"] for t in results["targets"]}
+    assert len(statuses) == 8, statuses
+    assert set(statuses.values()) <= {"PASS", "MISS"}, statuses
+    for status in statuses.values():
+        assert status in results["_stdout"]
