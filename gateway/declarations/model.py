@@ -67,48 +67,39 @@ class LockDecl(_Frozen):
     mode: LockMode = LockMode.EXCLUSIVE
 
 
-class ProbeDecl(BaseModel):
-    """A read of real state: ``probe`` names an adapter probe; other keys are its parameters.
-
-    ``equals`` (a template) is the value the probe must return; without it, a probe that
-    returns a value passes unless ``exists`` says otherwise.
-    """
+class _WithParams(BaseModel):
+    """A declaration whose extra keys are template parameters (compiled at load)."""
 
     model_config = ConfigDict(frozen=True, extra="allow", arbitrary_types_allowed=True)
+
+    @model_validator(mode="after")
+    def _compile_params(self) -> _WithParams:
+        extra = self.__pydantic_extra__ or {}
+        for key, value in list(extra.items()):
+            extra[key] = _template(value)
+        return self
+
+    @property
+    def params(self) -> dict[str, Template]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+class ProbeDecl(_WithParams):
+    """A read of real state: ``probe`` names an adapter probe; other keys are its parameters.
+
+    ``equals`` (a template) is the value the probe must return; without it, a probe passes
+    when it returns a truthy value.
+    """
 
     probe: str = Field(min_length=1)
     equals: TemplateStr | None = None
 
-    @model_validator(mode="after")
-    def _compile_params(self) -> ProbeDecl:
-        extra = self.__pydantic_extra__ or {}
-        for key, value in list(extra.items()):
-            extra[key] = _template(value)
-        return self
 
-    @property
-    def params(self) -> dict[str, Template]:
-        return dict(self.__pydantic_extra__ or {})
-
-
-class StateGuardDecl(BaseModel):
+class StateGuardDecl(_WithParams):
     """Compare ``expected_state[expected]`` of the request with probe ``actual``."""
-
-    model_config = ConfigDict(frozen=True, extra="allow", arbitrary_types_allowed=True)
 
     expected: str = Field(min_length=1)
     actual: str = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _compile_params(self) -> StateGuardDecl:
-        extra = self.__pydantic_extra__ or {}
-        for key, value in list(extra.items()):
-            extra[key] = _template(value)
-        return self
-
-    @property
-    def params(self) -> dict[str, Template]:
-        return dict(self.__pydantic_extra__ or {})
 
 
 class ToolDeclaration(_Frozen):
