@@ -52,7 +52,10 @@ def _index(node: yaml.Node, loc: Loc, out: dict[Loc, int]) -> None:
             _index(item, (*loc, i), out)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_BaseLoader):  # type: ignore[valid-type,misc]
     """SafeLoader that refuses a key given twice in one mapping."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -72,9 +75,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def parse_yaml(text: str, name: str) -> tuple[Any, Lines]:
     """Parse ``text``; a YAML error becomes a ConfigError naming ``name`` and the line."""
+    loader = _UniqueKeyLoader(text)
     try:
-        node = yaml.compose(text, Loader=_UniqueKeyLoader)
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        # One parse (libyaml when present): the node tree gives the lines, then the data.
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -83,6 +88,8 @@ def parse_yaml(text: str, name: str) -> tuple[Any, Lines]:
         raise ConfigError(f"{name}:1: YAML error: {exc}") from exc
     except TypeError as exc:  # e.g. a mapping used as a key: unhashable
         raise ConfigError(f"{name}:1: YAML error: a key must be a plain value ({exc})") from exc
+    finally:
+        loader.dispose()
     by_loc: dict[Loc, int] = {}
     if node is not None:
         _index(node, (), by_loc)
