@@ -32,6 +32,9 @@ class OpenLoopResult:
     latencies_s: list[float] = field(default_factory=list)
     connections: int = 0
     max_send_lag_s: float = 0.0
+    retried: int = 0
+    problems: list[str] = field(default_factory=list)
+    """The first few bad answers or errors, for diagnosis."""
 
     def summary(self) -> dict[str, float | int]:
         ordered = sorted(self.latencies_s)
@@ -53,6 +56,8 @@ class OpenLoopResult:
             "max_ms": round(ordered[-1] * 1000, 3) if ordered else 0.0,
             "connections": self.connections,
             "max_send_lag_ms": round(self.max_send_lag_s * 1000, 3),
+            "retried_on_new_connection": self.retried,
+            "problems": self.problems[:5],
         }
 
 
@@ -66,7 +71,7 @@ class _Pool:
     async def get(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         while True:
             if self.idle:
-                return self.idle.pop()
+                return self.idle.pop(0)  # oldest first: every connection stays in use
             if self.opened < self.limit:
                 self.opened += 1
                 try:
@@ -137,10 +142,26 @@ async def open_loop(
         conn = await pool.get()
         try:
             status, answer = await _exchange(conn, request)
-        except (OSError, asyncio.IncompleteReadError, ValueError):
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            # The server may close an idle keep-alive connection (uvicorn: after 5 s) just as
+            # it is reused: send once more on a new connection, the wait still counted.
+            conn[1].close()
+            await pool.put(None)
+            result.retried += 1
+            conn = await pool.get()
+            try:
+                status, answer = await _exchange(conn, request)
+            except (OSError, asyncio.IncompleteReadError, ValueError) as again:
+                conn[1].close()
+                await pool.put(None)
+                result.bad += 1
+                result.problems.append(f"{type(exc).__name__}, then {type(again).__name__}")
+                return
+        except ValueError as exc:
             conn[1].close()
             await pool.put(None)
             result.bad += 1
+            result.problems.append(f"unparsable answer: {exc}")
             return
         done = time.perf_counter()
         await pool.put(conn)
@@ -149,6 +170,7 @@ async def open_loop(
             result.latencies_s.append(done - scheduled)
         else:
             result.bad += 1
+            result.problems.append(f"{status}: {answer[:300].decode(errors='replace')}")
 
     start = time.perf_counter() + 0.05
     for i in range(total):

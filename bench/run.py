@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import cProfile
 import datetime as dt
+import gzip
 import json
 import os
 import platform
@@ -286,7 +287,8 @@ def ensure_wrk(install: bool) -> str | None:
 
 def wrk_version(wrk: str) -> str:
     out = subprocess.run([wrk, "--version"], capture_output=True, text=True)
-    return (out.stdout + out.stderr).splitlines()[0].strip()
+    first = (out.stdout + out.stderr).splitlines()[0]
+    return first.split(" Copyright")[0].strip()
 
 
 @dataclass
@@ -1335,6 +1337,10 @@ def profile_gateway(
         text = raw.read_text()
         analysis = analyse_collapsed(text)
         analysis["buckets"] = buckets(text)
+        packed = raw.with_name(raw.name + ".gz")  # collapsed stacks compress about 20 times
+        packed.write_bytes(gzip.compress(text.encode()))
+        raw.unlink()
+        raw = packed
         analysis["tool"] = (
             f"py-spy record --pid <gateway> --rate 200 --nonblocking {' '.join(extra)}".rstrip()
             + f" for {seconds}s while wrk drives scenario 1"
