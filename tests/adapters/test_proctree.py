@@ -117,6 +117,18 @@ def _sleeper(**kw: object) -> subprocess.Popen[bytes]:
     )
 
 
+def _wait_for_environ(pid: int, name: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if name in psutil.Process(pid).environ():
+                return
+        except psutil.Error:
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"{name} never appeared in the environment of {pid}")
+
+
 def test_this_process_is_a_subreaper() -> None:
     assert become_subreaper() is True
     assert become_subreaper() is True  # idempotent
@@ -237,6 +249,7 @@ def test_kill_recorded_with_only_a_marker_stops_marked_processes() -> None:
     """A crash between the spawn and the checkpoint leaves only the execution id to go by."""
     proc = _sleeper(env={**os.environ, MARKER_ENV: "ex_uncheckpointed"})
     try:
+        _wait_for_environ(proc.pid, MARKER_ENV)  # until exec has replaced the forked env
         identity = identify(proc.pid)
         later = {"marker": "ex_uncheckpointed", "not_before": identity.create_time + 5}
         assert kill_recorded(later, grace=0.1) is False  # started before: not this execution's
