@@ -117,6 +117,13 @@ def _sleeper(**kw: object) -> subprocess.Popen[bytes]:
     )
 
 
+def _tries(n: int) -> Iterator[int]:
+    for i in range(n):
+        if i:
+            time.sleep(0.2)
+        yield i
+
+
 def _wait_for_environ(pid: int, name: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -254,7 +261,8 @@ def test_kill_recorded_with_only_a_marker_stops_marked_processes() -> None:
         later = {"marker": "ex_uncheckpointed", "not_before": identity.create_time + 5}
         assert kill_recorded(later, grace=0.1) is False  # started before: not this execution's
         state = {"marker": "ex_uncheckpointed", "not_before": identity.create_time - 1}
-        assert kill_recorded(state, grace=0.2) is True
+        # A loaded machine may show the child mid-exec to one scan: allow a few looks.
+        assert any(kill_recorded(state, grace=0.2) for _ in _tries(10))
         assert wait_gone([identity]) == []  # (and reaped: it looked like an adopted orphan)
     finally:
         proc.kill()
