@@ -76,7 +76,7 @@ def no_stray_children() -> Iterator[None]:
     assert not left, f"processes left behind: {sorted(left)}"
 
 
-def read_pids(pidfile: Path, count: int, timeout: float = 15.0) -> list[ProcessIdentity]:
+def read_pids(pidfile: Path, count: int, timeout: float = 60.0) -> list[ProcessIdentity]:
     """Wait until ``count`` processes have written their identity to ``pidfile``."""
     deadline = time.monotonic() + timeout
     while True:
