@@ -1074,12 +1074,12 @@ async def stage_breakdown(
         return run
 
     stages = tuple(Stage(s.name, timed_stage(s.name, s.run), s.always) for s in STAGES)
-    original = Store._tx
+    original = Store._in_transaction
 
-    def tx(self: Store, fn: Callable[[Any], Any], write: bool) -> Any:
+    def tx(self: Store, raw: Any, fn: Callable[[Any], Any], write: bool, begun: bool) -> Any:
         start, thread_cpu = time.perf_counter(), time.thread_time()
         try:
-            return original(self, fn, write)
+            return original(self, raw, fn, write, begun)
         finally:
             inner = getattr(fn, "func", fn)
             name = "store tx " + getattr(inner, "__qualname__", "?").split(".<locals>")[0]
@@ -1087,7 +1087,7 @@ async def stage_breakdown(
             cpu.setdefault(name, []).append(time.thread_time() - thread_cpu)
 
     requests = [make_request(i) for i in range(n)]
-    Store._tx = tx  # type: ignore[method-assign]
+    Store._in_transaction = tx  # type: ignore[method-assign]
     try:
         start, process_cpu = time.perf_counter(), time.process_time()
         for req in requests:
@@ -1095,7 +1095,7 @@ async def stage_breakdown(
         total = time.perf_counter() - start
         total_cpu = time.process_time() - process_cpu
     finally:
-        Store._tx = original  # type: ignore[method-assign]
+        Store._in_transaction = original  # type: ignore[method-assign]
     out: dict[str, Any] = {
         "n": n,
         "call_wall_us": round(total * 1e6 / n, 1),
@@ -1253,7 +1253,7 @@ BUCKETS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     (
         "HTTP and ASGI around the route (uvicorn, h11, starlette)",
         ("uvicorn/", "h11/", "starlette/"),
-        ("routes.py:create_execution", "Store._tx"),
+        ("routes.py:create_execution", "Store._in_transaction"),
     ),
     ("route create_execution (main thread)", ("routes.py:create_execution",), ()),
     ("  request parsing (pydantic): parse_request", ("request.py:parse_request",), ()),
@@ -1263,11 +1263,8 @@ BUCKETS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("    path confinement: workspace.confine", ("workspace.py:confine",), ()),
     ("    creating frozen records: dataclasses.replace", ("dataclasses.py:replace",), ()),
     ("  response: _execution_response (render, JSON)", ("routes.py:_execution_response",), ()),
-    ("store transactions (worker threads): Store._tx", ("store.py:Store._tx",), ()),
-    ("  BEGIN IMMEDIATE (incl. waiting for SQLite's write lock)", ("store.py:_sqlite_begin",), ()),
+    ("store transactions: Store._in_transaction", ("store.py:Store._in_transaction",), ()),
     ("  event inserts: Store._insert_events", ("store.py:Store._insert_events",), ()),
-    ("  SQLAlchemy compiling a statement (cache miss)", ("compiler.py:SQLCompiler.__init__",), ()),
-    ("  COMMIT", ("DefaultDialect.do_commit",), ()),
     (
         "thread hop: to_thread.run_sync + call_soon_threadsafe",
         ("to_thread.py:run_sync", "BaseEventLoop.call_soon_threadsafe"),

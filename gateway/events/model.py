@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from gateway.ids import sortable_id
 
 EVENT_TYPES: dict[str, int] = {
     "tool.requested": 1,
@@ -52,7 +53,7 @@ def make_event(execution_id: str, seq: int, type_: str, data: dict[str, Any]) ->
     """A new event; ``type_`` must be one of EVENT_TYPES."""
     version = EVENT_TYPES[type_]
     return Event(
-        id=f"ev_{uuid.uuid4().hex}",
+        id=sortable_id("ev"),
         execution_id=execution_id,
         seq=seq,
         type=type_,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -14,6 +13,7 @@ from gateway.adapters.base import AdapterOutcome, Evidence, SideEffectReport
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
 from gateway.events.model import Event, make_event
+from gateway.ids import sortable_id
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, Decision, Outcome
 from gateway.workspace import ResolvedPath, Workspace
@@ -31,7 +31,7 @@ def sha256_json(value: Any) -> str:
 
 
 def new_execution_id() -> str:
-    return f"ex_{uuid.uuid4().hex}"
+    return sortable_id("ex")
 
 
 @dataclass(frozen=True, slots=True)

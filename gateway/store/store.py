@@ -1,30 +1,36 @@
 """The store: the only module that runs queries.
 
-Its API is async; each method runs one short transaction on a worker thread with a
-synchronous SQLAlchemy engine (one thread hop per transaction, not per statement).
-SQLite runs in WAL mode and starts write transactions with ``BEGIN IMMEDIATE`` so two
-writers never deadlock on a lock upgrade; PostgreSQL serialises per-key work with
-transaction-scoped advisory locks, so several gateway processes can share one database.
+Its API is async; each method runs one short transaction on a worker thread (one thread hop
+per transaction, not per statement). SQLite runs in WAL mode and starts write transactions
+with ``BEGIN IMMEDIATE`` so two writers never deadlock on a lock upgrade; PostgreSQL
+serialises per-key work with transaction-scoped advisory locks, so several gateway processes
+can share one database.
+
+SQLAlchemy owns the schema (``tables.py``), the URL and the connection pool; the statements
+themselves are plain SQL with bound parameters run on the driver's connection. Building and
+compiling SQLAlchemy Core statements cost 0.3-0.6 ms each on the benchmark machine, several
+times the statement itself, and every call runs a handful of them (``docs/performance.md``).
+Each statement is written once with ``?`` placeholders (:class:`Sql`); PostgreSQL's driver
+gets them as ``%s``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import anyio
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import SQLModel
 
 from gateway.errors import StoreError
@@ -51,17 +57,80 @@ from gateway.types import LockMode, Status
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
-EXECUTIONS = cast(sa.Table, ExecutionRow.__table__)  # type: ignore[attr-defined]
-EVENTS = cast(sa.Table, EventRow.__table__)  # type: ignore[attr-defined]
-IDEMPOTENCY = cast(sa.Table, IdempotencyRow.__table__)  # type: ignore[attr-defined]
-LOCKS = cast(sa.Table, LockRow.__table__)  # type: ignore[attr-defined]
-FENCES = cast(sa.Table, LockFenceRow.__table__)  # type: ignore[attr-defined]
-APPROVALS = cast(sa.Table, ApprovalRow.__table__)  # type: ignore[attr-defined]
-VERSION = cast(sa.Table, SchemaVersionRow.__table__)  # type: ignore[attr-defined]
+_TABLES = [
+    cast(sa.Table, row.__table__)  # type: ignore[union-attr]
+    for row in (
+        ExecutionRow,
+        EventRow,
+        IdempotencyRow,
+        LockRow,
+        LockFenceRow,
+        ApprovalRow,
+        SchemaVersionRow,
+    )
+]
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class Sql:
+    """One statement, written with ``?`` placeholders, in each driver's parameter style."""
+
+    __slots__ = ("postgresql", "sqlite")
+
+    def __init__(self, text: str) -> None:
+        self.sqlite = " ".join(text.split())
+        self.postgresql = self.sqlite.replace("?", "%s")
+
+
+class Db:
+    """The driver connection of one transaction (what a store method's body gets)."""
+
+    __slots__ = ("postgresql", "raw")
+
+    def __init__(self, raw: Any, postgresql: bool) -> None:
+        self.raw, self.postgresql = raw, postgresql
+
+    def _text(self, sql: Sql | str) -> str:
+        if isinstance(sql, str):
+            sql = Sql(sql)
+        return sql.postgresql if self.postgresql else sql.sqlite
+
+    def run(self, sql: Sql | str, params: Sequence[Any] = ()) -> int:
+        """Execute; the number of rows changed."""
+        cursor = self.raw.execute(self._text(sql), params)
+        return int(cursor.rowcount)
+
+    def one(self, sql: Sql | str, params: Sequence[Any] = ()) -> Any:
+        """The first row (a tuple), or None."""
+        return self.raw.execute(self._text(sql), params).fetchone()
+
+    def all(self, sql: Sql | str, params: Sequence[Any] = ()) -> list[Any]:
+        return list(self.raw.execute(self._text(sql), params).fetchall())
+
+    def many(self, sql: Sql | str, rows: Sequence[Sequence[Any]]) -> None:
+        cursor = self.raw.cursor()
+        try:
+            cursor.executemany(self._text(sql), rows)
+        finally:
+            cursor.close()
+
+    def advisory_lock(self, key: str) -> None:
+        """Serialise work on ``key`` across PostgreSQL sessions until the transaction ends
+        (SQLite needs none: its write transactions are serial)."""
+        if self.postgresql:
+            self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(key),))
+
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+
+class _CommitFailed(Exception):
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class _Abort(Exception):
@@ -91,7 +160,7 @@ ReserveResult = Reserved | Existing | ApprovalUnavailable
 
 
 def make_engine(url: str) -> Engine:
-    """A synchronous engine with the pragmas each backend needs."""
+    """A synchronous engine (pool and schema) with the pragmas each backend needs."""
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
@@ -105,7 +174,9 @@ def make_engine(url: str) -> Engine:
         sa.event.listen(engine, "connect", _sqlite_connect)
         sa.event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    # No pre-ping (a round trip per transaction): a connection found dead is replaced and
+    # its transaction retried once, see Store._tx.
+    return sa.create_engine(url, pool_size=10, max_overflow=20)
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -119,14 +190,123 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(conn: Connection) -> None:
-    mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
-    conn.exec_driver_sql(f"BEGIN {mode}")
+    # Only the schema set-up goes through SQLAlchemy connections.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _lock_id(key: str) -> int:
     # A stable 63-bit id for pg_advisory_xact_lock (crc32 of two halves keeps it portable).
     data = key.encode("utf-8")
     return (zlib.crc32(data) << 31) ^ zlib.crc32(data[::-1])
+
+
+# --- statements -------------------------------------------------------------------------------
+
+_EXECUTION_COLUMNS = tuple(f.name for f in fields(ExecutionRecord))
+_EX_COLS = ", ".join(_EXECUTION_COLUMNS)
+_APPROVAL_COLUMNS = (
+    "id, execution_id, status, tool_name, tool_version, arguments_sha256, principal, "
+    "workspace_id, reasons_json, arguments_json, preview_json, requested_ms, expires_ms, "
+    "decided_by, decided_ms, comment"
+)
+_SELECT_EXECUTION = f"SELECT {_EX_COLS} FROM executions"
+_SELECT_APPROVAL = f"SELECT {_APPROVAL_COLUMNS} FROM approvals"
+
+INSERT_EXECUTION = Sql(
+    f"INSERT INTO executions ({_EX_COLS}) VALUES ({', '.join('?' * len(_EXECUTION_COLUMNS))})"
+)
+EXECUTION_BY_ID = Sql(f"{_SELECT_EXECUTION} WHERE id = ?")
+EXECUTION_BY_CALL = Sql(f"{_SELECT_EXECUTION} WHERE principal = ? AND run_id = ? AND call_id = ?")
+CLAIM_BY_SCOPE = Sql(
+    "SELECT execution_id, arguments_sha256, tool_version, expires_ms FROM idempotency "
+    "WHERE scope = ?"
+)
+DELETE_CLAIM = Sql("DELETE FROM idempotency WHERE scope = ?")
+INSERT_CLAIM = Sql(
+    "INSERT INTO idempotency (scope, execution_id, arguments_sha256, tool_version, state, "
+    "expires_ms) VALUES (?, ?, ?, ?, 'reserved', ?)"
+)
+COMMIT_CLAIM = Sql("UPDATE idempotency SET state = 'committed' WHERE execution_id = ?")
+RELEASE_CLAIM = Sql("DELETE FROM idempotency WHERE execution_id = ?")
+SWEEP_CLAIMS = Sql("DELETE FROM idempotency WHERE expires_ms <= ?")
+SET_STATUS = Sql("UPDATE executions SET status = ?, updated_ms = ? WHERE id = ?")
+HEARTBEAT = Sql("UPDATE executions SET updated_ms = ? WHERE id = ?")
+COMMIT_EXECUTION = Sql(
+    "UPDATE executions SET status = 'completed', outcome = ?, result_json = ?, "
+    "fencing_json = ?, updated_ms = ? WHERE id = ? AND status <> 'completed'"
+)
+RESOLVE_OUTCOME = Sql(
+    "UPDATE executions SET outcome = ?, result_json = ?, updated_ms = ? "
+    "WHERE id = ? AND outcome = ?"
+)
+CLAIM_QUEUED_SQLITE = Sql(
+    "SELECT id FROM executions WHERE status = 'queued' ORDER BY created_ms LIMIT 1"
+)
+CLAIM_QUEUED_PG = Sql(
+    "SELECT id FROM executions WHERE status = 'queued' ORDER BY created_ms LIMIT 1 "
+    "FOR UPDATE SKIP LOCKED"
+)
+TAKE_QUEUED = Sql(
+    "UPDATE executions SET status = 'running', owner = ?, updated_ms = ? WHERE id = ?"
+)
+BY_CANCELLATION_TOKEN = Sql(
+    f"{_SELECT_EXECUTION} WHERE principal = ? AND cancellation_token = ? AND status <> 'completed'"
+)
+RECENT_USAGE = Sql(
+    "SELECT count(*), min(created_ms) FROM executions WHERE principal = ? "
+    "AND workspace_id = ? AND risk = ? AND created_ms >= ?"
+)
+INSERT_EVENT = Sql(
+    "INSERT INTO events (id, execution_id, seq, type, version, at_ms, data_json) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+)
+LAST_SEQ = Sql("SELECT max(seq) FROM events WHERE execution_id = ?")
+EVENTS_AFTER = Sql(
+    "SELECT id, execution_id, seq, type, version, at_ms, data_json FROM events "
+    "WHERE execution_id = ? AND seq > ? ORDER BY seq"
+)
+EXPIRE_LOCK = Sql('DELETE FROM locks WHERE "key" = ? AND lease_until_ms < ?')
+LOCK_CONFLICT_EXCLUSIVE = Sql(
+    'SELECT holder, holder_call_id FROM locks WHERE "key" = ? AND holder <> ? LIMIT 1'
+)
+LOCK_CONFLICT_SHARED = Sql(
+    'SELECT holder, holder_call_id FROM locks WHERE "key" = ? AND holder <> ? '
+    "AND mode = 'exclusive' LIMIT 1"
+)
+NEXT_FENCE = Sql(
+    'INSERT INTO lock_fences ("key", last_token) VALUES (?, 1) ON CONFLICT ("key") '
+    "DO UPDATE SET last_token = lock_fences.last_token + 1 RETURNING last_token"
+)
+UPSERT_LOCK = Sql(
+    'INSERT INTO locks ("key", holder, holder_call_id, mode, token, lease_until_ms) '
+    'VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT ("key", holder) DO UPDATE SET '
+    "holder_call_id = excluded.holder_call_id, mode = excluded.mode, "
+    "token = excluded.token, lease_until_ms = excluded.lease_until_ms"
+)
+RENEW_LOCKS = Sql("UPDATE locks SET lease_until_ms = ? WHERE holder = ?")
+RELEASE_LOCKS = Sql("DELETE FROM locks WHERE holder = ?")
+INSERT_APPROVAL = Sql(f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 16)})")
+APPROVAL_BY_ID = Sql(f"{_SELECT_APPROVAL} WHERE id = ?")
+PARK_EXECUTION = Sql(
+    "UPDATE executions SET status = 'awaiting_approval', approval_id = ?, updated_ms = ? "
+    "WHERE id = ?"
+)
+SET_APPROVAL = Sql("UPDATE approvals SET status = ? WHERE id = ? AND status = ?")
+DECIDE_APPROVAL = Sql(
+    "UPDATE approvals SET status = ?, decided_by = ?, decided_ms = ?, comment = ? "
+    "WHERE id = ? AND status = ?"
+)
+RESUME_EXECUTION = Sql(
+    "UPDATE executions SET status = 'running', owner = ?, updated_ms = ? "
+    "WHERE id = ? AND status = 'awaiting_approval'"
+)
+EXPIRED_APPROVALS = Sql(f"{_SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
+SCHEMA_VERSION_ROW = Sql("SELECT version FROM schema_version WHERE id = 1")
+INSERT_SCHEMA_VERSION = Sql("INSERT INTO schema_version (id, version) VALUES (1, ?)")
+
+
+def _placeholders(count: int) -> str:
+    return ", ".join("?" * count)
 
 
 class Store:
@@ -136,36 +316,140 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
-        self._insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
+        self._postgresql = self.dialect == "postgresql"
+        dbapi = self.engine.dialect.loaded_dbapi
+        self._integrity_error: type[Exception] = dbapi.IntegrityError
+        self._driver_error: type[Exception] = dbapi.Error
         # SQLite has one writer at a time. Threads of this process that race for its lock
         # fall into SQLite's busy handler, which sleeps in whole milliseconds: so this
         # process queues its own write transactions and only other processes contend.
         self._writers: anyio.CapacityLimiter | None = None  # made in the loop, on first use
+        # SQLite writes run on the caller's thread (the event loop) when the database's
+        # write lock is free: see _write.
+        self._inline: Any = None
+        self._inline_lock = threading.Lock()
 
     # -- plumbing -------------------------------------------------------------------------
 
-    async def _write(self, fn: Callable[[Connection], T]) -> T:
-        if self.dialect == "sqlite" and self._writers is None:
-            self._writers = anyio.CapacityLimiter(1)
+    async def _write(self, fn: Callable[[Db], T]) -> T:
+        """Run ``fn`` in a write transaction.
+
+        SQLite: first on the calling thread, with a connection that never waits for the
+        write lock. A thread hop costs about 0.1 ms of CPU, more than a whole short
+        transaction, and writes are serial anyway (one writer per database, and the GIL).
+        When another connection holds the lock (another process, or a transaction of this
+        one on a worker thread), the transaction goes to a worker thread that waits for it.
+        """
+        if not self._postgresql:
+            done, result = self._try_inline(fn)
+            if done:
+                return result
+            if self._writers is None:
+                self._writers = anyio.CapacityLimiter(1)
         return await anyio.to_thread.run_sync(partial(self._tx, fn, True), limiter=self._writers)
 
-    async def _read(self, fn: Callable[[Connection], T]) -> T:
+    async def _read(self, fn: Callable[[Db], T]) -> T:
         return await anyio.to_thread.run_sync(partial(self._tx, fn, False))
 
-    def _tx(self, fn: Callable[[Connection], T], write: bool) -> T:
+    def _try_inline(self, fn: Callable[[Db], T]) -> tuple[bool, T]:
+        """(True, result) when the transaction ran here; (False, _) when the write lock was
+        taken, so that nothing ran."""
+        if not self._inline_lock.acquire(blocking=False):  # another thread is using it
+            return False, cast(T, None)
         try:
-            with self.engine.connect() as conn:
-                if self.dialect == "sqlite" and not write:
-                    conn = conn.execution_options(sqlite_begin="DEFERRED")
-                with conn.begin():
-                    return fn(conn)
+            raw = self._inline_connection()
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+            except self._driver_error as exc:
+                if getattr(exc, "sqlite_errorcode", None) in (_SQLITE_BUSY, _SQLITE_LOCKED):
+                    return False, cast(T, None)
+                self._drop_inline()
+                raise self._unavailable(exc) from exc
+            try:
+                return True, self._in_transaction(raw, fn, True, begun=True)
+            except _CommitFailed as failed:
+                self._drop_inline()
+                raise self._unavailable(failed.cause) from failed.cause
+            except self._integrity_error:
+                raise
+            except self._driver_error as exc:
+                self._drop_inline()
+                raise self._unavailable(exc) from exc
+        finally:
+            self._inline_lock.release()
+
+    def _inline_connection(self) -> Any:
+        if self._inline is None:
+            try:
+                proxy = self.engine.raw_connection()
+            except (SQLAlchemyError, self._driver_error) as exc:
+                raise self._unavailable(exc) from exc
+            raw: Any = proxy.driver_connection
+            proxy.detach()  # ours for good; closed by aclose
+            raw.execute("PRAGMA busy_timeout=0")
+            self._inline = raw
+        return self._inline
+
+    def _drop_inline(self) -> None:
+        raw, self._inline = self._inline, None
+        if raw is not None:
+            _quietly(raw.close)
+
+    def _in_transaction(self, raw: Any, fn: Callable[[Db], T], write: bool, begun: bool) -> T:
+        """Begin (unless ``begun``), run ``fn``, commit; roll back on any exception. A failed
+        COMMIT is raised as _CommitFailed: whether it took effect is unknown."""
+        if not begun and not self._postgresql:
+            raw.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+        try:
+            result = fn(Db(raw, self._postgresql))
         except _Abort as abort:
+            raw.rollback()
             return cast(T, abort.value)
-        except IntegrityError:
+        except BaseException:
+            _quietly(raw.rollback)
             raise
-        except (OperationalError, SQLAlchemyError) as exc:
-            log.warning("store operation failed: %s", exc)
-            raise StoreError("the execution store is unavailable; try again") from exc
+        try:
+            raw.commit()
+        except self._driver_error as exc:
+            _quietly(raw.rollback)
+            raise _CommitFailed(exc) from exc
+        return result
+
+    def _tx(self, fn: Callable[[Db], T], write: bool) -> T:
+        """Run ``fn`` in one transaction on a pooled connection (on a worker thread).
+
+        A pooled connection the server dropped (a restart, an idle timeout) shows as a
+        disconnect on the first statement; such a transaction is retried once on a new
+        connection. A failure at COMMIT is never retried: whether it committed is unknown.
+        """
+        for attempt in (1, 2):
+            try:
+                proxy = self.engine.raw_connection()
+            except (SQLAlchemyError, self._driver_error) as exc:
+                raise self._unavailable(exc) from exc
+            raw: Any = proxy.driver_connection
+            try:
+                return self._in_transaction(raw, fn, write, begun=False)
+            except _CommitFailed as failed:
+                proxy.invalidate()
+                raise self._unavailable(failed.cause) from failed.cause
+            except self._integrity_error:
+                raise
+            except self._driver_error as exc:
+                gone = self.engine.dialect.is_disconnect(cast(Any, exc), raw, None)
+                if gone:
+                    proxy.invalidate()
+                if gone and attempt == 1:
+                    log.info("store connection was lost; retrying on a new one: %s", exc)
+                    continue
+                raise self._unavailable(exc) from exc
+            finally:
+                proxy.close()
+        raise AssertionError("unreachable")
+
+    def _unavailable(self, exc: BaseException) -> StoreError:
+        log.warning("store operation failed: %s", exc)
+        return StoreError("the execution store is unavailable; try again")
 
     def open_sync(self) -> None:
         """Create the schema if missing and check its version."""
@@ -174,17 +458,21 @@ class Store:
             self._tx(self._check_version, True)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open the store at {self.safe_url}: {exc}") from exc
+        except StoreError as exc:
+            if exc.__cause__ is None:
+                raise  # the schema is too new: the message says so
+            raise StoreError(f"cannot open the store at {self.safe_url}: {exc.__cause__}") from exc
 
     async def open(self) -> None:
         await anyio.to_thread.run_sync(self.open_sync)
 
-    def _check_version(self, conn: Connection) -> None:
-        row = conn.execute(sa.select(VERSION.c.version).where(VERSION.c.id == 1)).first()
+    def _check_version(self, db: Db) -> None:
+        row = db.one(SCHEMA_VERSION_ROW)
         if row is None:
-            conn.execute(VERSION.insert().values(id=1, version=SCHEMA_VERSION))
-        elif row.version > SCHEMA_VERSION:
+            db.run(INSERT_SCHEMA_VERSION, (SCHEMA_VERSION,))
+        elif row[0] > SCHEMA_VERSION:
             raise StoreError(
-                f"the store's schema is version {row.version}, newer than this gateway "
+                f"the store's schema is version {row[0]}, newer than this gateway "
                 f"({SCHEMA_VERSION}): upgrade the gateway"
             )
 
@@ -194,19 +482,21 @@ class Store:
 
     async def ping(self) -> bool:
         try:
-            await self._read(lambda c: c.execute(sa.text("SELECT 1")).scalar())
+            await self._read(lambda db: db.one("SELECT 1"))
         except StoreError:
             return False
         return True
 
     async def aclose(self) -> None:
+        with self._inline_lock:
+            self._drop_inline()
         await anyio.to_thread.run_sync(self.engine.dispose)
 
     # -- executions -----------------------------------------------------------------------
 
     async def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        def run(conn: Connection) -> ExecutionRecord | None:
-            row = conn.execute(EXECUTIONS.select().where(EXECUTIONS.c.id == execution_id)).first()
+        def run(db: Db) -> ExecutionRecord | None:
+            row = db.one(EXECUTION_BY_ID, (execution_id,))
             return _execution(row) if row else None
 
         return await self._read(run)
@@ -214,21 +504,28 @@ class Store:
     async def find_executions(
         self, principal: str | None, run_id: str | None, call_id: str | None, limit: int = 100
     ) -> list[ExecutionRecord]:
-        def run(conn: Connection) -> list[ExecutionRecord]:
-            query = EXECUTIONS.select().order_by(EXECUTIONS.c.created_ms.desc()).limit(limit)
-            if principal is not None:
-                query = query.where(EXECUTIONS.c.principal == principal)
-            if run_id is not None:
-                query = query.where(EXECUTIONS.c.run_id == run_id)
-            if call_id is not None:
-                query = query.where(EXECUTIONS.c.call_id == call_id)
-            return [_execution(row) for row in conn.execute(query)]
+        def run(db: Db) -> list[ExecutionRecord]:
+            where, params = [], []
+            for column, value in (
+                ("principal", principal),
+                ("run_id", run_id),
+                ("call_id", call_id),
+            ):
+                if value is not None:
+                    where.append(f"{column} = ?")
+                    params.append(value)
+            clause = f" WHERE {' AND '.join(where)}" if where else ""
+            sql = f"{_SELECT_EXECUTION}{clause} ORDER BY created_ms DESC LIMIT ?"
+            return [_execution(row) for row in db.all(sql, (*params, int(limit)))]
 
         return await self._read(run)
 
     async def find_call(self, principal: str, run_id: str, call_id: str) -> ExecutionRecord | None:
-        found = await self.find_executions(principal, run_id, call_id, limit=1)
-        return found[0] if found else None
+        def run(db: Db) -> ExecutionRecord | None:
+            row = db.one(EXECUTION_BY_CALL, (principal, run_id, call_id))
+            return _execution(row) if row else None
+
+        return await self._read(run)
 
     async def insert_completed(
         self, record: ExecutionRecord, events: Sequence[Event]
@@ -236,14 +533,14 @@ class Store:
         """Record, in one transaction, a call that was never reserved: one rejected before
         reservation, or a read that needed none. Releases any locks it held."""
 
-        def run(conn: Connection) -> ReserveResult:
-            existing = self._same_call(conn, record)
+        def run(db: Db) -> ReserveResult:
+            existing = self._same_call(db, record)
+            if existing is None:
+                db.run(INSERT_EXECUTION, _execution_row(record))
+            db.run(RELEASE_LOCKS, (record.id,))
             if existing is not None:
-                conn.execute(LOCKS.delete().where(LOCKS.c.holder == record.id))
                 return existing
-            conn.execute(EXECUTIONS.insert().values(**asdict(record) | _status(record)))
-            conn.execute(LOCKS.delete().where(LOCKS.c.holder == record.id))
-            self._insert_events(conn, events)
+            self._insert_events(db, events, fresh=True)
             return Reserved()
 
         return await self._write(run)
@@ -261,91 +558,79 @@ class Store:
         transaction: a token is spent exactly when its execution becomes durable.
         """
 
-        def run(conn: Connection) -> ReserveResult:
+        def run(db: Db) -> ReserveResult:
             if claim is not None:
-                existing = self._claimed(conn, claim)
+                existing = self._claimed(db, claim)
                 if existing is not None:
                     return existing
-            same = self._same_call(conn, record)
+            same = self._same_call(db, record)
             if same is not None:
                 return same
-            if consume_approval is not None and not self._set_approval(
-                conn, consume_approval, "approved", "used", None, None, 0
+            if consume_approval is not None and not db.run(
+                SET_APPROVAL, ("used", consume_approval, "approved")
             ):
                 raise _Abort(ApprovalUnavailable())
-            conn.execute(EXECUTIONS.insert().values(**asdict(record) | _status(record)))
+            db.run(INSERT_EXECUTION, _execution_row(record))
             if claim is not None:
-                conn.execute(
-                    IDEMPOTENCY.insert().values(
-                        scope=claim.scope,
-                        execution_id=record.id,
-                        arguments_sha256=claim.arguments_sha256,
-                        tool_version=claim.tool_version,
-                        state="reserved",
-                        expires_ms=claim.expires_ms,
-                    )
+                db.run(
+                    INSERT_CLAIM,
+                    (
+                        claim.scope,
+                        record.id,
+                        claim.arguments_sha256,
+                        claim.tool_version,
+                        claim.expires_ms,
+                    ),
                 )
-            self._insert_events(conn, events)
+            self._insert_events(db, events, fresh=True)
             return Reserved()
 
         try:
             return await self._write(run)
-        except IntegrityError:
+        except self._integrity_error:
             # Another replica reserved the same key or call between our read and insert.
-            return await self._write(lambda conn: self._winner(conn, record, claim))
+            return await self._write(lambda db: self._winner(db, record, claim))
 
     def _winner(
-        self, conn: Connection, record: ExecutionRecord, claim: IdempotencyClaim | None
+        self, db: Db, record: ExecutionRecord, claim: IdempotencyClaim | None
     ) -> ReserveResult:
-        found = (self._claimed(conn, claim) if claim else None) or self._same_call(conn, record)
+        found = (self._claimed(db, claim) if claim else None) or self._same_call(db, record)
         if found is None:
             raise StoreError("the reservation conflicted but no winner was found; try again")
         return found
 
-    def _claimed(self, conn: Connection, claim: IdempotencyClaim) -> Existing | None:
-        if self.dialect == "postgresql":
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_id(claim.scope))))
-        row = conn.execute(IDEMPOTENCY.select().where(IDEMPOTENCY.c.scope == claim.scope)).first()
+    def _claimed(self, db: Db, claim: IdempotencyClaim) -> Existing | None:
+        db.advisory_lock(claim.scope)
+        row = db.one(CLAIM_BY_SCOPE, (claim.scope,))
         if row is None:
             return None
-        if row.expires_ms <= now_ms():
-            conn.execute(IDEMPOTENCY.delete().where(IDEMPOTENCY.c.scope == claim.scope))
+        execution_id, arguments_sha256, tool_version, expires_ms = row
+        if expires_ms <= now_ms():
+            db.run(DELETE_CLAIM, (claim.scope,))
             return None
-        first = conn.execute(EXECUTIONS.select().where(EXECUTIONS.c.id == row.execution_id)).first()
+        first = db.one(EXECUTION_BY_ID, (execution_id,))
         if first is None:
-            conn.execute(IDEMPOTENCY.delete().where(IDEMPOTENCY.c.scope == claim.scope))
+            db.run(DELETE_CLAIM, (claim.scope,))
             return None
-        same = (
-            row.arguments_sha256 == claim.arguments_sha256
-            and row.tool_version == claim.tool_version
-        )
+        same = arguments_sha256 == claim.arguments_sha256 and tool_version == claim.tool_version
         return Existing(_execution(first), "idempotency_key", same)
 
-    def _same_call(self, conn: Connection, record: ExecutionRecord) -> Existing | None:
-        row = conn.execute(
-            EXECUTIONS.select().where(
-                EXECUTIONS.c.principal == record.principal,
-                EXECUTIONS.c.run_id == record.run_id,
-                EXECUTIONS.c.call_id == record.call_id,
-            )
-        ).first()
+    def _same_call(self, db: Db, record: ExecutionRecord) -> Existing | None:
+        row = db.one(EXECUTION_BY_CALL, (record.principal, record.run_id, record.call_id))
         if row is None:
             return None
-        return Existing(_execution(row), "call_id", row.payload_sha256 == record.payload_sha256)
+        found = _execution(row)
+        return Existing(found, "call_id", found.payload_sha256 == record.payload_sha256)
 
     async def append(
         self, execution_id: str, events: Sequence[Event], status: Status | None = None
     ) -> None:
         """Make ``events`` durable (and move the status) before the step they describe."""
 
-        def run(conn: Connection) -> None:
+        def run(db: Db) -> None:
             if status is not None:
-                conn.execute(
-                    EXECUTIONS.update()
-                    .where(EXECUTIONS.c.id == execution_id)
-                    .values(status=status.value, updated_ms=now_ms())
-                )
-            self._insert_events(conn, events)
+                db.run(SET_STATUS, (status.value, now_ms(), execution_id))
+            self._insert_events(db, events)
 
         await self._write(run)
 
@@ -358,22 +643,23 @@ class Store:
         owner: str | None = None,
     ) -> bool:
         """Move the status only from one of ``from_statuses`` (compare-and-set)."""
+        owner_set = ", owner = ?" if owner is not None else ""
+        sql = Sql(
+            f"UPDATE executions SET status = ?, updated_ms = ?{owner_set} WHERE id = ? "
+            f"AND status IN ({_placeholders(len(from_statuses))})"
+        )
+        params = (
+            to.value,
+            now_ms(),
+            *((owner,) if owner is not None else ()),
+            execution_id,
+            *(s.value for s in from_statuses),
+        )
 
-        def run(conn: Connection) -> bool:
-            values: dict[str, Any] = {"status": to.value, "updated_ms": now_ms()}
-            if owner is not None:
-                values["owner"] = owner
-            result = conn.execute(
-                EXECUTIONS.update()
-                .where(
-                    EXECUTIONS.c.id == execution_id,
-                    EXECUTIONS.c.status.in_([s.value for s in from_statuses]),
-                )
-                .values(**values)
-            )
-            if not result.rowcount:
+        def run(db: Db) -> bool:
+            if not db.run(sql, params):
                 return False
-            self._insert_events(conn, events)
+            self._insert_events(db, events)
             return True
 
         return await self._write(run)
@@ -383,75 +669,45 @@ class Store:
     ) -> bool:
         """Replace the outcome (only if it still is ``from_outcome``) and log why."""
 
-        def run(conn: Connection) -> bool:
-            changed = conn.execute(
-                EXECUTIONS.update()
-                .where(EXECUTIONS.c.id == execution_id, EXECUTIONS.c.outcome == from_outcome)
-                .values(outcome=outcome, result_json=result_json, updated_ms=now_ms())
-            )
-            if not changed.rowcount:
+        def run(db: Db) -> bool:
+            params = (outcome, result_json, now_ms(), execution_id, from_outcome)
+            if not db.run(RESOLVE_OUTCOME, params):
                 return False
-            self._insert_events(conn, [event])
+            self._insert_events(db, [event])
             return True
 
         return await self._write(run)
 
     async def heartbeat(self, execution_id: str) -> None:
         """The owner is alive: recovery leaves executions with a fresh heartbeat alone."""
-        await self._write(
-            lambda conn: conn.execute(
-                EXECUTIONS.update()
-                .where(EXECUTIONS.c.id == execution_id)
-                .values(updated_ms=now_ms())
-            )
-        )
+        await self._write(lambda db: db.run(HEARTBEAT, (now_ms(), execution_id)))
 
     async def unfinished(self, statuses: Sequence[Status]) -> list[ExecutionRecord]:
-        def run(conn: Connection) -> list[ExecutionRecord]:
-            rows = conn.execute(
-                EXECUTIONS.select()
-                .where(EXECUTIONS.c.status.in_([s.value for s in statuses]))
-                .order_by(EXECUTIONS.c.created_ms)
-            )
-            return [_execution(row) for row in rows]
+        sql = Sql(
+            f"{_SELECT_EXECUTION} WHERE status IN ({_placeholders(len(statuses))}) "
+            "ORDER BY created_ms"
+        )
+
+        def run(db: Db) -> list[ExecutionRecord]:
+            return [_execution(row) for row in db.all(sql, [s.value for s in statuses])]
 
         return await self._read(run)
 
     async def claim_queued(self, owner: str) -> ExecutionRecord | None:
         """Take the oldest queued execution for ``owner`` (safe across replicas)."""
 
-        def run(conn: Connection) -> ExecutionRecord | None:
-            query = (
-                sa.select(EXECUTIONS.c.id)
-                .where(EXECUTIONS.c.status == Status.QUEUED.value)
-                .order_by(EXECUTIONS.c.created_ms)
-                .limit(1)
-            )
-            if self.dialect == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            found = conn.execute(query).scalar_one_or_none()
+        def run(db: Db) -> ExecutionRecord | None:
+            found = db.one(CLAIM_QUEUED_PG if self._postgresql else CLAIM_QUEUED_SQLITE)
             if found is None:
                 return None
-            conn.execute(
-                EXECUTIONS.update()
-                .where(EXECUTIONS.c.id == found)
-                .values(status=Status.RUNNING.value, owner=owner, updated_ms=now_ms())
-            )
-            row = conn.execute(EXECUTIONS.select().where(EXECUTIONS.c.id == found)).first()
-            return _execution(row)
+            db.run(TAKE_QUEUED, (owner, now_ms(), found[0]))
+            return _execution(db.one(EXECUTION_BY_ID, (found[0],)))
 
         return await self._write(run)
 
     async def find_by_cancellation_token(self, principal: str, token: str) -> list[ExecutionRecord]:
-        def run(conn: Connection) -> list[ExecutionRecord]:
-            rows = conn.execute(
-                EXECUTIONS.select().where(
-                    EXECUTIONS.c.principal == principal,
-                    EXECUTIONS.c.cancellation_token == token,
-                    EXECUTIONS.c.status != Status.COMPLETED.value,
-                )
-            )
-            return [_execution(row) for row in rows]
+        def run(db: Db) -> list[ExecutionRecord]:
+            return [_execution(row) for row in db.all(BY_CANCELLATION_TOKEN, (principal, token))]
 
         return await self._read(run)
 
@@ -469,87 +725,62 @@ class Store:
         False (and nothing written) when the execution had already completed: a result is
         committed once."""
 
-        def run(conn: Connection) -> bool:
-            done = conn.execute(
-                EXECUTIONS.update()
-                .where(
-                    EXECUTIONS.c.id == execution_id,
-                    EXECUTIONS.c.status != Status.COMPLETED.value,
-                )
-                .values(
-                    status=Status.COMPLETED.value,
-                    outcome=outcome,
-                    result_json=result_json,
-                    fencing_json=fencing_json,
-                    updated_ms=now_ms(),
-                )
-            )
-            if not done.rowcount:
+        def run(db: Db) -> bool:
+            params = (outcome, result_json, fencing_json, now_ms(), execution_id)
+            if not db.run(COMMIT_EXECUTION, params):
                 return False
-            conn.execute(
-                IDEMPOTENCY.update()
-                .where(IDEMPOTENCY.c.execution_id == execution_id)
-                .values(state="committed")
-            )
-            conn.execute(LOCKS.delete().where(LOCKS.c.holder == execution_id))
-            self._insert_events(conn, events)
+            db.run(COMMIT_CLAIM, (execution_id,))
+            db.run(RELEASE_LOCKS, (execution_id,))
+            self._insert_events(db, events)
             return True
 
         return await self._write(run)
 
-    def _insert_events(self, conn: Connection, events: Iterable[Event]) -> None:
+    def _insert_events(self, db: Db, events: Iterable[Event], *, fresh: bool = False) -> None:
         """Append events; the store numbers them (writers outside the running flow, such
-        as a cancel, may append to the same execution)."""
+        as a cancel, may append to the same execution). Applying an event twice changes
+        nothing: its id is its identity. ``fresh``: the execution was inserted by this very
+        transaction, so it has no events yet."""
         events = list(events)
         if not events:
             return
         execution_id = events[0].execution_id
         if any(e.execution_id != execution_id for e in events):
             raise ValueError("one append is for one execution")
-        if self.dialect == "postgresql":
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_id("ev:" + execution_id))))
-        known = set(
-            conn.execute(
-                sa.select(EVENTS.c.id).where(EVENTS.c.id.in_([e.id for e in events]))
-            ).scalars()
-        )
-        events = [e for e in events if e.id not in known]  # applied before: changes nothing
-        if not events:
-            return
-        last = conn.execute(
-            sa.select(sa.func.coalesce(sa.func.max(EVENTS.c.seq), -1)).where(
-                EVENTS.c.execution_id == execution_id
-            )
-        ).scalar_one()
-        rows = [
-            {
-                "id": e.id,
-                "execution_id": e.execution_id,
-                "seq": int(last) + 1 + i,
-                "type": e.type,
-                "version": e.version,
-                "at_ms": e.at_ms,
-                "data_json": json.dumps(e.data, separators=(",", ":"), default=str),
+        first = 0
+        if not fresh:
+            db.advisory_lock("ev:" + execution_id)
+            ids = [e.id for e in events]
+            known = {
+                row[0]
+                for row in db.all(
+                    f"SELECT id FROM events WHERE id IN ({_placeholders(len(ids))})", ids
+                )
             }
+            events = [e for e in events if e.id not in known]  # applied before
+            if not events:
+                return
+            last = db.one(LAST_SEQ, (execution_id,))[0]
+            first = 0 if last is None else int(last) + 1
+        rows = [
+            (
+                e.id,
+                e.execution_id,
+                first + i,
+                e.type,
+                e.version,
+                e.at_ms,
+                json.dumps(e.data, separators=(",", ":"), default=str),
+            )
             for i, e in enumerate(events)
         ]
-        # Applying an event twice changes nothing: its id is its identity.
-        conn.execute(
-            self._insert(EVENTS).values(rows).on_conflict_do_nothing(index_elements=[EVENTS.c.id])
-        )
+        db.many(INSERT_EVENT, rows)
 
     async def events(self, execution_id: str, after_seq: int = -1) -> list[Event]:
-        def run(conn: Connection) -> list[Event]:
-            rows = conn.execute(
-                EVENTS.select()
-                .where(EVENTS.c.execution_id == execution_id, EVENTS.c.seq > after_seq)
-                .order_by(EVENTS.c.seq)
-            )
+        def run(db: Db) -> list[Event]:
             return [
-                Event(
-                    r.id, r.execution_id, r.seq, r.type, r.version, r.at_ms, json.loads(r.data_json)
-                )
-                for r in rows
+                Event(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]))
+                for r in db.all(EVENTS_AFTER, (execution_id, after_seq))
             ]
 
         return await self._read(run)
@@ -560,76 +791,41 @@ class Store:
         self, holder: str, holder_call_id: str, requests: Sequence[LockRequest], lease_s: float
     ) -> dict[str, int] | LockBusy:
         """Take every lock in ``requests`` (sorted by key) or none; one attempt."""
+        ordered = sorted(requests, key=lambda r: r.key)
 
-        def run(conn: Connection) -> dict[str, int] | LockBusy:
+        def run(db: Db) -> dict[str, int] | LockBusy:
             tokens: dict[str, int] = {}
             now = now_ms()
-            for req in sorted(requests, key=lambda r: r.key):
-                busy = self._conflict(conn, holder, req, now)
+            lease_until = now + int(lease_s * 1000)
+            for req in ordered:
+                db.advisory_lock("lock:" + req.key)
+                db.run(EXPIRE_LOCK, (req.key, now))
+                conflict = (
+                    LOCK_CONFLICT_SHARED
+                    if req.mode is LockMode.SHARED
+                    else (LOCK_CONFLICT_EXCLUSIVE)
+                )
+                busy = db.one(conflict, (req.key, holder))
                 if busy is not None:
-                    raise _Abort(busy)  # roll back the locks taken so far
-                tokens[req.key] = self._take(conn, holder, holder_call_id, req, now, lease_s)
+                    raise _Abort(LockBusy(req.key, busy[0], busy[1]))  # roll back the rest
+                token = int(db.one(NEXT_FENCE, (req.key,))[0])
+                db.run(
+                    UPSERT_LOCK,
+                    (req.key, holder, holder_call_id, req.mode.value, token, lease_until),
+                )
+                tokens[req.key] = token
             return tokens
 
         return await self._write(run)
 
-    def _conflict(
-        self, conn: Connection, holder: str, req: LockRequest, now: int
-    ) -> LockBusy | None:
-        if self.dialect == "postgresql":
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_id("lock:" + req.key))))
-        conn.execute(LOCKS.delete().where(LOCKS.c.key == req.key, LOCKS.c.lease_until_ms < now))
-        query = LOCKS.select().where(LOCKS.c.key == req.key, LOCKS.c.holder != holder)
-        if req.mode is LockMode.SHARED:
-            query = query.where(LOCKS.c.mode == LockMode.EXCLUSIVE.value)
-        row = conn.execute(query.limit(1)).first()
-        return LockBusy(req.key, row.holder, row.holder_call_id) if row else None
-
-    def _take(
-        self,
-        conn: Connection,
-        holder: str,
-        holder_call_id: str,
-        req: LockRequest,
-        now: int,
-        lease_s: float,
-    ) -> int:
-        stmt = self._insert(FENCES).values(key=req.key, last_token=1)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[FENCES.c.key], set_={"last_token": FENCES.c.last_token + 1}
-        )
-        conn.execute(stmt)
-        token = conn.execute(
-            sa.select(FENCES.c.last_token).where(FENCES.c.key == req.key)
-        ).scalar_one()
-        conn.execute(LOCKS.delete().where(LOCKS.c.key == req.key, LOCKS.c.holder == holder))
-        conn.execute(
-            LOCKS.insert().values(
-                key=req.key,
-                holder=holder,
-                holder_call_id=holder_call_id,
-                mode=req.mode.value,
-                token=token,
-                lease_until_ms=now + int(lease_s * 1000),
-            )
-        )
-        return int(token)
-
     async def renew_locks(self, holder: str, lease_s: float) -> int:
         """Extend the lease of every lock ``holder`` has; returns how many it still holds."""
-
-        def run(conn: Connection) -> int:
-            result = conn.execute(
-                LOCKS.update()
-                .where(LOCKS.c.holder == holder)
-                .values(lease_until_ms=now_ms() + int(lease_s * 1000))
-            )
-            return int(result.rowcount)
-
-        return await self._write(run)
+        return await self._write(
+            lambda db: db.run(RENEW_LOCKS, (now_ms() + int(lease_s * 1000), holder))
+        )
 
     async def release_locks(self, holder: str) -> None:
-        await self._write(lambda conn: conn.execute(LOCKS.delete().where(LOCKS.c.holder == holder)))
+        await self._write(lambda db: db.run(RELEASE_LOCKS, (holder,)))
 
     # -- approvals ------------------------------------------------------------------------
 
@@ -638,30 +834,11 @@ class Store:
     ) -> None:
         """Park the execution as awaiting_approval with its approval, in one transaction."""
 
-        def run(conn: Connection) -> None:
-            conn.execute(
-                APPROVALS.insert().values(
-                    **{
-                        k: v
-                        for k, v in asdict(approval).items()
-                        if k not in ("reasons", "arguments", "preview")
-                    },
-                    reasons_json=json.dumps(list(approval.reasons)),
-                    arguments_json=json.dumps(approval.arguments, default=str),
-                    preview_json=json.dumps(approval.preview, default=str),
-                )
-            )
-            conn.execute(
-                EXECUTIONS.update()
-                .where(EXECUTIONS.c.id == approval.execution_id)
-                .values(
-                    status=Status.AWAITING_APPROVAL.value,
-                    approval_id=approval.id,
-                    updated_ms=now_ms(),
-                )
-            )
-            conn.execute(LOCKS.delete().where(LOCKS.c.holder == approval.execution_id))
-            self._insert_events(conn, events)
+        def run(db: Db) -> None:
+            db.run(INSERT_APPROVAL, _approval_row(approval))
+            db.run(PARK_EXECUTION, (approval.id, now_ms(), approval.execution_id))
+            db.run(RELEASE_LOCKS, (approval.execution_id,))
+            self._insert_events(db, events)
 
         await self._write(run)
 
@@ -670,68 +847,39 @@ class Store:
     ) -> ApprovalRecord | str:
         """pending → ``verdict`` (approved|denied); else the reason it cannot be decided."""
 
-        def run(conn: Connection) -> ApprovalRecord | str:
-            row = conn.execute(APPROVALS.select().where(APPROVALS.c.id == approval_id)).first()
+        def run(db: Db) -> ApprovalRecord | str:
+            row = db.one(APPROVAL_BY_ID, (approval_id,))
             if row is None:
                 return "not_found"
+            found = _approval(row)
             now = now_ms()
-            if row.status == "pending" and row.expires_ms <= now:
-                self._set_approval(conn, approval_id, "pending", "expired", None, None, now)
+            if found.status == "pending" and found.expires_ms <= now:
+                db.run(SET_APPROVAL, ("expired", approval_id, "pending"))
                 return "expired"
-            if row.status != "pending":
-                return str(row.status)
-            self._set_approval(conn, approval_id, "pending", verdict, by, comment, now)
-            updated = conn.execute(APPROVALS.select().where(APPROVALS.c.id == approval_id)).first()
-            return _approval(updated)
+            if found.status != "pending":
+                return found.status
+            db.run(DECIDE_APPROVAL, (verdict, by, now, comment, approval_id, "pending"))
+            return _approval(db.one(APPROVAL_BY_ID, (approval_id,)))
 
         return await self._write(run)
-
-    def _set_approval(
-        self,
-        conn: Connection,
-        approval_id: str,
-        from_status: str,
-        to_status: str,
-        by: str | None,
-        comment: str | None,
-        now: int,
-    ) -> bool:
-        values: dict[str, Any] = {"status": to_status}
-        if by is not None:
-            values.update(decided_by=by, decided_ms=now, comment=comment)
-        result = conn.execute(
-            APPROVALS.update()
-            .where(APPROVALS.c.id == approval_id, APPROVALS.c.status == from_status)
-            .values(**values)
-        )
-        return bool(result.rowcount)
 
     async def withdraw_approval(self, approval_id: str) -> bool:
         """pending → withdrawn: the call it was for was cancelled."""
-
-        def run(conn: Connection) -> bool:
-            return self._set_approval(conn, approval_id, "pending", "withdrawn", None, None, 0)
-
-        return await self._write(run)
+        changed = await self._write(
+            lambda db: db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
+        )
+        return bool(changed)
 
     async def resume(self, execution_id: str, approval_id: str, events: Sequence[Event]) -> bool:
         """Spend the approval (approved → used) and mark the parked execution running, in one
         transaction; False when the approval was already spent or never approved."""
 
-        def run(conn: Connection) -> bool:
-            if not self._set_approval(conn, approval_id, "approved", "used", None, None, 0):
+        def run(db: Db) -> bool:
+            if not db.run(SET_APPROVAL, ("used", approval_id, "approved")):
                 return False
-            moved = conn.execute(
-                EXECUTIONS.update()
-                .where(
-                    EXECUTIONS.c.id == execution_id,
-                    EXECUTIONS.c.status == Status.AWAITING_APPROVAL.value,
-                )
-                .values(status=Status.RUNNING.value, owner=INSTANCE_ID, updated_ms=now_ms())
-            )
-            if not moved.rowcount:
+            if not db.run(RESUME_EXECUTION, (INSTANCE_ID, now_ms(), execution_id)):
                 raise _Abort(False)  # cancelled while parked: the approval stays unspent
-            self._insert_events(conn, events)
+            self._insert_events(db, events)
             return True
 
         return await self._write(run)
@@ -739,37 +887,23 @@ class Store:
     async def expired_approvals(self) -> list[ApprovalRecord]:
         """Mark every pending approval past its expiry as expired; returns those it marked."""
 
-        def run(conn: Connection) -> list[ApprovalRecord]:
-            now = now_ms()
-            rows = conn.execute(
-                APPROVALS.select().where(
-                    APPROVALS.c.status == "pending", APPROVALS.c.expires_ms <= now
-                )
-            ).all()
+        def run(db: Db) -> list[ApprovalRecord]:
             marked = []
-            for row in rows:
-                if self._set_approval(conn, row.id, "pending", "expired", None, None, now):
-                    marked.append(replace(_approval(row), status="expired"))
+            for row in db.all(EXPIRED_APPROVALS, (now_ms(),)):
+                found = _approval(row)
+                if db.run(SET_APPROVAL, ("expired", found.id, "pending")):
+                    marked.append(replace(found, status="expired"))
             return marked
 
         return await self._write(run)
 
     async def release_claim(self, execution_id: str) -> None:
         """Forget the idempotency key of ``execution_id`` so the key can be used again."""
-        await self._write(
-            lambda conn: conn.execute(
-                IDEMPOTENCY.delete().where(IDEMPOTENCY.c.execution_id == execution_id)
-            )
-        )
+        await self._write(lambda db: db.run(RELEASE_CLAIM, (execution_id,)))
 
     async def sweep_idempotency(self) -> int:
         """Delete idempotency records past their expiry; returns how many."""
-
-        def run(conn: Connection) -> int:
-            result = conn.execute(IDEMPOTENCY.delete().where(IDEMPOTENCY.c.expires_ms <= now_ms()))
-            return int(result.rowcount)
-
-        return await self._write(run)
+        return await self._write(lambda db: db.run(SWEEP_CLAIMS, (now_ms(),)))
 
     async def recent_usage(
         self, principal: str, workspace_id: str, risk: str, since_ms: int
@@ -777,59 +911,93 @@ class Store:
         """(how many, oldest created_ms) of the executions of ``principal`` in
         ``workspace_id`` at ``risk`` created since ``since_ms``: what quotas count."""
 
-        def run(conn: Connection) -> tuple[int, int | None]:
-            query = sa.select(sa.func.count(), sa.func.min(EXECUTIONS.c.created_ms)).where(
-                EXECUTIONS.c.principal == principal,
-                EXECUTIONS.c.workspace_id == workspace_id,
-                EXECUTIONS.c.risk == risk,
-                EXECUTIONS.c.created_ms >= since_ms,
-            )
-            count, oldest = conn.execute(query).one()
+        def run(db: Db) -> tuple[int, int | None]:
+            count, oldest = db.one(RECENT_USAGE, (principal, workspace_id, risk, since_ms))
             return int(count), (int(oldest) if oldest is not None else None)
 
         return await self._read(run)
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
-        def run(conn: Connection) -> ApprovalRecord | None:
-            row = conn.execute(APPROVALS.select().where(APPROVALS.c.id == approval_id)).first()
+        def run(db: Db) -> ApprovalRecord | None:
+            row = db.one(APPROVAL_BY_ID, (approval_id,))
             return _approval(row) if row else None
 
         return await self._read(run)
 
     async def list_approvals(self, status: str | None, limit: int = 100) -> list[ApprovalRecord]:
-        def run(conn: Connection) -> list[ApprovalRecord]:
-            query = APPROVALS.select().order_by(APPROVALS.c.requested_ms.desc()).limit(limit)
-            if status is not None:
-                query = query.where(APPROVALS.c.status == status)
-            return [_approval(row) for row in conn.execute(query)]
+        def run(db: Db) -> list[ApprovalRecord]:
+            where, params = ("", ()) if status is None else (" WHERE status = ?", (status,))
+            sql = f"{_SELECT_APPROVAL}{where} ORDER BY requested_ms DESC LIMIT ?"
+            return [_approval(row) for row in db.all(sql, (*params, int(limit)))]
 
         return await self._read(run)
 
 
-_TABLES = [
-    EXECUTIONS,
-    EVENTS,
-    IDEMPOTENCY,
-    LOCKS,
-    FENCES,
-    APPROVALS,
-    VERSION,
-]
+def _quietly(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # the original error is the one to report
+        log.debug("rollback failed: %s", exc)
 
 
-def _status(record: ExecutionRecord) -> dict[str, str]:
-    return {"status": record.status.value}
+def _execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
+    return tuple(
+        value.value if name == "status" else value
+        for name, value in zip(
+            _EXECUTION_COLUMNS, (getattr(record, n) for n in _EXECUTION_COLUMNS), strict=True
+        )
+    )
 
 
-def _execution(row: Any) -> ExecutionRecord:
-    data = dict(row._mapping)
-    data["status"] = Status(data["status"])
-    return ExecutionRecord(**data)
+_STATUS_AT = _EXECUTION_COLUMNS.index("status")
 
 
-def _approval(row: Any) -> ApprovalRecord:
-    data = dict(row._mapping)
-    data["reasons"] = tuple(json.loads(data.pop("reasons_json")))
-    data["arguments"] = json.loads(data.pop("arguments_json"))
-    data["preview"] = json.loads(data.pop("preview_json"))
-    return ApprovalRecord(**data)
+def _execution(row: Sequence[Any]) -> ExecutionRecord:
+    values = list(row)
+    values[_STATUS_AT] = Status(values[_STATUS_AT])
+    return ExecutionRecord(*values)
+
+
+def _approval_row(approval: ApprovalRecord) -> tuple[Any, ...]:
+    return (
+        approval.id,
+        approval.execution_id,
+        approval.status,
+        approval.tool_name,
+        approval.tool_version,
+        approval.arguments_sha256,
+        approval.principal,
+        approval.workspace_id,
+        json.dumps(list(approval.reasons)),
+        json.dumps(approval.arguments, default=str),
+        json.dumps(approval.preview, default=str),
+        approval.requested_ms,
+        approval.expires_ms,
+        approval.decided_by,
+        approval.decided_ms,
+        approval.comment,
+    )
+
+
+def _approval(row: Sequence[Any]) -> ApprovalRecord:
+    (id_, execution_id, status, tool_name, tool_version, arguments_sha256, principal,
+     workspace_id, reasons_json, arguments_json, preview_json, requested_ms, expires_ms,
+     decided_by, decided_ms, comment) = row  # fmt: skip
+    return ApprovalRecord(
+        id=id_,
+        execution_id=execution_id,
+        status=status,
+        tool_name=tool_name,
+        tool_version=tool_version,
+        arguments_sha256=arguments_sha256,
+        principal=principal,
+        workspace_id=workspace_id,
+        reasons=tuple(json.loads(reasons_json)),
+        arguments=json.loads(arguments_json),
+        preview=json.loads(preview_json),
+        requested_ms=requested_ms,
+        expires_ms=expires_ms,
+        decided_by=decided_by,
+        decided_ms=decided_ms,
+        comment=comment,
+    )

@@ -48,7 +48,8 @@ class EventRow(SQLModel, table=True):
     __table_args__ = (UniqueConstraint("execution_id", "seq", name="uq_event_seq"),)
 
     id: str = Field(primary_key=True, max_length=64)
-    execution_id: str = Field(max_length=64, index=True)
+    # No index of its own: uq_event_seq (execution_id, seq) serves lookups by execution.
+    execution_id: str = Field(max_length=64)
     seq: int
     type: str = Field(max_length=64)
     version: int

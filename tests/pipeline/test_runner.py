@@ -381,7 +381,7 @@ async def test_recovery_settles_what_a_dead_owner_left(
         await store.reserve(r, [make_event(r.id, i, t, {}) for i, t in enumerate(types)], None)
         await store.set_status(r.id, [Status.RUNNING], Status.RUNNING)
     await store._write(
-        lambda conn: conn.exec_driver_sql(  # age the heartbeats
+        lambda db: db.run(  # age the heartbeats
             f"UPDATE executions SET updated_ms = {stale} WHERE id IN ('ex_dead1', 'ex_dead2')"
         )
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 import anyio
 import pytest
@@ -170,3 +171,93 @@ async def test_commit_releases_locks_and_marks_claim(store: Store) -> None:
 async def test_schema_version_is_recorded(store: Store) -> None:
     await store.open()  # opening twice is harmless
     assert await store.ping()
+
+
+async def test_events_are_numbered_in_order_across_transactions(store: Store) -> None:
+    first = [make_event("ex1", 0, "tool.requested", {}), make_event("ex1", 1, "tool.resolved", {})]
+    await store.reserve(record("ex1"), first, None)
+    # A writer outside the flow (a cancel) numbers from what is stored, not from its own seq.
+    await store.append("ex1", [make_event("ex1", 0, "tool.started", {})])
+    await store.commit(
+        "ex1",
+        outcome="succeeded",
+        result_json="{}",
+        events=[make_event("ex1", 0, "tool.completed", {})],
+        fencing_json=None,
+    )
+    events = await store.events("ex1")
+    assert [(e.seq, e.type) for e in events] == [
+        (0, "tool.requested"),
+        (1, "tool.resolved"),
+        (2, "tool.started"),
+        (3, "tool.completed"),
+    ]
+    assert [e.seq for e in await store.events("ex1", after_seq=1)] == [2, 3]
+
+
+async def test_a_write_waits_while_another_connection_holds_sqlite_write_lock(
+    tmp_path: Path,
+) -> None:
+    """SQLite writes run on the event loop only when the write lock is free; when another
+    process holds it, the write waits on a worker thread (the loop stays free) and lands."""
+    import sqlite3
+
+    path = tmp_path / "toolgate.db"
+    store = Store(f"sqlite:///{path}")
+    await store.open()
+    await store.reserve(record("ex1"), [], None)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    done = anyio.Event()
+    ticks = 0
+
+    async def write() -> None:
+        await store.set_status("ex1", [Status.RUNNING], Status.CANCELLING)
+        done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write)
+        for _ in range(10):
+            await anyio.sleep(0.02)
+            ticks += 1  # the loop runs while the write waits
+        assert not done.is_set()
+        other.execute("COMMIT")
+        with anyio.fail_after(10):
+            await done.wait()
+    other.close()
+    assert ticks == 10
+    got = await store.get_execution("ex1")
+    assert got is not None and got.status is Status.CANCELLING
+    await store.aclose()
+
+
+@pytest.mark.postgres
+async def test_a_connection_the_server_dropped_is_replaced(pg_url: str) -> None:
+    import psycopg
+
+    store = Store(pg_url)
+    await store.open()
+    database_url = pg_url
+    await store.reserve(record("ex1"), [], None)
+    assert await store.get_execution("ex1") is not None  # a pooled connection now exists
+    name = database_url.rsplit("/", 1)[1]
+    admin_url = database_url.replace("postgresql+psycopg", "postgresql").rsplit("/", 1)[0]
+    with psycopg.connect(f"{admin_url}/postgres", autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+            (name,),
+        ).fetchone()
+    assert killed is not None and killed[0] >= 1
+    got = await store.get_execution("ex1")  # retried once on a new connection
+    assert got is not None and got.id == "ex1"
+    assert await store.set_status("ex1", [Status.RUNNING], Status.CANCELLING)
+    await store.aclose()
+
+
+async def test_a_store_that_cannot_be_reached_raises_store_error() -> None:
+    from gateway.errors import StoreError
+
+    store = Store("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    with pytest.raises(StoreError, match="unavailable"):
+        await store.get_execution("ex1")
+    await store.aclose()
