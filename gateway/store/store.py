@@ -125,6 +125,9 @@ class Db:
 
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+CHECKPOINT_EVERY = 200
+"""Inline SQLite commits between two WAL checkpoints (each commits a few pages; SQLite's own
+automatic checkpoint, off on the inline connection, would come every 1,000 pages)."""
 
 
 class _CommitFailed(Exception):
@@ -328,6 +331,10 @@ class Store:
         # write lock is free: see _write.
         self._inline: Any = None
         self._inline_lock = threading.Lock()
+        # ... and their WAL is checkpointed on a thread of its own, not by the commit that
+        # crosses SQLite's threshold (copying pages back and an fsync, on the loop).
+        self._commits_since_checkpoint = 0
+        self._checkpointer: threading.Thread | None = None
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -366,7 +373,11 @@ class Store:
                 self._drop_inline()
                 raise self._unavailable(exc) from exc
             try:
-                return True, self._in_transaction(raw, fn, True, begun=True)
+                result = self._in_transaction(raw, fn, True, begun=True)
+                self._commits_since_checkpoint += 1
+                if self._commits_since_checkpoint >= CHECKPOINT_EVERY:
+                    self._start_checkpoint()
+                return True, result
             except _CommitFailed as failed:
                 self._drop_inline()
                 raise self._unavailable(failed.cause) from failed.cause
@@ -387,6 +398,7 @@ class Store:
             raw: Any = proxy.driver_connection
             proxy.detach()  # ours for good; closed by aclose
             raw.execute("PRAGMA busy_timeout=0")
+            raw.execute("PRAGMA wal_autocheckpoint=0")  # see _start_checkpoint
             self._inline = raw
         return self._inline
 
@@ -487,9 +499,37 @@ class Store:
             return False
         return True
 
+    def _start_checkpoint(self) -> None:
+        """Checkpoint the WAL on a thread of its own.
+
+        RESTART, not PASSIVE: under a steady stream of writes a passive checkpoint never
+        catches up with the end of the log, so the log is never reused and grows without
+        bound. RESTART takes the write lock while it copies; inline writes that find it
+        taken go to a worker thread and wait there (see _write), not on the loop."""
+        if self._checkpointer is not None and self._checkpointer.is_alive():
+            return
+        self._commits_since_checkpoint = 0
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint, name="toolgate-wal-checkpoint", daemon=True
+        )
+        self._checkpointer.start()
+
+    def _checkpoint(self) -> None:
+        try:
+            proxy = self.engine.raw_connection()
+            try:
+                raw: Any = proxy.driver_connection
+                raw.execute("PRAGMA wal_checkpoint(RESTART)")
+            finally:
+                proxy.close()
+        except Exception as exc:  # the next one will try again; SQLite's own limit remains
+            log.warning("WAL checkpoint failed: %s", exc)
+
     async def aclose(self) -> None:
         with self._inline_lock:
             self._drop_inline()
+        if self._checkpointer is not None:
+            await anyio.to_thread.run_sync(self._checkpointer.join)
         await anyio.to_thread.run_sync(self.engine.dispose)
 
     # -- executions -----------------------------------------------------------------------
