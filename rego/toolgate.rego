@@ -11,15 +11,27 @@
 # Data (policies/*.yaml, merged under data.toolgate): actors, workspaces, protected_paths,
 # risk_rules, tool_overrides, approvers, quotas (quotas are enforced by the gateway, not here).
 #
-# How it reads: each rule that can refuse adds a message to `deny_reasons`, each rule that wants
-# a person adds one to `approval_reasons`; `decision` applies deny > require_approval > allow.
-# Every message names the data rule behind it.
+# How it reads: each check that can refuse is one set comprehension in `deny_reasons` that yields
+# a message when the check fails; each rule that wants a person adds a message to
+# `approval_reasons`; `decision` applies deny > require_approval > allow. Every message names
+# the data rule behind it.
 #
 # Fail closed: a missing or malformed input field never allows. Checks are written so that an
 # undefined value makes their `not ...` true, and messages use the placeholders of `call`.
 #
-# Cost: the embedded engine pays a few microseconds per rule it evaluates, so checks read
-# `input` directly and share only the helpers `call`, `actor_roles`, `tool_override`, `rule`.
+# Cost: the embedded engine (the regorus interpreter) pays about a microsecond for every builtin
+# call, data lookup or comprehension, and a few for every rule it evaluates (more for `default`
+# rules and for each definition of a partial rule). Hence: one `deny_reasons` rule made of
+# comprehensions rather than one partial rule per check, the facts shared by several checks
+# computed once in `call`, and within a check the cheapest condition first. Only the helpers
+# `call`, `tool_override`, `rule` and `rule_source` are shared.
+#
+# Caching: the gateway caches decisions by the parts of `input` that these modules can read
+# (docs/policies.md). Read input through fixed paths (`input.tool.name`, `input.paths[_]`,
+# `object.get(input, ["actor", "user_id"], ...)`); reading `input` as a whole or by a computed
+# key, or calling a non-deterministic builtin (time.now_ns, rand.intn, ...), turns the cache
+# off.
+#
 # Never read `data.toolgate` as a whole: it contains this package's own rules (a recursion).
 package toolgate
 
@@ -34,12 +46,10 @@ decision := {"result": "deny", "reasons": sort(deny_reasons)} if {
 } if {
 	count(approval_reasons) > 0
 	not input.approval.present == true
-} else := {"result": "allow", "reasons": allow_reasons}
-
-allow_reasons := [msg] if {
+} else := {"result": "allow", "reasons": [msg]} if {
 	count(approval_reasons) > 0
 	msg := sprintf("approved by '%v': %v", [call.approver, concat("; ", sort(approval_reasons))])
-} else := [msg] if {
+} else := {"result": "allow", "reasons": [msg]} if {
 	msg := sprintf(
 		"%v-risk tool %v allowed for actor '%v' (rule: %v)",
 		[call.risk, call.tool, call.actor, rule_source("roles")],
@@ -49,21 +59,23 @@ allow_reasons := [msg] if {
 # --- shared facts ---------------------------------------------------------------------------
 
 # Names of the call, with placeholders so that lookups fail and messages stay defined when the
-# input lacks a field.
+# input lacks a field; and the actor's roles.
 call := {
-	"actor": object.get(input, ["actor", "user_id"], "(missing)"),
+	"actor": actor,
 	"workspace": object.get(input, ["workspace", "id"], "(missing)"),
 	"tool": object.get(input, ["tool", "name"], "(missing)"),
 	"risk": object.get(input, ["tool", "risk"], "(missing)"),
 	"approver": object.get(input, ["approval", "approved_by"], "(missing)"),
+	# Roles come from policy data, never from the request: a caller cannot grant itself a role.
+	"roles": {r | some r in data.toolgate.actors[actor].roles},
+} if {
+	actor := object.get(input, ["actor", "user_id"], "(missing)")
 }
 
-# Roles come from policy data, never from the request: a caller cannot grant itself a role.
-actor_roles := {r | some r in data.toolgate.actors[call.actor].roles}
-
-default tool_override := {}
-
-tool_override := data.toolgate.tool_overrides[call.tool]
+# The tool's overrides, {} when it has none (an `else`: cheaper than a `default` rule).
+tool_override := override if {
+	override := data.toolgate.tool_overrides[call.tool]
+} else := {}
 
 # The rule for this call: the rule of the tool's risk with the tool's overrides on top.
 rule := object.union(data.toolgate.risk_rules[call.risk], tool_override)
@@ -73,100 +85,72 @@ rule_source(key) := sprintf("tool_overrides.%v.%v", [call.tool, key]) if {
 	key in object.keys(tool_override)
 } else := sprintf("risk_rules.%v.%v", [call.risk, key])
 
-# --- who is calling -------------------------------------------------------------------------
+# --- the checks that refuse -----------------------------------------------------------------
 
-deny_reasons contains msg if {
+deny_reasons := {msg |
+	# who: an actor missing from the data
 	not data.toolgate.actors[call.actor]
 	msg := sprintf("actor '%v' is unknown (rule: actors)", [call.actor])
-}
-
-deny_reasons contains msg if {
+} | {msg |
+	# who: an actor listed without roles
+	count(call.roles) == 0
 	data.toolgate.actors[call.actor]
-	count(actor_roles) == 0
 	msg := sprintf("actor '%v' has no roles (rule: actors.%v.roles)", [call.actor, call.actor])
-}
-
-# --- where ----------------------------------------------------------------------------------
-
-deny_reasons contains msg if {
+} | {msg |
+	# where: a workspace missing from the data
 	not data.toolgate.workspaces[call.workspace]
 	msg := sprintf("workspace '%v' is unknown (rule: workspaces)", [call.workspace])
-}
-
-# A workspace without a members list admits nobody.
-deny_reasons contains msg if {
+} | {msg |
+	# where: an actor who is not a member (a workspace without a members list admits nobody)
 	workspace := data.toolgate.workspaces[call.workspace]
 	not call.actor in object.get(workspace, "members", [])
 	msg := sprintf(
 		"actor '%v' is not a member of workspace '%v' (rule: workspaces.%v.members)",
 		[call.actor, call.workspace, call.workspace],
 	)
-}
-
-# Every path argument must resolve inside the workspace, whatever the tool does with it.
-deny_reasons contains msg if {
+} | {msg |
+	# where: every path argument must resolve inside the workspace, whatever the tool does
 	some p in input.paths
 	not p.inside_workspace == true
 	msg := sprintf(
 		"argument '%v' points outside the workspace (rule: paths.inside_workspace)",
 		[object.get(p, "argument", "?")],
 	)
-}
-
-# Without a relative path the protected-path check below could not see the path at all.
-deny_reasons contains msg if {
+} | {msg |
+	# where: without a relative path the protected-path check could not see the path at all
 	some p in input.paths
 	not is_string(p.relative)
 	msg := sprintf(
 		"argument '%v' has no workspace-relative path (rule: paths.relative)",
 		[object.get(p, "argument", "?")],
 	)
-}
-
-# Tools that write (or act on the outside world) may not touch protected paths.
-deny_reasons contains msg if {
+} | {msg |
+	# where: tools that write (or act on the outside world) may not touch protected paths. An
+	# entry matches as whole path components anywhere in the path: ".git/" protects ".git",
+	# ".git/config" and "sub/.git/HEAD" (nested repositories), but not "my.git/x".
 	input.tool.side_effect in {"write", "external"}
 	some p in input.paths
 	is_string(p.relative)
 	some entry in data.toolgate.protected_paths
-	protected(p.relative, entry)
+	contains(concat("", ["/", p.relative, "/"]), concat("", ["/", trim_right(entry, "/"), "/"]))
 	msg := sprintf(
 		"argument '%v' writes to protected path '%v' (rule: protected_paths)",
 		[object.get(p, "argument", "?"), entry],
 	)
-}
-
-# An entry matches as whole path components anywhere in the path: ".git/" protects ".git",
-# ".git/config" and "sub/.git/HEAD" (nested repositories), but not "my.git/x".
-protected(relative, entry) if {
-	needle := concat("", ["/", trim_right(entry, "/"), "/"])
-	contains(concat("", ["/", relative, "/"]), needle)
-}
-
-# --- what: risk rules and per-tool overrides ------------------------------------------------
-
-deny_reasons contains msg if {
+} | {msg |
+	# what: a tool risk without a rule
 	not data.toolgate.risk_rules[call.risk]
 	msg := sprintf("no rule for risk '%v' of tool %v (rule: risk_rules)", [call.risk, call.tool])
-}
-
-# The actor needs one of the roles of the rule (an actor without roles is denied above).
-deny_reasons contains msg if {
-	count(actor_roles) > 0
-	not any_role_in(rule.roles)
+} | {msg |
+	# what: the actor needs one of the roles of the rule (an actor without roles is denied above)
+	count(call.roles) > 0
+	count({r | some r in rule.roles; r in call.roles}) == 0
 	msg := sprintf(
 		"no role of actor '%v' may call %v-risk tool %v (rule: %v)",
 		[call.actor, call.risk, call.tool, rule_source("roles")],
 	)
-}
-
-any_role_in(roles) if {
-	some r in roles
-	r in actor_roles
-}
-
-# A critical action that cannot be undone is refused unless the data explicitly allows it.
-deny_reasons contains msg if {
+} | {msg |
+	# what: a critical action that cannot be undone, unless the data explicitly allows it
 	call.risk == "critical"
 	not input.tool.reversible == true
 	not rule.allow_irreversible == true
@@ -174,6 +158,12 @@ deny_reasons contains msg if {
 		"critical irreversible tool %v is denied (rule: %v)",
 		[call.tool, rule_source("allow_irreversible")],
 	)
+} | {msg |
+	# approval: an approval that does not count, for a call that needs one, refuses the call
+	# outright rather than asking again: the approvals module should not have accepted it.
+	input.approval.present == true
+	count(approval_reasons) > 0
+	some msg in approval_refusals
 }
 
 # --- approval -------------------------------------------------------------------------------
@@ -189,14 +179,6 @@ approver_roles := object.get(
 	["by_risk", call.risk],
 	data.toolgate.approvers.default,
 )
-
-# An approval that does not count, for a call that needs one, refuses the call outright rather
-# than asking again: the approvals module should not have accepted it.
-deny_reasons contains msg if {
-	input.approval.present == true
-	count(approval_reasons) > 0
-	some msg in approval_refusals
-}
 
 approval_refusals contains msg if {
 	not is_approver(call.approver)

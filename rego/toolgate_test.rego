@@ -307,3 +307,54 @@ test_every_reason_names_its_rule if {
 		}
 	}
 }
+
+# --- the shape of deny_reasons (one rule of set comprehensions) -----------------------------
+
+test_unknown_actor_gets_no_roles_message if {
+	d := toolgate.decision with input as call([actor("mallory")])
+	d.result == "deny"
+	not reasons_mention(d, "has no roles")
+	not reasons_mention(d, "no role of actor")
+}
+
+test_every_failing_check_adds_its_reason_sorted if {
+	patches := [
+		actor("bob"),
+		{"workspace": {"id": "ops"}},
+		{"paths": [
+			{"argument": "src", "relative": ".git/HEAD", "inside_workspace": false},
+			{"argument": "dst", "inside_workspace": true},
+		]},
+	]
+	d := toolgate.decision with input as call(patches)
+	d == {"result": "deny", "reasons": [
+		"argument 'dst' has no workspace-relative path (rule: paths.relative)",
+		"argument 'src' points outside the workspace (rule: paths.inside_workspace)",
+		"argument 'src' writes to protected path '.git/' (rule: protected_paths)",
+		"no role of actor 'bob' may call medium-risk tool fs.write_file (rule: risk_rules.medium.roles)",
+	]}
+}
+
+test_external_tool_may_not_touch_protected_path if {
+	external := {"tool": {"side_effect": "external"}}
+	d := toolgate.decision with input as call([external, path(".toolgate/state", true)])
+	d.result == "deny"
+	reasons_mention(d, "protected path '.toolgate/'")
+}
+
+# --- tool overrides -----------------------------------------------------------------------------
+
+test_override_of_roles_is_named_in_the_reason if {
+	d := toolgate.decision with input as base
+		with data.toolgate.tool_overrides as {"fs.write_file": {"roles": ["approver"]}}
+	d.result == "deny"
+	reasons_mention(d, "rule: tool_overrides.fs.write_file.roles")
+}
+
+test_without_overrides_the_risk_rule_alone_decides if {
+	d := toolgate.decision with input as call([delete_file])
+		with data.toolgate.tool_overrides as {}
+	d == {"result": "allow", "reasons": [
+		"medium-risk tool fs.delete_file allowed for actor 'alice' (rule: risk_rules.medium.roles)",
+	]}
+}

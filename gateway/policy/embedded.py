@@ -16,17 +16,38 @@ twice as fast: in regorus 0.13 it lets ``x := <undefined>`` succeed inside a rul
 (``r if { n := count(input.missing) }`` is true), turns builtin errors into undefined, and stops
 at 25,000 instructions. The loader still uses its compiler, for its load-time checks only.
 
+Decision cache. A decision is a function of the input, the data and the modules, which are fixed
+for the life of a backend (a change of the sources means a new backend, with an empty cache),
+unless the policy calls a non-deterministic builtin. At construction ``gateway.policy.reads``
+scans the modules for the paths of ``input`` they can read (``tool.name``, all of ``paths``,
+...); each decision then evaluates only the projection of the document onto those paths, and
+the JSON of that projection is the key of a bounded LRU cache (``cache_size`` entries, per
+backend, shared by its threads). Per-call values the policy does not read (``request.call_id``,
+``arguments``, ``deadline_ms_left``) therefore neither reach the engine nor defeat the cache.
+Where the scan cannot bound what is read (``input`` read whole or by a computed key, ``with``,
+a call that is not known to be deterministic: ``time.now_ns``, ``print``, ...) there is no
+projection and no cache: every decision evaluates the whole document, and ``cache_refusal``
+says why. Only evaluations that return a value are cached (never an engine error); a cached
+decision is returned as a copy.
+
 Fail closed: an undefined or malformed decision, an evaluation error, an engine panic, or an
-input that is not JSON gives ``deny`` with ``policy error: <cause>`` as its only reason.
+input that is not JSON gives ``deny`` with ``policy error: <cause>`` as its only reason. The
+whole document must be JSON, not only the projection (``json_problem`` checks the rest by type,
+without encoding it, so a large ``arguments.content`` costs nothing). What the policy does not
+read never reaches the engine, so it can no longer fail there (regorus refuses a number beyond
+its range, such as a 400-digit integer, anywhere in its input).
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
+import math
 import os
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +58,9 @@ from gateway.policy.loader import (
     PolicySources,
     engine_call,
     new_engine,
+    syntax_tree,
 )
+from gateway.policy.reads import InputReads, Tree, input_reads, path_tree, project
 from gateway.types import JSON, Decision, DecisionResult
 
 os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
@@ -45,6 +68,10 @@ os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
 UNDEFINED = "<undefined>"
 """What regorus returns, as JSON, for an undefined rule (pass it to parse_decision)."""
 _RESULTS = {r.value: r for r in DecisionResult}
+CACHE_SIZE = 2048
+"""Decisions each backend keeps (least recently used dropped first); 0: no cache."""
+# json.dumps(..., allow_nan=False) without building an encoder per call.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 # --- per-thread engines ----------------------------------------------------------------------
 
@@ -75,20 +102,33 @@ def _thread_engines() -> dict[int, Any]:
 class EmbeddedPolicy:
     """The PolicyBackend that evaluates the Rego sources in-process."""
 
-    def __init__(self, sources: PolicySources, *, rule: str = DECISION_RULE) -> None:
+    def __init__(
+        self, sources: PolicySources, *, rule: str = DECISION_RULE, cache_size: int = CACHE_SIZE
+    ) -> None:
         """Build an engine on this thread now, so that a fault shows at start-up.
 
         Raises ConfigError if regorus cannot load the sources.
         """
         self._sources = sources
+        self._data_json = sources.data_json()  # every thread's engine gets the same data
         self._rule = rule
         self._token = next(_TOKENS)
         self._closed = False
         weakref.finalize(self, _RETIRED.add, self._token)
         try:
-            self._engine()
+            engine = self._engine()
         except EngineError as exc:
             raise ConfigError(f"policy: regorus cannot load the sources: {exc}") from exc
+        self._tree: Tree | None = None
+        self._cache: _LRU | None = None
+        self.cache_refusal: str | None = "the cache is disabled (cache_size=0)"
+        """Why decisions are not cached; None when they are."""
+        if cache_size > 0:
+            reads = _input_reads(engine)
+            self.cache_refusal = reads.refusal
+            if reads.refusal is None:
+                self._tree = path_tree(reads.paths)
+                self._cache = _LRU(cache_size)
 
     async def decide(self, document: Mapping[str, JSON]) -> Decision:
         """Decide on the event loop's thread.
@@ -103,9 +143,17 @@ class EmbeddedPolicy:
         if self._closed:
             return policy_error("the policy backend is closed")
         try:
-            input_json = json.dumps(document, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+            if self._tree is None:
+                input_json = _ENCODER.encode(document)
+            elif (problem := json_problem(document)) is not None:  # all of it must be JSON
+                return policy_error(f"the input document is not JSON: {problem}")
+            else:
+                input_json = _ENCODER.encode(project(document, self._tree))
+        except (TypeError, ValueError, RecursionError) as exc:
             return policy_error(f"the input document is not JSON: {exc}")
+        cache = self._cache
+        if cache is not None and (cached := cache.get(input_json)) is not None:
+            return _copy(cached)
         try:
             engine = self._engine()
             engine_call(engine.set_input_json, input_json)
@@ -114,22 +162,122 @@ class EmbeddedPolicy:
             return policy_error(str(exc))
         except ValueError as exc:
             return policy_error(f"the engine returned something other than JSON: {exc}")
-        return parse_decision(value)
+        decision = parse_decision(value)
+        if cache is None:
+            return decision
+        cache.put(input_json, decision)
+        return _copy(decision)
 
     async def aclose(self) -> None:
         """Refuse further decisions and drop the engines (each on its own thread)."""
         self._closed = True
         _RETIRED.add(self._token)
         _thread_engines()
+        if self._cache is not None:
+            self._cache.clear()
 
     def _engine(self) -> Any:
         slots = _thread_engines()
         engine = slots.get(self._token)
         if engine is None:
-            engine = slots[self._token] = new_engine(
-                self._sources.modules, self._sources.data_json()
-            )
+            engine = slots[self._token] = new_engine(self._sources.modules, self._data_json)
         return engine
+
+
+def _input_reads(engine: Any) -> InputReads:
+    """What the modules loaded in ``engine`` can read of ``input``."""
+    try:
+        return input_reads(syntax_tree(engine))
+    except Exception as exc:  # an unexpected syntax tree: no cache rather than no gateway
+        return InputReads((), f"cannot scan the modules: {type(exc).__name__}: {exc}")
+
+
+class _LRU:
+    """A bounded map of decisions by input JSON, least recently used dropped first."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[str, Decision] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Decision | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: str, decision: Decision) -> None:
+        with self._lock:
+            self._items[key] = decision
+            self._items.move_to_end(key)
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+_LEAVES = frozenset({str, int, bool, type(None)})
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``json.dumps(value, allow_nan=False)`` would fail (its message), or None.
+
+    Checks the types without encoding: the time is that of the number of values, not of their
+    size (a write's ``arguments.content`` may be megabytes that the policy never reads).
+    """
+    if type(value) in _LEAVES:
+        return None
+    if isinstance(value, dict | list | tuple):
+        return _container_problem(value, set())
+    return _scalar_problem(value)
+
+
+def _container_problem(
+    value: dict[Any, Any] | list[Any] | tuple[Any, ...], seen: set[int]
+) -> str | None:
+    if id(value) in seen:
+        return "Circular reference detected"
+    seen.add(id(value))
+    if isinstance(value, dict):
+        for key in value:
+            if type(key) not in _LEAVES and (problem := _scalar_problem(key, key=True)):
+                return problem
+        items: Any = value.values()
+    else:
+        items = value
+    for item in items:
+        if type(item) in _LEAVES:
+            continue
+        if isinstance(item, dict | list | tuple):
+            problem = _container_problem(item, seen)
+        else:
+            problem = _scalar_problem(item)
+        if problem is not None:
+            return problem
+    seen.discard(id(value))  # the same value may appear again elsewhere, just not inside itself
+    return None
+
+
+def _scalar_problem(value: Any, *, key: bool = False) -> str | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "Out of range float values are not JSON compliant"
+    if isinstance(value, str | int) or value is None:
+        return None
+    if key:
+        return f"keys must be str, int, float, bool or None, not {type(value).__name__}"
+    return f"Object of type {type(value).__name__} is not JSON serializable"
+
+
+def _copy(decision: Decision) -> Decision:
+    """A copy that shares nothing mutable with the cached decision."""
+    extra = copy.deepcopy(dict(decision.extra)) if decision.extra else {}
+    return Decision(decision.result, decision.reasons, extra)
 
 
 def parse_decision(value: Any) -> Decision:

@@ -14,8 +14,10 @@ messages name the file (and the line where there is one):
   here and fail in the test runner if they call an unknown function;
 - some module must define ``data.toolgate.decision``.
 
-This module also holds the small regorus helpers that the embedded backend and the test
-runner share: ``engine_call`` (regorus panics are BaseExceptions) and ``list_rules``.
+This module also holds the small regorus helpers that the embedded backend, its input scan
+(``gateway.policy.reads``) and the test runner share: ``engine_call`` (regorus panics are
+BaseExceptions), ``list_rules`` and the syntax-tree readers ``syntax_tree``, ``rules_in_ast`` and
+``ref_path``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -128,10 +130,21 @@ def compile_program(modules: Iterable[Module], data_json: str, entry_points: lis
 
 def list_rules(engine: Any) -> list[RuleInfo]:
     """Every rule and function head of the modules loaded in ``engine``, in file order."""
+    return rules_in_ast(syntax_tree(engine))
+
+
+def syntax_tree(engine: Any) -> list[dict[str, Any]]:
+    """The modules loaded in ``engine`` as regorus's syntax tree (one dict per module)."""
+    modules: list[dict[str, Any]] = json.loads(engine_call(engine.get_ast_as_json))
+    return modules
+
+
+def rules_in_ast(modules: Iterable[Mapping[str, Any]]) -> list[RuleInfo]:
+    """Every rule and function head of the modules of a syntax tree, in file order."""
     found: list[RuleInfo] = []
-    for module in json.loads(engine_call(engine.get_ast_as_json)):
+    for module in modules:
         file = module["source"]["file"]
-        package = _ref_path(module["ast"]["package"]["refr"])
+        package = ref_path(module["ast"]["package"]["refr"])
         for rule in module["ast"]["rules"]:
             info = _rule_info(file, package, rule)
             if info is not None:
@@ -294,17 +307,17 @@ def _rule_info(file: str, package: list[str], rule: dict[str, Any]) -> RuleInfo 
         node, function = {**head, "span": rule["Spec"]["span"]}, kind == "Func"
     else:
         return None
-    path = ".".join(["data", *package, *_ref_path(node["refr"])])
+    path = ".".join(["data", *package, *ref_path(node["refr"])])
     return RuleInfo(file, int(node["span"]["line"]), path, function)
 
 
-def _ref_path(ref: dict[str, Any]) -> list[str]:
-    """``a.b.c`` of a package or rule head; a bracket (``p[k]``) ends the path."""
+def ref_path(ref: Mapping[str, Any]) -> list[str]:
+    """``a.b.c`` of a package, import or rule head; a bracket (``p[k]``) ends the path."""
     kind, node = next(iter(ref.items()))
     if kind == "Var":
         return [str(node["value"])]
     if kind == "RefDot":
-        return [*_ref_path(node["refr"]), str(node["field"][1])]
+        return [*ref_path(node["refr"]), str(node["field"][1])]
     if kind == "RefBrack":
-        return _ref_path(node["refr"])
+        return ref_path(node["refr"])
     raise EngineError(f"unexpected reference in a rule head: {kind}")
