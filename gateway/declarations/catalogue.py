@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import cerberus
-
-from gateway.declarations.jsonschema import JsonValidator
+from gateway.declarations.fastvalid import FastValidator
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.semver import parse_range
 from gateway.errors import ResolveError
@@ -23,7 +21,7 @@ class Catalogue:
             name: sorted(versions, key=lambda t: t.version, reverse=True)
             for name, versions in sorted(by_name.items())
         }
-        self._validators: dict[str, cerberus.Validator] = {}
+        self._validators: dict[str, FastValidator] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_name.values())
@@ -65,11 +63,15 @@ class Catalogue:
             )
         return enabled[0]
 
-    def validator(self, tool: ToolDeclaration) -> cerberus.Validator:
-        """A reusable cerberus validator for ``tool`` (built once: construction is costly)."""
+    def validator(self, tool: ToolDeclaration) -> FastValidator:
+        """A reusable validator for ``tool`` (built once: construction is costly).
+
+        It validates and normalises like ``JsonValidator(tool.input, purge_readonly=True)``,
+        with a compiled fast path that defers to cerberus (see ``fastvalid``).
+        """
         key = tool.ref
         validator = self._validators.get(key)
         if validator is None:
-            validator = JsonValidator(tool.input, purge_readonly=True)
+            validator = FastValidator(tool.input, purge_readonly=True)
             self._validators[key] = validator
         return validator
