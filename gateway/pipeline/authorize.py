@@ -60,8 +60,11 @@ async def run(services: Services, flow: Flow) -> Flow:
             "the approval was given for other arguments than this call", code="approval_mismatch"
         )
     decision = await services.policy.decide(policy_input(flow))
-    flow = flow.but(decision=decision).emit(
-        "policy.decided", result=decision.result.value, reasons=list(decision.reasons)
+    flow = flow.but_emit(
+        {"decision": decision},
+        "policy.decided",
+        result=decision.result.value,
+        reasons=list(decision.reasons),
     )
     if decision.result is DecisionResult.DENY:
         raise PolicyDenied(

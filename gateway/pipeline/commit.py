@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from gateway.events.model import make_event
 from gateway.pipeline.records import Flow
 from gateway.pipeline.reserve import build_record
 from gateway.pipeline.services import Services
@@ -16,37 +17,41 @@ from gateway.types import Status
 async def run(services: Services, flow: Flow) -> Flow:
     result = flow.result
     assert result is not None
-    flow = flow.emit(
+    body = result.to_json()
+    completed = make_event(
+        flow.execution_id,
+        flow.seq,
         "tool.completed",
-        outcome=result.outcome.value,
-        error=result.error.to_json() if result.error else None,
-        side_effect=result.side_effect.to_json(),
+        {"outcome": body["outcome"], "error": body["error"], "side_effect": body["side_effect"]},
     )
-    result_json = json.dumps(result.to_json(), separators=(",", ":"), default=str)
+    events = (*flow.events, completed)
+    done = {"events": (), "seq": flow.seq + 1}
+    result_json = json.dumps(body, separators=(",", ":"), default=str)
     fencing_json = json.dumps(dict(flow.fencing)) if flow.fencing else None
     if flow.record is None:
-        record = replace(
-            build_record(flow, Status.COMPLETED),
+        record = build_record(
+            flow,
+            Status.COMPLETED,
             outcome=result.outcome.value,
             result_json=result_json,
             fencing_json=fencing_json,
             # an ephemeral read passed validation: it counts against quotas
             risk=flow.tool.risk.value if flow.ephemeral and flow.tool else None,
         )
-        found = await services.store.insert_completed(record, flow.events)
+        found = await services.store.insert_completed(record, events)
         if isinstance(found, Existing):
-            return flow.but(existing=found.record, events=())
-        return flow.but(record=record, events=())
+            return flow.but(existing=found.record, **done)
+        return flow.but(record=record, **done)
     committed = await services.store.commit(
         flow.execution_id,
         outcome=result.outcome.value,
         result_json=result_json,
-        events=flow.events,
+        events=events,
         fencing_json=fencing_json,
     )
     if not committed:  # someone else (a cancel, recovery) settled it first: theirs stands
         current = await services.store.get_execution(flow.execution_id)
-        return flow.but(existing=current or flow.record, events=())
+        return flow.but(existing=current or flow.record, **done)
     record = replace(
         flow.record,
         status=Status.COMPLETED,
@@ -54,4 +59,4 @@ async def run(services: Services, flow: Flow) -> Flow:
         result_json=result_json,
         fencing_json=fencing_json,
     )
-    return flow.but(record=record, events=())
+    return flow.but(record=record, **done)

@@ -49,9 +49,10 @@ def adapter_of(services: Services, flow: Flow) -> Adapter:
 
 
 def adapter_call(
-    services: Services, flow: Flow, cancelled: anyio.Event | None = None
+    services: Services, flow: Flow, cancelled: anyio.Event | None = None, **hooks: Any
 ) -> AdapterCall:
-    """The uniform call every adapter gets."""
+    """The uniform call every adapter gets; ``hooks`` are AdapterCall's callbacks
+    (``emit_output``, ``checkpoint``)."""
     assert flow.tool is not None and flow.workspace is not None
     return AdapterCall(
         execution_id=flow.execution_id,
@@ -64,4 +65,5 @@ def adapter_call(
         fencing_tokens=flow.fencing,
         output_budget=flow.tool.output_budget,
         context=template_context(flow),
+        **hooks,
     )

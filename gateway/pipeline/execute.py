@@ -10,13 +10,14 @@ captured as the flow's ``failure``; stage 8 turns it into an outcome.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from dataclasses import replace
 
 import anyio
 
 from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome, SideEffectReport
+from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ExecutionError, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of
 from gateway.pipeline.output import OutputSink
@@ -26,12 +27,18 @@ from gateway.types import Outcome, Status
 
 log = logging.getLogger("toolgate.execute")
 WATCH_INTERVAL = 0.5
+"""Seconds between looks at the store (a cancel from another replica, lease renewal)."""
+FIRST_TICK = 0.25
+"""Seconds into the call when the watchers start (the first output flush is due)."""
 
 
 async def run(services: Services, flow: Flow) -> Flow:
     assert flow.tool is not None
-    flow = flow.but(started_ms=int(time.time() * 1000)).emit(
-        "tool.started", adapter=flow.tool.adapter, operation=flow.tool.operation
+    flow = flow.but_emit(
+        {"started_ms": int(time.time() * 1000)},
+        "tool.started",
+        adapter=flow.tool.adapter,
+        operation=flow.tool.operation,
     )
     durable = not flow.ephemeral
     if durable:
@@ -42,23 +49,19 @@ async def run(services: Services, flow: Flow) -> Flow:
             return _cancelled_before_start(flow)  # a cancel arrived while it waited for locks
         flow = flow.drained()
     await services.faults.hit("before_adapter")
-    cancelled = services.cancellations.register(flow.execution_id)
     sink = OutputSink(services.store, flow.execution_id, flow.seq, durable=durable)
-    call = replace(
-        adapter_call(services, flow, cancelled),
-        emit_output=sink.emit,
-        checkpoint=sink.checkpoint,
-    )
+    watch = _Watch(services, flow, sink)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_keep_alive, services, flow, cancelled)
-            tg.start_soon(sink.run)
-            raw, failure = await _call_adapter(
-                adapter_of(services, flow), call, services.settings.cancel_grace
-            )
-            tg.cancel_scope.cancel()
+        call = adapter_call(
+            services,
+            flow,
+            watch.cancelled,
+            emit_output=sink.emit,
+            checkpoint=sink.checkpoint,
+        )
+        raw, failure = await _call_adapter(adapter_of(services, flow), call, watch)
     finally:
-        services.cancellations.unregister(flow.execution_id)
+        await watch.stop()
     await sink.flush()
     await services.faults.hit("after_side_effect")
     return flow.but(
@@ -68,6 +71,96 @@ async def run(services: Services, flow: Flow) -> Flow:
         failure=failure,
         finished_ms=int(time.time() * 1000),
     )
+
+
+class _Watch:
+    """What runs beside the adapter: output flushes, lease and heartbeat renewal, a cancel
+    seen in the store (another replica's API), and the cut-off of an adapter that does not
+    stop within ``cancel_grace`` of a cancel.
+
+    None of it is due before the first output flush (``FIRST_TICK``), and most calls are
+    over by then. So the watchers start only at that tick (or at once on a cancel signal),
+    in a task of their own that holds their task group: a call that ends sooner spawns no
+    task, opens no task group and cancels nothing (each costs more than a short adapter).
+    """
+
+    def __init__(self, services: Services, flow: Flow, sink: OutputSink) -> None:
+        self._services, self._flow, self._sink = services, flow, sink
+        self.grace = services.settings.cancel_grace
+        self._began = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        self._done: anyio.Event | None = None
+        self._stopped = False
+        self.scope: anyio.CancelScope | None = None
+        """The adapter's scope, cancelled at the cut-off."""
+        self.cut_off = False
+        self.cancelled = services.cancellations.register(flow.execution_id, self.start)
+        """The call's cancel signal; signalling it starts the watchers at once."""
+        self._tick = asyncio.get_running_loop().call_later(FIRST_TICK, self.start)
+
+    def start(self) -> None:
+        """Start the watchers (idempotent): at the first tick, or when a cancel is signalled."""
+        if self._task is not None or self._stopped:
+            return
+        self._tick.cancel()
+        self._done = anyio.Event()
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(time.monotonic() - self._began)
+        )
+
+    async def _run(self, since: float) -> None:
+        assert self._done is not None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._sink.run, since)
+                tg.start_soon(self._keep_alive, max(WATCH_INTERVAL - since, 0.0))
+                tg.start_soon(self._cut_off_after_grace)
+                await self._done.wait()
+                tg.cancel_scope.cancel()
+        except BaseException:
+            if self.scope is not None:
+                self.scope.cancel()  # a watcher failed: stop the adapter; stop() re-raises
+            raise
+
+    async def stop(self) -> None:
+        """The adapter is done: stop the watchers, if any started, and wait for them (a
+        store call of theirs in flight completes first)."""
+        self._services.cancellations.unregister(self._flow.execution_id)
+        self._stopped = True
+        self._tick.cancel()
+        if self._task is not None:
+            assert self._done is not None
+            self._done.set()
+            with anyio.CancelScope(shield=True):
+                await self._task
+
+    async def _cut_off_after_grace(self) -> None:
+        await self.cancelled.wait()
+        await anyio.sleep(self.grace)
+        self.cut_off = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def _keep_alive(self, first_wait: float) -> None:
+        """Renew leases and the heartbeat; turn a store-side ``cancelling`` into the signal."""
+        services, flow = self._services, self._flow
+        lease = services.settings.lock_lease
+        last_renew = self._began
+        wait = first_wait
+        while True:
+            await anyio.sleep(wait)
+            wait = WATCH_INTERVAL
+            try:
+                record = await services.store.get_execution(flow.execution_id)
+                if record is not None and record.status is Status.CANCELLING:
+                    self.cancelled.set()
+                if time.monotonic() - last_renew >= lease / 3:
+                    last_renew = time.monotonic()
+                    await services.store.heartbeat(flow.execution_id)
+                    if flow.fencing:
+                        await services.store.renew_locks(flow.execution_id, lease)
+            except ToolgateError:
+                log.warning("could not renew the leases of %s", flow.execution_id)
 
 
 def _cancelled_before_start(flow: Flow) -> Flow:
@@ -84,66 +177,41 @@ def _cancelled_before_start(flow: Flow) -> Flow:
 
 
 async def _call_adapter(
-    adapter: Adapter, call: AdapterCall, grace: float
+    adapter: Adapter, call: AdapterCall, watch: _Watch
 ) -> tuple[AdapterOutcome | None, ToolgateError | None]:
-    """The adapter's outcome, or its failure translated into the error tree."""
-    outcome: list[tuple[AdapterOutcome | None, ToolgateError | None]] = []
+    """The adapter's outcome, or its failure translated into the error tree.
 
-    async def cut_off_after_grace(scope: anyio.CancelScope) -> None:
-        await call.cancelled.wait()
-        await anyio.sleep(grace)
-        scope.cancel()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(cut_off_after_grace, tg.cancel_scope)
-        outcome.append(await _guarded(adapter, call))
-        tg.cancel_scope.cancel()
-    if outcome:
-        return outcome[0]
+    The adapter runs in this task, in one cancel scope: its deadline, and the watch's
+    cut-off after a cancel's grace period."""
+    tool = call.tool
+    scope = watch.scope = anyio.CancelScope(
+        deadline=anyio.current_time() + max(call.seconds_left(), 0.0)
+    )
+    with scope:
+        try:
+            return await adapter.execute(call), None
+        except TimeoutError:
+            return None, _timeout(tool)
+        except ToolgateError as exc:
+            return None, exc
+        except Exception as exc:
+            log.exception("adapter %s failed in execution %s", tool.adapter, call.execution_id)
+            return None, ExecutionError(
+                f"the {tool.adapter} adapter failed unexpectedly ({type(exc).__name__}); "
+                f"see the gateway log for execution {call.execution_id}",
+                code="adapter_crashed",
+            )
+    if not watch.cut_off:
+        return None, _timeout(tool)  # the deadline cancelled the scope
     return None, ExecutionError(
-        f"{call.tool.ref} was cancelled and did not stop within {grace:g} s; it was cut off",
+        f"{tool.ref} was cancelled and did not stop within {watch.grace:g} s; it was cut off",
         code="cancelled",
     )
 
 
-async def _guarded(
-    adapter: Adapter, call: AdapterCall
-) -> tuple[AdapterOutcome | None, ToolgateError | None]:
-    tool = call.tool
-    try:
-        with anyio.fail_after(max(call.seconds_left(), 0.0)):
-            return await adapter.execute(call), None
-    except TimeoutError:
-        return None, ExecutionError(
-            f"{tool.ref} did not finish before its deadline (timeout)",
-            code="timeout",
-            retryable=True,
-        )
-    except ToolgateError as exc:
-        return None, exc
-    except Exception as exc:
-        log.exception("adapter %s failed in execution %s", tool.adapter, call.execution_id)
-        return None, ExecutionError(
-            f"the {tool.adapter} adapter failed unexpectedly ({type(exc).__name__}); "
-            f"see the gateway log for execution {call.execution_id}",
-            code="adapter_crashed",
-        )
-
-
-async def _keep_alive(services: Services, flow: Flow, cancelled: anyio.Event) -> None:
-    """Renew leases and the heartbeat; turn a store-side ``cancelling`` into the signal."""
-    lease = services.settings.lock_lease
-    last_renew = time.monotonic()
-    while True:
-        await anyio.sleep(WATCH_INTERVAL)
-        try:
-            record = await services.store.get_execution(flow.execution_id)
-            if record is not None and record.status is Status.CANCELLING:
-                cancelled.set()
-            if time.monotonic() - last_renew >= lease / 3:
-                last_renew = time.monotonic()
-                await services.store.heartbeat(flow.execution_id)
-                if flow.fencing:
-                    await services.store.renew_locks(flow.execution_id, lease)
-        except ToolgateError:
-            log.warning("could not renew the leases of %s", flow.execution_id)
+def _timeout(tool: ToolDeclaration) -> ToolgateError:
+    return ExecutionError(
+        f"{tool.ref} did not finish before its deadline (timeout)",
+        code="timeout",
+        retryable=True,
+    )

@@ -62,6 +62,6 @@ async def run(services: Services, flow: Flow) -> Flow:
         if flow.record is not None and time.monotonic() - beat >= services.settings.lock_lease / 3:
             beat = time.monotonic()
             await services.store.heartbeat(flow.execution_id)  # alive, only waiting
-    flow = flow.but(fencing=got).emit("lock.acquired", tokens=dict(got))
+    flow = flow.but_emit({"fencing": got}, "lock.acquired", tokens=dict(got))
     await check_state_guards(services, flow)
     return flow

@@ -71,11 +71,13 @@ class OutputSink:
         self._seq += 1
         await self._store.append(self._execution_id, [event])
 
-    async def run(self) -> None:
-        """Flush periodically until cancelled."""
+    async def run(self, elapsed: float = 0.0) -> None:
+        """Flush periodically until cancelled (``elapsed``: seconds the call has run)."""
+        wait = max(self._interval - elapsed, 0.0)
         while True:
-            await anyio.sleep(self._interval)
+            await anyio.sleep(wait)
             await self.flush()
+            wait = self._interval
 
     async def flush(self) -> None:
         if not self._pending:

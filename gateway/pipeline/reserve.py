@@ -23,8 +23,19 @@ from gateway.store.store import ApprovalUnavailable, Existing
 from gateway.types import SideEffect, Status
 
 
-def build_record(flow: Flow, status: Status) -> ExecutionRecord:
-    """The execution row for ``flow`` as it stands now."""
+def build_record(
+    flow: Flow,
+    status: Status,
+    scope: str | None = None,
+    *,
+    risk: str | None = None,
+    outcome: str | None = None,
+    result_json: str | None = None,
+    fencing_json: str | None = None,
+    owner: str | None = None,
+) -> ExecutionRecord:
+    """The execution row for ``flow`` as it stands now (``scope``: its idempotency scope,
+    when already computed; the other keywords are columns not known from the flow)."""
     req = flow.request
     now = int(time.time() * 1000)
     return ExecutionRecord(
@@ -38,17 +49,17 @@ def build_record(flow: Flow, status: Status) -> ExecutionRecord:
         workspace_id=req.workspace_id,
         tool_name=flow.tool.name if flow.tool else req.tool_name,
         tool_version=str(flow.tool.version) if flow.tool else None,
-        risk=None,
+        risk=risk,
         status=status,
-        outcome=None,
+        outcome=outcome,
         arguments_sha256=flow.arguments_sha256,
-        idempotency_scope=idempotency_scope(flow),
+        idempotency_scope=scope if scope is not None else idempotency_scope(flow),
         approval_id=flow.awaiting.id if flow.awaiting else None,
         cancellation_token=req.cancellation_token,
         request_json=json.dumps(req.to_json(), separators=(",", ":")),
-        result_json=None,
-        fencing_json=None,
-        owner=None,
+        result_json=result_json,
+        fencing_json=fencing_json,
+        owner=owner,
         created_ms=flow.received_ms,
         updated_ms=now,
     )
@@ -67,17 +78,7 @@ async def run(services: Services, flow: Flow) -> Flow:
     assert flow.tool is not None
     if flow.record is not None:
         return await _resume(services, flow)
-    status = Status.RUNNING
-    if flow.awaiting:
-        status = Status.AWAITING_APPROVAL
-    elif flow.respond_async:
-        status = Status.QUEUED
-    record = replace(
-        build_record(flow, status),
-        risk=flow.tool.risk.value,
-        owner=INSTANCE_ID if status is Status.RUNNING else None,
-    )
-    scope = record.idempotency_scope
+    scope = idempotency_scope(flow)
     claim = None
     if scope is not None:
         claim = IdempotencyClaim(
@@ -88,6 +89,18 @@ async def run(services: Services, flow: Flow) -> Flow:
         )
     if _needs_no_reservation(flow, claim):
         return flow.but(ephemeral=True)
+    status = Status.RUNNING
+    if flow.awaiting:
+        status = Status.AWAITING_APPROVAL
+    elif flow.respond_async:
+        status = Status.QUEUED
+    record = build_record(
+        flow,
+        status,
+        scope,
+        risk=flow.tool.risk.value,
+        owner=INSTANCE_ID if status is Status.RUNNING else None,
+    )
     spend = flow.approval.id if flow.approval else None
     outcome = await services.store.reserve(record, flow.events, claim, consume_approval=spend)
     if isinstance(outcome, Existing):

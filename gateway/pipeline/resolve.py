@@ -9,9 +9,9 @@ from gateway.pipeline.services import Services
 async def run(services: Services, flow: Flow) -> Flow:
     req = flow.request
     tool = services.catalogue.resolve(req.tool_name, req.requested_version)
-    flow = flow.but(tool=tool)
     deprecated = tool.deprecated if isinstance(tool.deprecated, str) else bool(tool.deprecated)
-    return flow.emit(
+    return flow.but_emit(
+        {"tool": tool},
         "tool.resolved",
         name=tool.name,
         version=str(tool.version),

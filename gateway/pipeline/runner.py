@@ -67,7 +67,7 @@ async def run_call(
 
     With ``respond_async`` the call stops once reserved (status ``queued``) and a worker
     runs the rest (``run_queued``)."""
-    flow = Flow.start(request).but(respond_async=respond_async)
+    flow = Flow.start(request, respond_async=respond_async)
     return await run_flow(services, flow, stages)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,13 +70,21 @@ class Cancellations:
 
     def __init__(self) -> None:
         self._events: dict[str, anyio.Event] = {}
+        self._listeners: dict[str, Callable[[], None]] = {}
 
-    def register(self, execution_id: str) -> anyio.Event:
+    def register(
+        self, execution_id: str, on_signal: Callable[[], None] | None = None
+    ) -> anyio.Event:
+        """The execution's cancel signal; ``on_signal`` is called (on the event loop) when
+        it is signalled."""
         event = self._events.setdefault(execution_id, anyio.Event())
+        if on_signal is not None:
+            self._listeners[execution_id] = on_signal
         return event
 
     def unregister(self, execution_id: str) -> None:
         self._events.pop(execution_id, None)
+        self._listeners.pop(execution_id, None)
 
     def signal(self, execution_id: str) -> bool:
         """Tell a running execution to stop; False when it does not run here."""
@@ -84,6 +92,9 @@ class Cancellations:
         if event is None:
             return False
         event.set()
+        listener = self._listeners.get(execution_id)
+        if listener is not None:
+            listener()
         return True
 
 

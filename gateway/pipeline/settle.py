@@ -25,6 +25,27 @@ async def run(services: Services, flow: Flow) -> Flow:
     tool = flow.tool
     assert tool is not None
     queued, running = _timing(flow)
+    raw = flow.raw
+    if raw is not None:
+        result = ToolResult(
+            call_id=flow.request.call_id,
+            tool_version=str(tool.version),
+            outcome=raw.outcome,
+            data=raw.data,
+            error=raw.error,
+            side_effect=raw.side_effect,
+            evidence=raw.evidence,
+            queued_ms=queued,
+            running_ms=running,
+            truncated=raw.truncated,
+        )
+        observed = raw.side_effect.to_json()
+        stopped = raw.outcome is Outcome.CANCELLED and raw.side_effect.attempted
+        if stopped and tool.side_effect in WRITES:
+            flow = flow.emit("tool.side_effect_observed", **observed)
+            error = raw.error or ExecutionError("the call was cancelled", code="cancelled")
+            return await reconcile(services, flow, result, error, Outcome.CANCELLED)
+        return flow.but_emit({"result": result}, "tool.side_effect_observed", **observed)
     base = ToolResult(
         call_id=flow.request.call_id,
         tool_version=str(tool.version),
@@ -32,23 +53,6 @@ async def run(services: Services, flow: Flow) -> Flow:
         queued_ms=queued,
         running_ms=running,
     )
-    raw = flow.raw
-    if raw is not None:
-        flow = flow.emit("tool.side_effect_observed", **raw.side_effect.to_json())
-        result = replace(
-            base,
-            outcome=raw.outcome,
-            data=raw.data,
-            error=raw.error,
-            side_effect=raw.side_effect,
-            evidence=raw.evidence,
-            truncated=raw.truncated,
-        )
-        stopped = raw.outcome is Outcome.CANCELLED and raw.side_effect.attempted
-        if stopped and tool.side_effect in WRITES:
-            error = raw.error or ExecutionError("the call was cancelled", code="cancelled")
-            return await reconcile(services, flow, result, error, Outcome.CANCELLED)
-        return flow.but(result=result)
     failure = flow.failure
     assert failure is not None
     if failure.code in UNCERTAIN and tool.side_effect in WRITES:

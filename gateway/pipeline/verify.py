@@ -18,10 +18,10 @@ async def run(services: Services, flow: Flow) -> Flow:
     if result.outcome is not Outcome.SUCCEEDED or not tool.verify:
         return flow
     passed, evidence = await run_probes(services, flow, tool.verify, "verify")
-    flow = flow.emit("tool.verified", passed=passed)
     result = replace(result, evidence=(*result.evidence, *evidence))
     if passed:
-        return flow.but(result=result)
+        return flow.but_emit({"result": result}, "tool.verified", passed=passed)
+    flow = flow.emit("tool.verified", passed=passed)
     why = "could not be read back" if passed is None else "was not found as expected"
     error = VerificationError(
         f"the side effect of {tool.ref} {why} after the adapter reported success; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.declarations.jsonschema import cerberus_to_json_schema
@@ -10,11 +11,47 @@ from gateway.store.records import ApprovalRecord, ExecutionRecord
 
 
 def execution(record: ExecutionRecord, approval: ApprovalRecord | None = None) -> dict[str, Any]:
+    head, tail = _execution_parts(record, approval)
+    return {**head, "result": record.result, **tail}
+
+
+def execution_json(record: ExecutionRecord, approval: ApprovalRecord | None = None) -> bytes:
+    """``execution(record, approval)`` encoded as JSONResponse encodes it, byte for byte.
+
+    The stored result is spliced in as it is rather than parsed and encoded again (most of
+    the work for a read's result) when that gives the same bytes: when it holds no ``\\u``
+    escape (it is stored ASCII-only; a response writes non-ASCII as UTF-8) and no NaN or
+    Infinity (a response refuses them). Otherwise the body is encoded the usual way."""
+    stored = record.result_json
+    if stored is not None and ("\\u" in stored or "NaN" in stored or "Infinity" in stored):
+        return _dumps(execution(record, approval)).encode("utf-8")
+    head, tail = _execution_parts(record, approval)
+    text = _dumps({**head, "result": None, **tail})
+    if stored is None:
+        return text.encode("utf-8")
+    # The first ',"result":null,' is the top-level key: the keys before it are fixed, and
+    # in an encoded string every '"' follows a backslash, so ',"' occurs in none.
+    at = text.index(_NO_RESULT) + len(_NO_RESULT) - 5
+    return "".join((text[:at], stored, text[at + 4 :])).encode("utf-8")
+
+
+_NO_RESULT = ',"result":null,'
+
+
+def _dumps(content: Any) -> str:
+    """What ``JSONResponse.render`` does, before encoding to UTF-8."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _execution_parts(
+    record: ExecutionRecord, approval: ApprovalRecord | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keys of an execution body before ``result``, and those after it."""
     links = {
         "self": f"/v1/executions/{record.id}",
         "events": f"/v1/executions/{record.id}/events",
     }
-    body: dict[str, Any] = {
+    head: dict[str, Any] = {
         "id": record.id,
         "run_id": record.run_id,
         "turn_id": record.turn_id,
@@ -23,21 +60,22 @@ def execution(record: ExecutionRecord, approval: ApprovalRecord | None = None) -
         "tool": {"name": record.tool_name, "version": record.tool_version},
         "actor": {"user_id": record.principal, "agent_id": record.agent_id},
         "workspace": {"id": record.workspace_id},
-        "result": record.result,
+    }
+    tail: dict[str, Any] = {
         "approval": None,
         "created_at_ms": record.created_ms,
         "updated_at_ms": record.updated_ms,
         "links": links,
     }
     if approval is not None:
-        body["approval"] = {
+        tail["approval"] = {
             "id": approval.id,
             "status": approval.status,
             "expires_at_ms": approval.expires_ms,
             "reasons": list(approval.reasons),
         }
         links["approval"] = f"/v1/approvals/{approval.id}"
-    return body
+    return head, tail
 
 
 def tool_summary(tool: ToolDeclaration, versions: list[ToolDeclaration]) -> dict[str, Any]:

@@ -61,12 +61,13 @@ async def read_json(request: Request, limit: int) -> Any:
         raise MalformedRequest(f"the body is not valid JSON: {exc}", code="malformed_json") from exc
 
 
-async def _execution_response(services: Services, record: ExecutionRecord) -> JSONResponse:
+async def _execution_response(services: Services, record: ExecutionRecord) -> Response:
     approval = None
     if record.approval_id is not None:
         approval = await services.store.get_approval(record.approval_id)
     status = 200 if record.status is Status.COMPLETED else 202
-    return JSONResponse(render.execution(record, approval), status_code=status)
+    body = render.execution_json(record, approval)
+    return Response(body, status_code=status, media_type=JSONResponse.media_type)
 
 
 async def create_execution(request: Request) -> Response:

@@ -134,3 +134,39 @@ async def test_probe_path_is_confined(ws: Workspace) -> None:
 def test_file_sha256_of_directory_is_an_error(ws: Workspace) -> None:
     with pytest.raises(ValidationError):
         file_sha256(ws.root)
+
+
+async def test_small_reads_and_probes_on_the_loop_large_ones_on_a_thread(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.adapters import file as file_adapter
+
+    hops: list[object] = []
+    real_run_sync = anyio.to_thread.run_sync
+
+    async def counting_run_sync(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn)
+        return await real_run_sync(fn, *args, **kwargs)
+
+    monkeypatch.setattr(file_adapter.anyio.to_thread, "run_sync", counting_run_sync)
+    small = b"s" * file_adapter.INLINE_MAX_BYTES
+    large = b"L" * (file_adapter.INLINE_MAX_BYTES + 1)
+    (ws.root / "small.txt").write_bytes(small)
+    (ws.root / "large.txt").write_bytes(large)
+    adapter = FileAdapter()
+    for name, data in (("small.txt", small), ("large.txt", large)):
+        c = call(ws, "fs.read_file", path=name)
+        out = await adapter.execute(c)
+        assert out.data["sha256"] == sha256_bytes(data) and out.data["size"] == len(data)
+        probed = await adapter.probe("file_sha256", {"path": name}, c)
+        assert probed == sha256_bytes(data)
+    assert len(hops) == 2  # the large file's read and its probe
+
+
+async def test_a_fifo_is_never_read_on_the_loop(ws: Workspace) -> None:
+    from gateway.adapters.file import small_file_bytes
+
+    os.mkfifo(ws.root / "pipe")
+    assert small_file_bytes(ws.root / "pipe") is None  # returns at once: opened non-blocking
+    assert small_file_bytes(ws.root) is None
+    assert small_file_bytes(ws.root / "missing") is None

@@ -1,0 +1,152 @@
+"""Stage 7's watchers (output flushes, the store's cancel, the deadline), which start only
+once a call has run for a tick, and the shortcuts of the records that flow through it."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
+from gateway.declarations.catalogue import Catalogue
+from gateway.events.model import make_event
+from gateway.pipeline import execute
+from gateway.pipeline.records import _REQUEST_FIELDS, Flow
+from gateway.pipeline.runner import run_call
+from gateway.store.store import Store
+from gateway.types import Outcome, Status
+from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all
+from tests.pipeline.test_runner import catalogue, make_services, ok, request, sha_probe, store
+
+pytestmark = pytest.mark.anyio
+__all__ = ["catalogue", "store"]  # fixtures
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_a_fast_call_starts_no_watcher_task(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    tasks: list[int] = []
+
+    async def counting(call: AdapterCall) -> AdapterOutcome:
+        tasks.append(len(asyncio.all_tasks()))
+        return await ok(call)
+
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(counting), FunctionPolicy(allow_all)
+    )
+    before = len(asyncio.all_tasks())
+    record = await run_call(services, request("fs.read_file", arguments={"path": "a.txt"}))
+    assert record.outcome == "succeeded"
+    assert tasks == [before]
+
+
+async def test_output_of_a_long_call_is_flushed_while_it_runs_and_at_the_end(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    seen_while_running: list[list[str]] = []
+
+    async def talky(call: AdapterCall) -> AdapterOutcome:
+        call.emit_output("stdout", "first\n")
+        await anyio.sleep(execute.FIRST_TICK + 0.2)
+        events = await store.events(call.execution_id)
+        seen_while_running.append([e.data["text"] for e in events if e.type == "tool.output"])
+        call.emit_output("stdout", "second\n")
+        return await ok(call)
+
+    written = sha_probe(hashlib.sha256(b"hi").hexdigest())
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(talky, written), FunctionPolicy(allow_all)
+    )
+    record = await run_call(services, request())
+    assert record.outcome == "succeeded"
+    assert seen_while_running == [["first\n"]]
+    events = await store.events(record.id)
+    assert [e.data["text"] for e in events if e.type == "tool.output"] == ["first\n", "second\n"]
+    assert [e.seq for e in events] == list(range(len(events)))
+
+
+async def test_a_cancel_seen_only_in_the_store_reaches_the_adapter(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    """Another replica's API marks the execution cancelling; no local signal."""
+
+    async def polite(call: AdapterCall) -> AdapterOutcome:
+        note = make_event(call.execution_id, 0, "state.checkpointed", {"status": "cancelling"})
+        assert await store.set_status(
+            call.execution_id, [Status.RUNNING], Status.CANCELLING, [note]
+        )
+        with anyio.fail_after(5):
+            await call.cancelled.wait()
+        return AdapterOutcome(Outcome.CANCELLED, None, SideEffectReport(False, False, "stopped"))
+
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(polite), FunctionPolicy(allow_all)
+    )
+    start = time.monotonic()
+    record = await run_call(services, request())
+    assert record.outcome == "cancelled"
+    assert time.monotonic() - start < execute.WATCH_INTERVAL + 1.5
+
+
+async def test_the_deadline_and_an_adapter_timeout_are_both_timeouts(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    async def slow(call: AdapterCall) -> AdapterOutcome:
+        await anyio.sleep(5)
+        raise AssertionError("not reached")
+
+    async def raises(call: AdapterCall) -> AdapterOutcome:
+        raise TimeoutError("the library gave up")
+
+    for fn in (slow, raises):
+        services = make_services(
+            tmp_path, store, catalogue, FunctionAdapter(fn), FunctionPolicy(allow_all)
+        )
+        deadline = int(time.time() * 1000) + 300
+        req = request("fs.read_file", arguments={"path": "a.txt"}, call_id=fn.__name__)
+        result = (await run_call(services, replace(req, deadline_ms=deadline))).result
+        assert result is not None and result["outcome"] == "failed"
+        assert result["error"]["type"] == "timeout" and result["error"]["retryable"] is True
+
+
+async def test_a_cancel_signal_after_the_call_ended_is_refused(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
+    )
+    record = await run_call(services, request())
+    assert services.cancellations.signal(record.id) is False
+
+
+def test_flow_but_copies_every_field_and_stays_frozen() -> None:
+    flow = Flow.start(request(), respond_async=True)
+    changed = flow.but(seq=7, ephemeral=True)
+    assert changed == replace(flow, seq=7, ephemeral=True)
+    assert (flow.seq, flow.ephemeral, flow.respond_async) == (1, False, True)
+    with pytest.raises(AttributeError):
+        flow.but(no_such_field=1)
+    with pytest.raises(AttributeError):
+        changed.seq = 3  # type: ignore[misc]
+    emitted = flow.but_emit({"ephemeral": True}, "tool.resolved", name="x")
+    assert emitted.ephemeral and emitted.seq == 2
+    assert [e.type for e in emitted.events] == ["tool.requested", "tool.resolved"]
+    assert [e.seq for e in emitted.events] == [0, 1]
+
+
+def test_request_to_json_has_every_field_but_the_body() -> None:
+    req = request(expected_state={"sha256": "x"}, idempotency_key="k")
+    data = req.to_json()
+    assert list(data) == list(_REQUEST_FIELDS)
+    assert data == {name: getattr(req, name) for name in _REQUEST_FIELDS}
+    assert type(req).from_json(data) == replace(req, body=data)
