@@ -16,6 +16,7 @@ gets them as ``%s``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -128,6 +129,8 @@ _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 CHECKPOINT_EVERY = 200
 """Inline SQLite commits between two WAL checkpoints (each commits a few pages; SQLite's own
 automatic checkpoint, off on the inline connection, would come every 1,000 pages)."""
+CHECKPOINT_WAIT_MS = 100
+"""How long a checkpoint waits for other connections before giving up until the next one."""
 
 
 class _CommitFailed(Exception):
@@ -334,7 +337,9 @@ class Store:
         # ... and their WAL is checkpointed on a thread of its own, not by the commit that
         # crosses SQLite's threshold (copying pages back and an fsync, on the loop).
         self._commits_since_checkpoint = 0
-        self._checkpointer: threading.Thread | None = None
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self._checkpoint_gate: anyio.Event | None = None
+        self._checkpoint_conn: Any = None
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -348,8 +353,13 @@ class Store:
         one on a worker thread), the transaction goes to a worker thread that waits for it.
         """
         if not self._postgresql:
+            gate = self._checkpoint_gate
+            if gate is not None:
+                await gate.wait()  # our checkpoint has the write lock for a moment
             done, result = self._try_inline(fn)
             if done:
+                if self._commits_since_checkpoint >= CHECKPOINT_EVERY:
+                    self._start_checkpoint()
                 return result
             if self._writers is None:
                 self._writers = anyio.CapacityLimiter(1)
@@ -375,8 +385,6 @@ class Store:
             try:
                 result = self._in_transaction(raw, fn, True, begun=True)
                 self._commits_since_checkpoint += 1
-                if self._commits_since_checkpoint >= CHECKPOINT_EVERY:
-                    self._start_checkpoint()
                 return True, result
             except _CommitFailed as failed:
                 self._drop_inline()
@@ -500,36 +508,50 @@ class Store:
         return True
 
     def _start_checkpoint(self) -> None:
-        """Checkpoint the WAL on a thread of its own.
+        """Checkpoint the WAL in the background (SQLite's automatic checkpoint is off on the
+        inline connection: it would copy pages back and fsync on the loop).
 
-        RESTART, not PASSIVE: under a steady stream of writes a passive checkpoint never
-        catches up with the end of the log, so the log is never reused and grows without
-        bound. RESTART takes the write lock while it copies; inline writes that find it
-        taken go to a worker thread and wait there (see _write), not on the loop."""
-        if self._checkpointer is not None and self._checkpointer.is_alive():
+        First PASSIVE, on a worker thread, alongside the writes: it copies almost every
+        frame. That alone never lets the log be reused under steady writes (frames keep
+        arriving behind it), so then RESTART, which takes the write lock to copy the few
+        frames left and start the log over: while it runs, this process's writes wait on an
+        event (no thread hop, no busy-handler sleeps) and go on inline after it."""
+        if self._checkpoint_task is not None and not self._checkpoint_task.done():
             return
         self._commits_since_checkpoint = 0
-        self._checkpointer = threading.Thread(
-            target=self._checkpoint, name="toolgate-wal-checkpoint", daemon=True
-        )
-        self._checkpointer.start()
+        self._checkpoint_task = asyncio.get_running_loop().create_task(self._checkpoint())
 
-    def _checkpoint(self) -> None:
+    async def _checkpoint(self) -> None:
         try:
-            proxy = self.engine.raw_connection()
+            await anyio.to_thread.run_sync(self._run_checkpoint, "PASSIVE")
+            gate = self._checkpoint_gate = anyio.Event()
             try:
-                raw: Any = proxy.driver_connection
-                raw.execute("PRAGMA wal_checkpoint(RESTART)")
+                await anyio.to_thread.run_sync(self._run_checkpoint, "RESTART")
             finally:
-                proxy.close()
-        except Exception as exc:  # the next one will try again; SQLite's own limit remains
+                self._checkpoint_gate = None
+                gate.set()
+        except Exception as exc:  # the next one will try again
             log.warning("WAL checkpoint failed: %s", exc)
+
+    def _run_checkpoint(self, mode: str) -> None:
+        raw: Any = self._checkpoint_conn
+        if raw is None:
+            proxy = self.engine.raw_connection()
+            raw = proxy.driver_connection
+            proxy.detach()
+            # Readers of other processes may pin the log: give up quickly, try next time.
+            raw.execute(f"PRAGMA busy_timeout={CHECKPOINT_WAIT_MS}")
+            self._checkpoint_conn = raw
+        raw.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
 
     async def aclose(self) -> None:
         with self._inline_lock:
             self._drop_inline()
-        if self._checkpointer is not None:
-            await anyio.to_thread.run_sync(self._checkpointer.join)
+        if self._checkpoint_task is not None:
+            await self._checkpoint_task
+        if self._checkpoint_conn is not None:
+            _quietly(self._checkpoint_conn.close)
+            self._checkpoint_conn = None
         await anyio.to_thread.run_sync(self.engine.dispose)
 
     # -- executions -----------------------------------------------------------------------
