@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from gateway.adapters.registry import SPECS
 from gateway.errors import Conflict, IdempotencyMismatch, PolicyDenied
-from gateway.events.model import make_event
+from gateway.events.model import Event, make_event
 from gateway.instance import INSTANCE_ID
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
@@ -102,7 +103,9 @@ async def run(services: Services, flow: Flow) -> Flow:
         owner=INSTANCE_ID if status is Status.RUNNING else None,
     )
     spend = flow.approval.id if flow.approval else None
-    outcome = await services.store.reserve(record, flow.events, claim, consume_approval=spend)
+    outcome = await services.store.reserve(
+        record, flow.events, claim, consume_approval=spend, on_existing=_replay_note(flow)
+    )
     if isinstance(outcome, Existing):
         return await _existing(services, flow, outcome)
     if isinstance(outcome, ApprovalUnavailable):
@@ -166,8 +169,7 @@ async def _existing(services: Services, flow: Flow, found: Existing) -> Flow:
                 code="idempotency_key_in_flight",
                 details={"execution_id": first.id},
             )
-        await _note_replay(services, flow, first)
-        return flow.but(existing=first, events=())
+        return flow.but(existing=first, events=())  # _replay_note logged the replay
     if not found.same_payload:
         raise Conflict(
             f"call_id {first.call_id!r} of run {first.run_id!r} was already used for a "
@@ -179,17 +181,19 @@ async def _existing(services: Services, flow: Flow, found: Existing) -> Flow:
     return flow.but(existing=first, events=())
 
 
-async def _note_replay(services: Services, flow: Flow, first: ExecutionRecord) -> None:
-    # Record the replay on the first execution's log: the log says who asked, and when.
-    # (The store numbers appended events; reading the log here made replays O(replays).)
-    seq = 0
-    note = make_event(
-        first.id, seq, "tool.requested", {"replay": True, "call_id": flow.request.call_id}
-    )
-    try:
-        await services.store.append(first.id, [note])
-    except Exception:
-        return
+def _replay_note(flow: Flow) -> Callable[[Existing], list[Event]]:
+    """The note a replay leaves on the first execution's log (who asked, and when), written
+    in the reservation's transaction; nothing for a key in flight or a different payload,
+    which are refused."""
+
+    def note(found: Existing) -> list[Event]:
+        first = found.record
+        if found.by != "idempotency_key" or not found.same_payload or not first.terminal:
+            return []
+        data = {"replay": True, "call_id": flow.request.call_id}
+        return [make_event(first.id, 0, "tool.requested", data)]  # the store numbers it
+
+    return note
 
 
 async def _checkpoint(services: Services, flow: Flow) -> Flow:

@@ -613,17 +613,22 @@ class Store:
         events: Sequence[Event],
         claim: IdempotencyClaim | None,
         consume_approval: str | None = None,
+        on_existing: Callable[[Existing], Sequence[Event]] | None = None,
     ) -> ReserveResult:
         """Write the execution record (and idempotency claim) before any side effect.
 
         ``consume_approval`` turns that approval from approved to used in the same
         transaction: a token is spent exactly when its execution becomes durable.
+        ``on_existing``: the events to append, in the same transaction, to the execution
+        an idempotency key resolved to (a replay's note on the first call's log).
         """
 
         def run(db: Db) -> ReserveResult:
             if claim is not None:
                 existing = self._claimed(db, claim)
                 if existing is not None:
+                    if on_existing is not None:
+                        self._insert_events(db, on_existing(existing))
                     return existing
             same = self._same_call(db, record)
             if same is not None:

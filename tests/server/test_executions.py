@@ -97,6 +97,26 @@ def test_idempotent_replay_does_not_write_again(client: TestClient, workspace_ro
     assert mismatch.json()["code"] == "idempotency_key_reused"
 
 
+def test_each_replay_is_noted_on_the_first_executions_log(client: TestClient) -> None:
+    args = {"path": "n.txt", "content": "one"}
+    first = _post(client, body("fs.write_file", args, idempotency_key="note-1")).json()
+    calls = []
+    for _ in range(2):
+        payload = body("fs.write_file", args, idempotency_key="note-1")
+        calls.append(payload["call_id"])
+        assert _post(client, payload).json()["id"] == first["id"]
+    events = client.get(f"/v1/executions/{first['id']}/events", headers=auth()).json()["items"]
+    notes = [e for e in events if e["type"] == "tool.requested" and e["data"].get("replay")]
+    assert [n["data"]["call_id"] for n in notes] == calls
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(len(events)))  # numbered by the store, no gaps
+    # A refused replay (different arguments) leaves no note.
+    other = body("fs.write_file", {"path": "n.txt", "content": "two"}, idempotency_key="note-1")
+    assert _post(client, other).status_code == 422
+    again = client.get(f"/v1/executions/{first['id']}/events", headers=auth()).json()["items"]
+    assert len(again) == len(events)
+
+
 def test_idempotency_key_header_must_match_body(client: TestClient) -> None:
     payload = body("fs.write_file", {"path": "h.txt", "content": "1"}, idempotency_key="a")
     response = client.post(
