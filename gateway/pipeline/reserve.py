@@ -95,16 +95,18 @@ async def run(services: Services, flow: Flow) -> Flow:
         status = Status.AWAITING_APPROVAL
     elif flow.respond_async:
         status = Status.QUEUED
-    record = build_record(
-        flow,
-        status,
-        scope,
-        risk=flow.tool.risk.value,
-        owner=INSTANCE_ID if status is Status.RUNNING else None,
-    )
+    tool = flow.tool
+    owner = INSTANCE_ID if status is Status.RUNNING else None
+    built: list[ExecutionRecord] = []
+
+    def record_now() -> ExecutionRecord:  # a replay never needs it: built on demand, once
+        if not built:
+            built.append(build_record(flow, status, scope, risk=tool.risk.value, owner=owner))
+        return built[0]
+
     spend = flow.approval.id if flow.approval else None
     outcome = await services.store.reserve(
-        record, flow.events, claim, consume_approval=spend, on_existing=_replay_note(flow)
+        record_now, flow.events, claim, consume_approval=spend, on_existing=_replay_note(flow)
     )
     if isinstance(outcome, Existing):
         return await _existing(services, flow, outcome)
@@ -113,6 +115,7 @@ async def run(services: Services, flow: Flow) -> Flow:
             "approval_token refused: its approval was already used (a token is good for one call)",
             code="approval_token_used",
         )
+    record = record_now()
     flow = flow.but(record=record, events=())
     if flow.awaiting is not None:
         return await _checkpoint(services, flow)

@@ -609,7 +609,7 @@ class Store:
 
     async def reserve(
         self,
-        record: ExecutionRecord,
+        record: ExecutionRecord | Callable[[], ExecutionRecord],
         events: Sequence[Event],
         claim: IdempotencyClaim | None,
         consume_approval: str | None = None,
@@ -621,7 +621,15 @@ class Store:
         transaction: a token is spent exactly when its execution becomes durable.
         ``on_existing``: the events to append, in the same transaction, to the execution
         an idempotency key resolved to (a replay's note on the first call's log).
+        ``record`` may be a function that builds it, called only when the key resolved to
+        nothing (a replay never needs its own record).
         """
+        made: list[ExecutionRecord] = []
+
+        def the_record() -> ExecutionRecord:
+            if not made:
+                made.append(record() if callable(record) else record)
+            return made[0]
 
         def run(db: Db) -> ReserveResult:
             if claim is not None:
@@ -630,6 +638,7 @@ class Store:
                     if on_existing is not None:
                         self._insert_events(db, on_existing(existing))
                     return existing
+            record = the_record()
             same = self._same_call(db, record)
             if same is not None:
                 return same
@@ -656,7 +665,7 @@ class Store:
             return await self._write(run)
         except self._integrity_error:
             # Another replica reserved the same key or call between our read and insert.
-            return await self._write(lambda db: self._winner(db, record, claim))
+            return await self._write(lambda db: self._winner(db, the_record(), claim))
 
     def _winner(
         self, db: Db, record: ExecutionRecord, claim: IdempotencyClaim | None
