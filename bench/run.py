@@ -13,8 +13,8 @@ What it measures, in one run on this machine (docs/performance.md explains each 
   throughput, so slow drifts of the machine's load cancel out.
 - Latency at half of scenario 1's maximum rate, open loop (bench/openloop.py; wrk2 is not
   packaged by Debian).
-- In-process micro-benchmarks: the policy decision, cerberus validation + normalisation of
-  each shipped tool, the store's transactions, the whole pipeline without HTTP.
+- In-process micro-benchmarks: the policy decision (cached and on a miss), validation +
+  normalisation of each shipped tool, the store's transactions, the whole pipeline without HTTP.
 - Growth: a 1,000-tool catalogue (load and resolve), and scenario 1 on a store that already
   holds 1,000,000 events against an empty one.
 - Where one call's time goes in-process: each pipeline stage and each store transaction.
@@ -1281,7 +1281,7 @@ BUCKETS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("  request parsing (pydantic): parse_request", ("request.py:parse_request",), ()),
     ("  pipeline: run_call", ("runner.py:run_call",), ()),
     ("    policy: EmbeddedPolicy.decide_sync", ("embedded.py:EmbeddedPolicy.decide_sync",), ()),
-    ("    cerberus validate + normalise: normalise._normalise", ("normalise.py:_normalise",), ()),
+    ("    validate + normalise: normalise._normalise", ("normalise.py:_normalise",), ()),
     ("    path confinement: workspace.confine", ("workspace.py:confine",), ()),
     ("    creating frozen records: dataclasses.replace", ("dataclasses.py:replace",), ()),
     ("  response: _execution_response (render, JSON)", ("routes.py:_execution_response",), ()),
@@ -1553,8 +1553,12 @@ def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
         if "skipped" in st:
             add(f"store {backend}", st)
             continue
-        add(f"store {backend}: empty write tx (async, thread hop)", st.get("empty_write_tx"))
-        add(f"store {backend}: empty write tx (sync)", st.get("empty_write_tx_sync"))
+        how = "inline" if backend == "sqlite" else "thread hop"
+        add(f"store {backend}: empty write tx (async, {how})", st.get("empty_write_tx"))
+        add(
+            f"store {backend}: empty write tx (sync, pooled connection)",
+            st.get("empty_write_tx_sync"),
+        )
         add(f"store {backend}: reserve + commit of one execution", st.get("reserve_commit"))
     add("pipeline run_call fs.read_file (no HTTP)", m.get("pipeline_read"))
     add("pipeline run_call fs.write_file (no HTTP)", m.get("pipeline_write"))
@@ -1589,7 +1593,7 @@ def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
         )
     stage_rows = [
         [
-            "one call in-process, mean µs (stages; store tx on its thread)",
+            "one call in-process, mean µs (stages; each store transaction, with its CPU)",
             "fs.read_file",
             "fs.write_file",
         ]
@@ -1720,9 +1724,12 @@ ratios, measured in one run with A/B alternation, are what to compare.
   latency from the scheduled send time, so queueing is counted; wrk2 is not packaged by
   Debian), for {openloop} s at half of scenario 1's measured maximum.
 - **Micro-benchmarks**: in-process, median and p99 over {iterations} iterations after a
-  warm-up: `EmbeddedPolicy.decide_sync` on the policy input the real stages build, cerberus
-  `validate` + `document` of each shipped tool with valid arguments, the store's transactions
-  (an empty write transaction; `reserve` + `commit` of one execution), and
+  warm-up: `EmbeddedPolicy.decide_sync` on the policy input the real stages build (the same
+  input again, answered from the decision cache, and a different path each call, a cache
+  miss), `validate` + `document` of each shipped tool's validator (`Catalogue.validator`: the
+  compiled fast path, cerberus for anything it does not accept) with valid arguments, the
+  store's transactions (an empty write transaction, inline on SQLite and through a worker
+  thread on PostgreSQL; `reserve` + `commit` of one execution), and
   `gateway.pipeline.runner.run_call` with the real services (`open_services`).
 - **Growth**: a catalogue of {tools} generated declarations (clones of the shipped ones under
   new names) loaded with `load_catalogue`; scenario 1 against a store preloaded with
