@@ -38,7 +38,6 @@ async def run(services: Services, flow: Flow) -> Flow:
         workspace=workspace,
         arguments=arguments,
         paths=paths,
-        raw_arguments_sha256=sha256_json(req.arguments),
         arguments_sha256=sha256_json(arguments),
         roles=services.roles(req.principal),
     )

@@ -141,7 +141,6 @@ class Flow:
     workspace: Workspace | None = None
     arguments: Mapping[str, JSON] | None = None
     arguments_sha256: str | None = None
-    raw_arguments_sha256: str | None = None
     paths: Mapping[str, ResolvedPath] = field(default_factory=dict)
     roles: tuple[str, ...] = ()
     decision: Decision | None = None
