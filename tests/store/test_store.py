@@ -287,3 +287,37 @@ async def test_the_wal_is_checkpointed_off_the_writing_thread(tmp_path: Path) ->
     with sqlite3.connect(path) as check:  # everything written is in the database
         (count,) = check.execute("SELECT count(*) FROM executions").fetchone()
     assert count == store_module.CHECKPOINT_EVERY * 3
+
+
+async def test_writes_of_one_loop_turn_commit_together_and_fail_alone(tmp_path: Path) -> None:
+    """SQLite group commit: concurrent writes share one transaction, each in a savepoint of
+    its own, so one that fails rolls back alone and the others are committed."""
+    from gateway.store.store import Db
+
+    store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
+    await store.open()
+    before = store._commits_since_checkpoint
+    outcomes: dict[int, object] = {}
+
+    async def reserve(i: int) -> None:
+        outcomes[i] = await store.reserve(record(f"ex{i}", call_id=f"c{i}"), [], None)
+
+    def broken(db: Db) -> None:
+        db.run("INSERT INTO schema_version (id, version) VALUES (2, 1)")
+        raise RuntimeError("this write fails after changing something")
+
+    async def fail() -> None:
+        with pytest.raises(RuntimeError, match="this write fails"):
+            await store._write(broken)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(reserve, i)
+        tg.start_soon(fail)
+    assert store._commits_since_checkpoint - before == 1  # one COMMIT for six writes
+    assert all(isinstance(outcomes[i], Reserved) for i in range(5))
+    for i in range(5):
+        assert await store.get_execution(f"ex{i}") is not None
+    rows = await store._read(lambda db: db.all("SELECT id FROM schema_version"))
+    assert rows == [(1,)]  # the failed write's insert was rolled back, alone
+    await store.aclose()
