@@ -131,6 +131,11 @@ _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 CHECKPOINT_EVERY = 200
 """Inline SQLite commits between two WAL checkpoints (each commits a few pages; SQLite's own
 automatic checkpoint, off on the inline connection, would come every 1,000 pages)."""
+RESTART_FRAMES = 16_384
+"""Frames (pages) in the WAL (64 MiB at SQLite's 4 KiB pages) past which a checkpoint also
+restarts the log. Below it, passive checkpoints copy frames back without stopping a write;
+the restart makes this process's writes wait while it copies what is left and fsyncs, a few
+to a few tens of milliseconds on the benchmark machine, so it should be rare."""
 CHECKPOINT_WAIT_MS = 100
 """How long a checkpoint waits for other connections before giving up until the next one."""
 
@@ -549,11 +554,12 @@ class Store:
         """Checkpoint the WAL in the background (SQLite's automatic checkpoint is off on the
         inline connection: it would copy pages back and fsync on the loop).
 
-        First PASSIVE, on a worker thread, alongside the writes: it copies almost every
-        frame. That alone never lets the log be reused under steady writes (frames keep
-        arriving behind it), so then RESTART, which takes the write lock to copy the few
-        frames left and start the log over: while it runs, this process's writes wait on an
-        event (no thread hop, no busy-handler sleeps) and go on inline after it."""
+        PASSIVE, on a worker thread, alongside the writes: it copies almost every frame.
+        That alone never lets the log be reused under steady writes (frames keep arriving
+        behind it), so once the log holds RESTART_FRAMES frames, also RESTART, which takes
+        the write lock to copy the few frames left and start the log over: while it runs,
+        this process's writes wait on an event (no thread hop, no busy-handler sleeps) and
+        go on inline after it."""
         if self._checkpoint_task is not None and not self._checkpoint_task.done():
             return
         self._commits_since_checkpoint = 0
@@ -561,7 +567,9 @@ class Store:
 
     async def _checkpoint(self) -> None:
         try:
-            await anyio.to_thread.run_sync(self._run_checkpoint, "PASSIVE")
+            frames = await anyio.to_thread.run_sync(self._run_checkpoint, "PASSIVE")
+            if frames < RESTART_FRAMES:
+                return
             gate = self._checkpoint_gate = anyio.Event()
             try:
                 await anyio.to_thread.run_sync(self._run_checkpoint, "RESTART")
@@ -571,7 +579,8 @@ class Store:
         except Exception as exc:  # the next one will try again
             log.warning("WAL checkpoint failed: %s", exc)
 
-    def _run_checkpoint(self, mode: str) -> None:
+    def _run_checkpoint(self, mode: str) -> int:
+        """Run one checkpoint; the number of frames in the log (SQLite's answer)."""
         raw: Any = self._checkpoint_conn
         if raw is None:
             proxy = self.engine.raw_connection()
@@ -580,7 +589,8 @@ class Store:
             # Readers of other processes may pin the log: give up quickly, try next time.
             raw.execute(f"PRAGMA busy_timeout={CHECKPOINT_WAIT_MS}")
             self._checkpoint_conn = raw
-        raw.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+        row = raw.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return int(row[1]) if row and row[1] is not None else 0
 
     async def aclose(self) -> None:
         with self._inline_lock:

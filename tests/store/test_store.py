@@ -263,10 +263,14 @@ async def test_a_store_that_cannot_be_reached_raises_store_error() -> None:
     await store.aclose()
 
 
-async def test_the_wal_is_checkpointed_off_the_writing_thread(tmp_path: Path) -> None:
+async def test_the_wal_is_checkpointed_off_the_writing_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Inline SQLite writes do not checkpoint themselves; a thread of the store does, so the
     write-ahead log stays bounded."""
     from gateway.store import store as store_module
+
+    monkeypatch.setattr(store_module, "RESTART_FRAMES", 500)  # restart the log early
 
     path = tmp_path / "toolgate.db"
     store = Store(f"sqlite:///{path}")
