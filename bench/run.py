@@ -1096,31 +1096,25 @@ async def stage_breakdown(
         return run
 
     stages = tuple(Stage(s.name, timed_stage(s.name, s.run), s.always) for s in STAGES)
-    original = Store._in_transaction
+    original, batched = Store._in_transaction, Store._run_batch
 
-    def tx(self: Store, raw: Any, fn: Callable[[Any], Any], write: bool, begun: bool) -> Any:
+    def timed_tx(fn: Callable[..., Any], run: Callable[[], Any]) -> Any:
         start, thread_cpu = time.perf_counter(), time.thread_time()
         try:
-            return original(self, raw, fn, write, begun)
+            return run()
         finally:
             inner = getattr(fn, "func", fn)
             name = "store tx " + getattr(inner, "__qualname__", "?").split(".<locals>")[0]
             wall.setdefault(name, []).append(time.perf_counter() - start)
             cpu.setdefault(name, []).append(time.thread_time() - thread_cpu)
 
-    batched = Store._run_batch
+    def tx(self: Store, raw: Any, fn: Callable[[Any], Any], write: bool) -> Any:
+        return timed_tx(fn, lambda: original(self, raw, fn, write))
 
     def batch(self: Store, fns: list[Callable[[Any], Any]]) -> Any:
         # SQLite's group commit: one transaction for the writes of a loop turn (sequential
         # calls give batches of one), named after its first write.
-        start, thread_cpu = time.perf_counter(), time.thread_time()
-        try:
-            return batched(self, fns)
-        finally:
-            inner = getattr(fns[0], "func", fns[0])
-            name = "store tx " + getattr(inner, "__qualname__", "?").split(".<locals>")[0]
-            wall.setdefault(name, []).append(time.perf_counter() - start)
-            cpu.setdefault(name, []).append(time.thread_time() - thread_cpu)
+        return timed_tx(fns[0], lambda: batched(self, fns))
 
     requests = [make_request(i) for i in range(n)]
     Store._in_transaction = tx  # type: ignore[method-assign]

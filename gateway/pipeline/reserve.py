@@ -7,6 +7,7 @@ one still in flight is a conflict.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -97,12 +98,10 @@ async def run(services: Services, flow: Flow) -> Flow:
         status = Status.QUEUED
     tool = flow.tool
     owner = INSTANCE_ID if status is Status.RUNNING else None
-    built: list[ExecutionRecord] = []
 
+    @functools.cache
     def record_now() -> ExecutionRecord:  # a replay never needs it: built on demand, once
-        if not built:
-            built.append(build_record(flow, status, scope, risk=tool.risk.value, owner=owner))
-        return built[0]
+        return build_record(flow, status, scope, risk=tool.risk.value, owner=owner)
 
     spend = flow.approval.id if flow.approval else None
     outcome = await services.store.reserve(

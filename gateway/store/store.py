@@ -458,10 +458,10 @@ class Store:
         if raw is not None:
             _quietly(raw.close)
 
-    def _in_transaction(self, raw: Any, fn: Callable[[Db], T], write: bool, begun: bool) -> T:
-        """Begin (unless ``begun``), run ``fn``, commit; roll back on any exception. A failed
-        COMMIT is raised as _CommitFailed: whether it took effect is unknown."""
-        if not begun and not self._postgresql:
+    def _in_transaction(self, raw: Any, fn: Callable[[Db], T], write: bool) -> T:
+        """Begin, run ``fn``, commit; roll back on any exception. A failed COMMIT is raised
+        as _CommitFailed: whether it took effect is unknown."""
+        if not self._postgresql:
             raw.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
         try:
             result = fn(Db(raw, self._postgresql))
@@ -492,7 +492,7 @@ class Store:
                 raise self._unavailable(exc) from exc
             raw: Any = proxy.driver_connection
             try:
-                return self._in_transaction(raw, fn, write, begun=False)
+                return self._in_transaction(raw, fn, write)
             except _CommitFailed as failed:
                 proxy.invalidate()
                 raise self._unavailable(failed.cause) from failed.cause
@@ -630,13 +630,6 @@ class Store:
 
         return await self._read(run)
 
-    async def find_call(self, principal: str, run_id: str, call_id: str) -> ExecutionRecord | None:
-        def run(db: Db) -> ExecutionRecord | None:
-            row = db.one(EXECUTION_BY_CALL, (principal, run_id, call_id))
-            return _execution(row) if row else None
-
-        return await self._read(run)
-
     async def insert_completed(
         self, record: ExecutionRecord, events: Sequence[Event]
     ) -> ReserveResult:
@@ -670,14 +663,12 @@ class Store:
         ``on_existing``: the events to append, in the same transaction, to the execution
         an idempotency key resolved to (a replay's note on the first call's log).
         ``record`` may be a function that builds it, called only when the key resolved to
-        nothing (a replay never needs its own record).
+        nothing (a replay never needs its own record); it must return the same record each
+        time it is called.
         """
-        made: list[ExecutionRecord] = []
 
         def the_record() -> ExecutionRecord:
-            if not made:
-                made.append(record() if callable(record) else record)
-            return made[0]
+            return record() if callable(record) else record
 
         def run(db: Db) -> ReserveResult:
             if claim is not None:
