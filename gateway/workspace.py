@@ -23,6 +23,16 @@ class Workspace:
     id: str
     root: Path
     """Absolute, symlink-free root directory."""
+    identity: tuple[int, int] | None = None
+    """(st_dev, st_ino) of the root when it was declared (``Workspace.declare``): while the
+    root's path still names that directory, ``confine`` checks only the components below it."""
+
+    @classmethod
+    def declare(cls, id: str, root: Path) -> Workspace:
+        """The workspace rooted at ``root`` (resolved here), remembering which directory it is."""
+        resolved = root.resolve()
+        st = resolved.stat()
+        return cls(id, resolved, (st.st_dev, st.st_ino))
 
     def to_json(self) -> dict[str, str]:
         return {"id": self.id, "root": str(self.root)}
@@ -63,7 +73,11 @@ def confine(workspace: Workspace, raw: object, argument: str = "path") -> Resolv
         )
     root = str(workspace.root)
     inside = root if root.endswith("/") else root + "/"
-    resolved = _realpath(inside + "/".join(parts) if parts else root)
+    target = inside + "/".join(parts) if parts else root
+    if workspace.identity is not None and _names_directory(root, workspace.identity):
+        resolved = _realpath(target, len(inside) - 1)  # the root is what it was: check below it
+    else:
+        resolved = _realpath(target)
     if resolved == root:
         relative = "."
     elif resolved.startswith(inside):
@@ -76,13 +90,28 @@ def confine(workspace: Workspace, raw: object, argument: str = "path") -> Resolv
     return ResolvedPath(argument, relative, workspace.root.joinpath(relative))
 
 
-def _realpath(path: str) -> str:
+def _names_directory(path: str, identity: tuple[int, int]) -> bool:
+    """Whether ``path`` is, itself and not through a symlink, the directory ``identity``."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == identity
+
+
+def _realpath(path: str, start: int = 0) -> str:
     """``os.path.realpath(path)`` for an absolute path with no empty, ``.`` or ``..``
     segment (what ``confine`` builds). Like realpath, it ``lstat``s every prefix of the
-    path, the root's ancestors included; when none is a symlink, the path is its own real
-    path, and this skips realpath's string work per segment (most of its cost). At the first
-    symlink it hands the whole path to realpath."""
-    end = 0
+    path (from the one ending at the ``/`` at index ``start``: the caller vouches for the
+    prefixes before it); when none is a symlink, the path is its own real path, and this
+    skips realpath's string work per segment (most of its cost). At the first symlink it
+    hands the whole path to realpath.
+
+    ``confine`` passes the end of the workspace root when the root's path still names the
+    directory declared: its ancestors (five or six ``lstat`` calls, most of the cost of a
+    short path) are then not checked one by one; if one has become a symlink, it leads to
+    that same directory."""
+    end = start
     while end >= 0:
         end = path.find("/", end + 1)
         prefix = path if end < 0 else path[:end]

@@ -46,3 +46,56 @@ def test_symlink_out_is_refused_and_in_is_followed(ws: Workspace, tmp_path: Path
     (ws.root / "real").mkdir()
     os.symlink(ws.root / "real", ws.root / "alias")
     assert confine(ws, "alias/f.txt").relative == "real/f.txt"
+
+
+@pytest.fixture
+def declared(tmp_path: Path) -> Workspace:
+    (tmp_path / "a" / "b" / "root").mkdir(parents=True)
+    return Workspace.declare("w", tmp_path / "a" / "b" / "root")
+
+
+def test_declared_workspace_remembers_its_directory(declared: Workspace) -> None:
+    st = declared.root.stat()
+    assert declared.identity == (st.st_dev, st.st_ino)
+    assert confine(declared, "x/y.txt").absolute == declared.root / "x" / "y.txt"
+
+
+def test_declared_workspace_still_refuses_symlinks_out(declared: Workspace, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, declared.root / "out")
+    with pytest.raises(ValidationError, match="symlink"):
+        confine(declared, "out/file.txt")
+    (declared.root / "deep" / "er").mkdir(parents=True)
+    os.symlink(outside, declared.root / "deep" / "er" / "out")
+    with pytest.raises(ValidationError, match="symlink"):
+        confine(declared, "deep/er/out")
+
+
+def test_a_root_replaced_by_a_symlink_out_is_refused(declared: Workspace, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    declared.root.rename(tmp_path / "moved")
+    os.symlink(elsewhere, declared.root)
+    with pytest.raises(ValidationError, match="symlink"):
+        confine(declared, "file.txt")
+
+
+def test_an_ancestor_replaced_by_a_symlink_out_is_refused(
+    declared: Workspace, tmp_path: Path
+) -> None:
+    # Another directory now sits at the root's path, reached through a symlinked ancestor:
+    # it is not the declared directory, so every prefix is checked again.
+    (tmp_path / "other" / "b" / "root").mkdir(parents=True)
+    (tmp_path / "a").rename(tmp_path / "old-a")
+    os.symlink(tmp_path / "other", tmp_path / "a")
+    with pytest.raises(ValidationError, match="symlink"):
+        confine(declared, "file.txt")
+
+
+def test_a_root_replaced_by_another_directory_is_checked_in_full(
+    declared: Workspace, tmp_path: Path
+) -> None:
+    declared.root.rename(tmp_path / "moved")
+    declared.root.mkdir()
+    assert confine(declared, "f.txt").relative == "f.txt"  # a plain directory: still inside

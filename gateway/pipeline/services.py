@@ -132,5 +132,5 @@ def workspaces_from_policy(data: Mapping[str, Any], base_dir: Path) -> dict[str,
         path = Path(root)
         path = path if path.is_absolute() else base_dir / path
         path.mkdir(parents=True, exist_ok=True)
-        found[str(ws_id)] = Workspace(str(ws_id), path.resolve())
+        found[str(ws_id)] = Workspace.declare(str(ws_id), path)
     return found
