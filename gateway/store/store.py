@@ -341,7 +341,7 @@ class Store:
         # write lock is free: see _write.
         self._inline: Any = None
         self._inline_lock = threading.Lock()
-        self._batch: list[tuple[Callable[[Db], Any], asyncio.Future[tuple[str, Any]]]] = []
+        self._batch: list[tuple[Callable[[Db], Any], _Outcome]] = []
         # ... and their WAL is checkpointed on a thread of its own, not by the commit that
         # crosses SQLite's threshold (copying pages back and an fsync, on the loop).
         self._commits_since_checkpoint = 0
@@ -366,12 +366,11 @@ class Store:
             if gate is not None:
                 await gate.wait()  # our checkpoint has the write lock for a moment
             loop = asyncio.get_running_loop()
-            future: asyncio.Future[tuple[str, Any]] = loop.create_future()
+            future = _Outcome(loop=loop)
             self._batch.append((fn, future))
             if len(self._batch) == 1:
                 loop.call_soon(self._flush)
-            with anyio.CancelScope(shield=True):  # it commits, awaited or not: wait for it
-                kind, value = await future
+            kind, value = await future  # uncancellable: it commits, awaited or not
             if kind == "ok":
                 if self._commits_since_checkpoint >= CHECKPOINT_EVERY:
                     self._start_checkpoint()
@@ -660,8 +659,9 @@ class Store:
 
         ``consume_approval`` turns that approval from approved to used in the same
         transaction: a token is spent exactly when its execution becomes durable.
-        ``on_existing``: the events to append, in the same transaction, to the execution
-        an idempotency key resolved to (a replay's note on the first call's log).
+        ``on_existing``: makes the events to append, in the same transaction, to the
+        execution an idempotency key resolved to (a replay's note on the first call's log);
+        they must be new events, made by that call.
         ``record`` may be a function that builds it, called only when the key resolved to
         nothing (a replay never needs its own record); it must return the same record each
         time it is called.
@@ -674,8 +674,8 @@ class Store:
             if claim is not None:
                 existing = self._claimed(db, claim)
                 if existing is not None:
-                    if on_existing is not None:
-                        self._insert_events(db, on_existing(existing))
+                    if on_existing is not None:  # its events are made now: none is known
+                        self._insert_events(db, on_existing(existing), unseen=True)
                     return existing
             record = the_record()
             same = self._same_call(db, record)
@@ -851,11 +851,14 @@ class Store:
 
         return await self._write(run)
 
-    def _insert_events(self, db: Db, events: Iterable[Event], *, fresh: bool = False) -> None:
+    def _insert_events(
+        self, db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool = False
+    ) -> None:
         """Append events; the store numbers them (writers outside the running flow, such
         as a cancel, may append to the same execution). Applying an event twice changes
         nothing: its id is its identity. ``fresh``: the execution was inserted by this very
-        transaction, so it has no events yet."""
+        transaction, so it has no events yet. ``unseen``: the events were made inside this
+        transaction, so none can have been applied before."""
         events = list(events)
         if not events:
             return
@@ -865,16 +868,17 @@ class Store:
         first = 0
         if not fresh:
             db.advisory_lock("ev:" + execution_id)
-            ids = [e.id for e in events]
-            known = {
-                row[0]
-                for row in db.all(
-                    f"SELECT id FROM events WHERE id IN ({_placeholders(len(ids))})", ids
-                )
-            }
-            events = [e for e in events if e.id not in known]  # applied before
-            if not events:
-                return
+            if not unseen:
+                ids = [e.id for e in events]
+                known = {
+                    row[0]
+                    for row in db.all(
+                        f"SELECT id FROM events WHERE id IN ({_placeholders(len(ids))})", ids
+                    )
+                }
+                events = [e for e in events if e.id not in known]  # applied before
+                if not events:
+                    return
             last = db.one(LAST_SEQ, (execution_id,))[0]
             first = 0 if last is None else int(last) + 1
         rows = [
@@ -1046,6 +1050,20 @@ class Store:
             return [_approval(row) for row in db.all(sql, (*params, int(limit)))]
 
         return await self._read(run)
+
+
+class _Outcome(asyncio.Future[tuple[str, Any]]):
+    """The outcome of one write of a group commit, for the task that queued it.
+
+    It refuses to be cancelled: a task cancelled while its write is queued still waits for the
+    COMMIT (the write happens, awaited or not) and gets its CancelledError only then, so it
+    never goes on believing a committed write did not happen. (A shielded anyio cancel scope
+    around the await does the same for anyio's cancellations, not for a plain
+    ``Task.cancel``, and its enter and exit cost several times this.)
+    """
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

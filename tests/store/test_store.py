@@ -325,3 +325,42 @@ async def test_writes_of_one_loop_turn_commit_together_and_fail_alone(tmp_path: 
     rows = await store._read(lambda db: db.all("SELECT id FROM schema_version"))
     assert rows == [(1,)]  # the failed write's insert was rolled back, alone
     await store.aclose()
+
+
+@pytest.mark.parametrize("how", ["anyio scope", "task.cancel"])
+async def test_a_write_cancelled_while_queued_commits_before_its_caller_sees_the_cancel(
+    tmp_path: Path, how: str
+) -> None:
+    """A caller cancelled while its write waits for the group commit is not let go before
+    the COMMIT: it never carries on (or unwinds) believing a committed write did not happen."""
+    import asyncio
+
+    store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
+    await store.open()
+    seen: list[str] = []
+
+    async def reserve() -> None:
+        try:
+            await store.reserve(record("ex1"), [], None)
+        except BaseException:
+            row = store._inline.execute("SELECT status FROM executions WHERE id = 'ex1'")
+            seen.append(f"cancelled after the commit: {row.fetchone() is not None}")
+            raise
+        seen.append("not cancelled")
+
+    if how == "anyio scope":
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reserve)
+                await anyio.sleep(0)  # its write is queued; the flush has not run yet
+                scope.cancel()
+    else:
+        task = asyncio.ensure_future(reserve())
+        await asyncio.sleep(0)
+        assert store._batch, "the write should be queued"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert seen == ["cancelled after the commit: True"]
+    assert await store.get_execution("ex1") is not None
+    await store.aclose()
