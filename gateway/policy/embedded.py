@@ -233,9 +233,43 @@ def json_problem(value: Any) -> str | None:
     """
     if type(value) in _LEAVES:
         return None
+    if _plain(value, 0):
+        return None
     if isinstance(value, dict | list | tuple):
         return _container_problem(value, set())
     return _scalar_problem(value)
+
+
+_PLAIN_DEPTH = 64
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """True when ``value`` is certainly JSON: dicts with str keys, lists, and str, int, bool,
+    None or finite floats, at most _PLAIN_DEPTH deep (so a cycle ends it). False means only
+    "not sure": json_problem then looks again, the exact way. About twice as fast as that
+    (no cycle bookkeeping), on what the gateway actually passes."""
+    if depth > _PLAIN_DEPTH:
+        return False
+    items: Any
+    if type(value) is dict:
+        for key in value:
+            if type(key) is not str:
+                return False
+        items = value.values()
+    elif type(value) is list:
+        items = value
+    else:
+        return False
+    for item in items:
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return False
+        elif not _plain(item, depth + 1):
+            return False
+    return True
 
 
 def _container_problem(

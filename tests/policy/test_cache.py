@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
+import functools
 import itertools
 import json
 import types
@@ -388,6 +389,12 @@ _SHARED = {"x": [1, 2]}
         {"a": object()},
         types.MappingProxyType({"a": 1}),
         _circular(),
+        # past the quick check's depth: the exact check decides
+        functools.reduce(lambda inner, _: {"a": [inner]}, range(40), {"b": 1.5}),
+        functools.reduce(lambda inner, _: {"a": [inner]}, range(40), {"b": float("nan")}),
+        {"a": [{"b": [1, (2, 3)]}]},
+        {"a": [{"b": [1, {4: "x"}]}]},
+        {"a": {"b": 2**80, "c": -0.0, "d": [True, None, ""]}},
     ],
 )
 def test_json_problem_agrees_with_json_dumps(value: Any) -> None:
