@@ -7,7 +7,6 @@ one still in flight is a conflict.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import time
@@ -99,9 +98,12 @@ async def run(services: Services, flow: Flow) -> Flow:
     tool = flow.tool
     owner = INSTANCE_ID if status is Status.RUNNING else None
 
-    @functools.cache
+    built: list[ExecutionRecord] = []
+
     def record_now() -> ExecutionRecord:  # a replay never needs it: built on demand, once
-        return build_record(flow, status, scope, risk=tool.risk.value, owner=owner)
+        if not built:
+            built.append(build_record(flow, status, scope, risk=tool.risk.value, owner=owner))
+        return built[0]
 
     spend = flow.approval.id if flow.approval else None
     outcome = await services.store.reserve(
