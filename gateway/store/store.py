@@ -231,8 +231,9 @@ INSERT_EXECUTION = Sql(
 EXECUTION_BY_ID = Sql(f"{_SELECT_EXECUTION} WHERE id = ?")
 EXECUTION_BY_CALL = Sql(f"{_SELECT_EXECUTION} WHERE principal = ? AND run_id = ? AND call_id = ?")
 CLAIM_BY_SCOPE = Sql(
-    "SELECT execution_id, arguments_sha256, tool_version, expires_ms FROM idempotency "
-    "WHERE scope = ?"
+    "SELECT i.execution_id, i.arguments_sha256, i.tool_version, i.expires_ms, "
+    + ", ".join(f"e.{c}" for c in _EXECUTION_COLUMNS)
+    + " FROM idempotency i LEFT JOIN executions e ON e.id = i.execution_id WHERE i.scope = ?"
 )
 DELETE_CLAIM = Sql("DELETE FROM idempotency WHERE scope = ?")
 INSERT_CLAIM = Sql(
@@ -273,7 +274,12 @@ INSERT_EVENT = Sql(
     "INSERT INTO events (id, execution_id, seq, type, version, at_ms, data_json) "
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
 )
-LAST_SEQ = Sql("SELECT max(seq) FROM events WHERE execution_id = ?")
+# Numbered by the store: the next seq of the execution, counted in the same statement.
+APPEND_EVENT = Sql(
+    "INSERT INTO events (id, execution_id, seq, type, version, at_ms, data_json) "
+    "VALUES (?, ?, (SELECT coalesce(max(seq), -1) + 1 FROM events WHERE execution_id = ?), "
+    "?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+)
 EVENTS_AFTER = Sql(
     "SELECT id, execution_id, seq, type, version, at_ms, data_json FROM events "
     "WHERE execution_id = ? AND seq > ? ORDER BY seq"
@@ -716,15 +722,12 @@ class Store:
 
     def _claimed(self, db: Db, claim: IdempotencyClaim) -> Existing | None:
         db.advisory_lock(claim.scope)
-        row = db.one(CLAIM_BY_SCOPE, (claim.scope,))
+        row = db.one(CLAIM_BY_SCOPE, (claim.scope,))  # with its execution's row
         if row is None:
             return None
-        execution_id, arguments_sha256, tool_version, expires_ms = row
-        if expires_ms <= now_ms():
-            db.run(DELETE_CLAIM, (claim.scope,))
-            return None
-        first = db.one(EXECUTION_BY_ID, (execution_id,))
-        if first is None:
+        _, arguments_sha256, tool_version, expires_ms = row[:4]
+        first = row[4:]
+        if expires_ms <= now_ms() or first[0] is None:  # expired, or its execution is gone
             db.run(DELETE_CLAIM, (claim.scope,))
             return None
         same = arguments_sha256 == claim.arguments_sha256 and tool_version == claim.tool_version
@@ -865,35 +868,23 @@ class Store:
         execution_id = events[0].execution_id
         if any(e.execution_id != execution_id for e in events):
             raise ValueError("one append is for one execution")
-        first = 0
-        if not fresh:
-            db.advisory_lock("ev:" + execution_id)
-            if not unseen:
-                ids = [e.id for e in events]
-                known = {
-                    row[0]
-                    for row in db.all(
-                        f"SELECT id FROM events WHERE id IN ({_placeholders(len(ids))})", ids
-                    )
-                }
-                events = [e for e in events if e.id not in known]  # applied before
-                if not events:
-                    return
-            last = db.one(LAST_SEQ, (execution_id,))[0]
-            first = 0 if last is None else int(last) + 1
-        rows = [
-            (
-                e.id,
-                e.execution_id,
-                first + i,
-                e.type,
-                e.version,
-                e.at_ms,
-                json.dumps(e.data, separators=(",", ":"), default=str),
-            )
-            for i, e in enumerate(events)
-        ]
-        db.many(INSERT_EVENT, rows)
+        if fresh:
+            db.many(INSERT_EVENT, [_event_row(e, i) for i, e in enumerate(events)])
+            return
+        db.advisory_lock("ev:" + execution_id)
+        if not unseen:
+            ids = [e.id for e in events]
+            known = {
+                row[0]
+                for row in db.all(
+                    f"SELECT id FROM events WHERE id IN ({_placeholders(len(ids))})", ids
+                )
+            }
+            events = [e for e in events if e.id not in known]  # applied before
+            if not events:
+                return
+        # APPEND_EVENT numbers each row after the last one: (..., execution_id, seq query).
+        db.many(APPEND_EVENT, [_event_row(e, e.execution_id) for e in events])
 
     async def events(self, execution_id: str, after_seq: int = -1) -> list[Event]:
         def run(db: Db) -> list[Event]:
@@ -1071,6 +1062,12 @@ def _quietly(fn: Callable[[], Any]) -> None:
         fn()
     except Exception as exc:  # the original error is the one to report
         log.debug("rollback failed: %s", exc)
+
+
+def _event_row(event: Event, seq: int | str) -> tuple[Any, ...]:
+    """An events row, ``seq`` given (an int) or counted by APPEND_EVENT (the execution id)."""
+    data = json.dumps(event.data, separators=(",", ":"), default=str)
+    return (event.id, event.execution_id, seq, event.type, event.version, event.at_ms, data)
 
 
 def _execution_row(record: ExecutionRecord) -> tuple[Any, ...]:

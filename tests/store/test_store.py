@@ -12,7 +12,7 @@ import pytest
 
 from gateway.events.model import make_event
 from gateway.store.records import ExecutionRecord, IdempotencyClaim, LockBusy, LockRequest
-from gateway.store.store import Existing, Reserved, Store
+from gateway.store.store import Db, Existing, Reserved, Store
 from gateway.types import LockMode, Status
 
 pytestmark = pytest.mark.anyio
@@ -109,6 +109,30 @@ async def test_expired_claim_is_replaced(store: Store) -> None:
     old = IdempotencyClaim("s1", "args", "1.2.0", int(time.time() * 1000) - 1)
     await store.reserve(record("ex1"), [], old)
     assert isinstance(await store.reserve(record("ex2", call_id="c2"), [], claim()), Reserved)
+
+
+async def test_a_claim_whose_execution_is_gone_is_replaced(store: Store) -> None:
+    await store.reserve(record("ex1"), [], claim())
+
+    def drop(db: Db) -> None:
+        db.run("DELETE FROM executions WHERE id = ?", ("ex1",))
+
+    await store._write(drop)
+    assert isinstance(await store.reserve(record("ex2", call_id="c2"), [], claim()), Reserved)
+    replay = await store.reserve(record("ex3", call_id="c3"), [], claim())
+    assert isinstance(replay, Existing) and replay.record.id == "ex2"
+
+
+async def test_replay_notes_are_numbered_after_the_log(store: Store) -> None:
+    """Notes appended to a finished execution's log take the next numbers, in order."""
+    first = record("ex1")
+    await store.reserve(first, [make_event("ex1", 0, "tool.requested", {})], claim())
+    note = lambda found: [make_event(found.record.id, 0, "tool.requested", {"replay": True})]  # noqa: E731
+    for i in range(3):
+        await store.reserve(record(f"r{i}", call_id=f"r{i}"), [], claim(), on_existing=note)
+    events = await store.events("ex1")
+    assert [e.seq for e in events] == [0, 1, 2, 3]
+    assert [e.data.get("replay", False) for e in events] == [False, True, True, True]
 
 
 async def test_concurrent_reservations_have_one_winner(store: Store) -> None:
@@ -296,7 +320,6 @@ async def test_the_wal_is_checkpointed_off_the_writing_thread(
 async def test_writes_of_one_loop_turn_commit_together_and_fail_alone(tmp_path: Path) -> None:
     """SQLite group commit: concurrent writes share one transaction, each in a savepoint of
     its own, so one that fails rolls back alone and the others are committed."""
-    from gateway.store.store import Db
 
     store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
     await store.open()
