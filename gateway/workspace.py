@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.errors import ValidationError
@@ -43,7 +43,18 @@ class ResolvedPath:
     argument: str
     relative: str
     """Normalised, POSIX-style, relative to the root ("." for the root itself)."""
-    absolute: Path
+    root: Path = field(repr=False)
+    _absolute: Path | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def absolute(self) -> Path:
+        """``root / relative``, made when first asked for: most paths confined before policy
+        never reach an adapter (which confines again), and a Path costs a few microseconds."""
+        found = self._absolute
+        if found is None:
+            found = self.root.joinpath(self.relative)
+            object.__setattr__(self, "_absolute", found)
+        return found
 
     def to_json(self) -> dict[str, object]:
         return {"argument": self.argument, "relative": self.relative, "inside_workspace": True}
@@ -87,7 +98,7 @@ def confine(workspace: Workspace, raw: object, argument: str = "path") -> Resolv
             f"argument '{argument}' ({raw!r}) leads outside the workspace through a symlink",
             code="path_escape",
         )
-    return ResolvedPath(argument, relative, workspace.root.joinpath(relative))
+    return ResolvedPath(argument, relative, workspace.root)
 
 
 def _names_directory(path: str, identity: tuple[int, int]) -> bool:
