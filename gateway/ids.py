@@ -9,10 +9,10 @@ without coordination, and they sort by creation time across processes.
 
 from __future__ import annotations
 
-import secrets
+import os
 import time
 
 
 def sortable_id(prefix: str) -> str:
     """``<prefix>_`` + 12 hex digits of epoch milliseconds + 20 random hex digits."""
-    return f"{prefix}_{time.time_ns() // 1_000_000:012x}{secrets.token_hex(10)}"
+    return f"{prefix}_{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
