@@ -50,7 +50,7 @@ async def check_quota(services: Services, flow: Flow) -> None:
     now = int(time.time() * 1000)
     req = flow.request
     count, oldest = await services.store.recent_usage(
-        req.principal, req.workspace_id, flow.tool.risk.value, now - 60_000
+        req.principal, req.workspace_id, flow.tool.risk.value, now - 60_000, int(limit)
     )
     if count < int(limit):
         return

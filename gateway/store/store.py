@@ -266,10 +266,13 @@ TAKE_QUEUED = Sql(
 BY_CANCELLATION_TOKEN = Sql(
     f"{_SELECT_EXECUTION} WHERE principal = ? AND cancellation_token = ? AND status <> 'completed'"
 )
-RECENT_USAGE = Sql(
-    "SELECT count(*), min(created_ms) FROM executions WHERE principal = ? "
-    "AND workspace_id = ? AND risk = ? AND created_ms >= ?"
+# Both walk ix_executions_quota from the start of the window: the count stops at the limit
+# (an actor far over it must not make each of its calls slower), the oldest is one row.
+_IN_WINDOW = (
+    "FROM executions WHERE principal = ? AND workspace_id = ? AND risk = ? AND created_ms >= ?"
 )
+RECENT_COUNT = Sql(f"SELECT count(*) FROM (SELECT 1 {_IN_WINDOW} LIMIT ?) AS recent")
+OLDEST_RECENT = Sql(f"SELECT created_ms {_IN_WINDOW} ORDER BY created_ms LIMIT 1")
 INSERT_EVENT = Sql(
     "INSERT INTO events (id, execution_id, seq, type, version, at_ms, data_json) "
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
@@ -444,6 +447,20 @@ class Store:
 
     async def _read(self, fn: Callable[[Db], T]) -> T:
         return await anyio.to_thread.run_sync(partial(self._tx, fn, False))
+
+    async def _read_quick(self, fn: Callable[[Db], T]) -> T:
+        """A read that walks a bounded part of an index (a few rows): on SQLite it runs on
+        the event loop, on the connection the writes use (a thread hop costs more than such a
+        read), each statement its own snapshot; elsewhere, or if that connection is busy or
+        fails, like ``_read``."""
+        if not self._postgresql and self._inline_lock.acquire(blocking=False):
+            try:
+                return fn(Db(self._inline_connection(), False))
+            except (StoreError, self._driver_error):
+                pass  # busy or broken: the pooled path reports what is really wrong
+            finally:
+                self._inline_lock.release()
+        return await self._read(fn)
 
     def _inline_connection(self) -> Any:
         if self._inline is None:
@@ -1016,16 +1033,18 @@ class Store:
         return await self._write(lambda db: db.run(SWEEP_CLAIMS, (now_ms(),)))
 
     async def recent_usage(
-        self, principal: str, workspace_id: str, risk: str, since_ms: int
+        self, principal: str, workspace_id: str, risk: str, since_ms: int, limit: int
     ) -> tuple[int, int | None]:
-        """(how many, oldest created_ms) of the executions of ``principal`` in
-        ``workspace_id`` at ``risk`` created since ``since_ms``: what quotas count."""
+        """(how many, up to ``limit``; oldest created_ms) of the executions of ``principal``
+        in ``workspace_id`` at ``risk`` created since ``since_ms``: what quotas count."""
+        window = (principal, workspace_id, risk, since_ms)
 
         def run(db: Db) -> tuple[int, int | None]:
-            count, oldest = db.one(RECENT_USAGE, (principal, workspace_id, risk, since_ms))
-            return int(count), (int(oldest) if oldest is not None else None)
+            (count,) = db.one(RECENT_COUNT, (*window, max(limit, 0)))
+            oldest = db.one(OLDEST_RECENT, window) if count else None
+            return int(count), (int(oldest[0]) if oldest else None)
 
-        return await self._read(run)
+        return await self._read_quick(run)
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         def run(db: Db) -> ApprovalRecord | None:

@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from unittest.mock import ANY
 
 import anyio
 import pytest
@@ -386,4 +387,42 @@ async def test_a_write_cancelled_while_queued_commits_before_its_caller_sees_the
             await task
     assert seen == ["cancelled after the commit: True"]
     assert await store.get_execution("ex1") is not None
+    await store.aclose()
+
+
+async def test_recent_usage_counts_the_window_up_to_the_limit(store: Store) -> None:
+    now = int(time.time() * 1000)
+    for i, age in enumerate([90_000, 50_000, 40_000, 30_000, 20_000]):
+        await store.reserve(record(f"ex{i}", call_id=f"c{i}", created_ms=now - age), [], None)
+    await store.reserve(record("bob1", call_id="b1", principal="bob", created_ms=now), [], None)
+    await store.reserve(record("low1", call_id="l1", risk="low", created_ms=now), [], None)
+    since = now - 60_000
+    assert await store.recent_usage("alice", "demo", "medium", since, 100) == (4, now - 50_000)
+    # The count stops at the limit; the oldest in the window is still found.
+    assert await store.recent_usage("alice", "demo", "medium", since, 2) == (2, now - 50_000)
+    assert await store.recent_usage("alice", "ops", "medium", since, 100) == (0, None)
+    assert await store.recent_usage("alice", "demo", "low", since, 100) == (1, now)
+
+
+async def test_a_quick_read_goes_to_a_worker_thread_while_the_write_connection_is_busy(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
+    await store.open()
+    await store.reserve(record("ex1"), [], None)
+    since = int(time.time() * 1000) - 60_000
+    threads: list[str] = []
+
+    def probe(db: Db) -> str:
+        threads.append(threading.current_thread().name)
+        return str(db.one("SELECT id FROM executions")[0])
+
+    assert await store._read_quick(probe) == "ex1"  # on this thread (the loop's)
+    with store._inline_lock:  # as a batch on another thread would hold it
+        assert await store._read_quick(probe) == "ex1"
+        assert await store.recent_usage("alice", "demo", "medium", since, 10) == (1, ANY)
+    assert threads[0] == threading.current_thread().name
+    assert threads[1] != threading.current_thread().name
     await store.aclose()
