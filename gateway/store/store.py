@@ -192,9 +192,20 @@ def make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_size=10, max_overflow=20)
 
 
+SQLITE_PAGE_SIZE = 2048
+"""Page size of a database this store creates (an existing one keeps its own). A commit writes
+every page it changed to the WAL, whole; a call changes a few rows in each of ten or so
+B-trees, so smaller pages mean less to write. Measured: a sequential fs.read_file took
+580-620 us of CPU in-process with 2 KiB pages against 690-930 us with SQLite's default 4 KiB;
+under wrk, 5-6 % less CPU per read or deny call and less still per write. 1 KiB pages split
+the larger rows (stored results) over overflow pages and gave mixed results."""
+
+
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
     cursor = dbapi_connection.cursor()
+    # Only takes effect on a database with no table yet, and only before it enters WAL mode.
+    cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=30000")

@@ -426,3 +426,23 @@ async def test_a_quick_read_goes_to_a_worker_thread_while_the_write_connection_i
     assert threads[0] == threading.current_thread().name
     assert threads[1] != threading.current_thread().name
     await store.aclose()
+
+
+async def test_a_new_sqlite_database_has_small_pages_and_an_old_one_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from gateway.store.store import SQLITE_PAGE_SIZE
+
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as conn:  # made by an earlier version, with SQLite's default
+        conn.execute("CREATE TABLE t (x)")
+    for path, size in ((tmp_path / "new.db", SQLITE_PAGE_SIZE), (old, 4096)):
+        store = Store(f"sqlite:///{path}")
+        await store.open()
+        await store.reserve(record("ex1"), [], None)
+        await store.aclose()
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA page_size").fetchone() == (size,)
+            assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
