@@ -3,10 +3,11 @@
 wrk is closed-loop: a slow answer delays the next request, so its percentiles hide queueing
 ("coordinated omission"). wrk2 fixes that but is not packaged by Debian, so ``bench/run.py``
 uses this instead: requests are *scheduled* at ``rate`` per second, evenly spaced, whatever
-the server does; each is sent on an idle keep-alive connection (a new one is opened when
-none is idle, up to ``max_connections``; beyond that it waits for one), and its latency is
-measured from its scheduled time to the last byte of the answer. A request that waits for a
-connection, or that the client itself sends late, therefore counts its wait.
+the server does; each is sent on an idle keep-alive connection (``warm_connections`` are
+opened before the first is scheduled, as wrk2 opens its connections first; a new one is
+opened when none is idle, up to ``max_connections``; beyond that it waits for one), and its
+latency is measured from its scheduled time to the last byte of the answer. A request that
+waits for a connection, or that the client itself sends late, therefore counts its wait.
 
 Plain asyncio streams, no HTTP library, so the client costs little CPU at the rates used
 (a few hundred requests a second).
@@ -121,6 +122,7 @@ async def open_loop(
     headers: dict[str, str] | None = None,
     marker: bytes = b"",
     max_connections: int = 256,
+    warm_connections: int = 16,
 ) -> OpenLoopResult:
     """POST ``body_for(i)`` to ``url`` at ``rate`` requests/s for ``duration_s`` seconds."""
     parts = urlsplit(url)
@@ -130,6 +132,10 @@ async def open_loop(
     for name, value in (headers or {}).items():
         head += f"{name}: {value}\r\n"
     pool = _Pool(host, port, max_connections)
+    # Connections opened before the schedule starts: a burst of slow answers should not also
+    # cost the server a TCP handshake and a new protocol instance per extra connection.
+    for conn in await asyncio.gather(*(pool.get() for _ in range(warm_connections))):
+        await pool.put(conn)
     result = OpenLoopResult(rate=rate, duration_s=duration_s)
     total = max(int(rate * duration_s), 1)
     interval = 1.0 / rate
@@ -197,6 +203,7 @@ def run_open_loop(
     duration_s: float,
     headers: dict[str, str] | None = None,
     marker: bytes = b"",
+    warm_connections: int = 16,
 ) -> OpenLoopResult:
     # The client's own pauses count as latency (a request sent late is late), so it must not
     # pause: a full garbage collection of the harness process (which has imported the gateway
@@ -208,7 +215,13 @@ def run_open_loop(
     try:
         return asyncio.run(
             open_loop(
-                url, body_for, rate=rate, duration_s=duration_s, headers=headers, marker=marker
+                url,
+                body_for,
+                rate=rate,
+                duration_s=duration_s,
+                headers=headers,
+                marker=marker,
+                warm_connections=warm_connections,
             )
         )
     finally:

@@ -1736,7 +1736,9 @@ ratios, measured in one run with A/B alternation, are what to compare.
   adjacent bare throughput (ok responses only: status 200 and the expected body).
 - **Latency at half rate**: `bench/openloop.py`, an open-loop generator (constant arrival rate,
   latency from the scheduled send time, so queueing is counted; wrk2 is not packaged by
-  Debian), for {openloop} s at half of scenario 1's measured maximum.
+  Debian), for {openloop} s at half of scenario 1's measured maximum. Like wrk2 it opens its
+  connections (16 keep-alive ones) before the first request, and it runs with its own garbage
+  collector off, since its pauses would count as the server's latency.
 - **Micro-benchmarks**: in-process, median and p99 over {iterations} iterations after a
   warm-up: `EmbeddedPolicy.decide_sync` on the policy input the real stages build (the same
   input again, answered from the decision cache, and a different path each call, a cache
