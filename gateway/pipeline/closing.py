@@ -3,11 +3,11 @@ given result, in one commit, with the events that say why."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from typing import Any
 
+from gateway import jsontext
 from gateway.adapters.base import Evidence, SideEffectReport
 from gateway.errors import ToolgateError
 from gateway.events.model import make_event
@@ -60,7 +60,7 @@ async def close_execution(
     await services.store.commit(
         record.id,
         outcome=outcome.value,
-        result_json=json.dumps(result.to_json(), separators=(",", ":"), default=str),
+        result_json=jsontext.stored(result.to_json()),
         events=closing,
         fencing_json=record.fencing_json,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from gateway import jsontext
 from gateway.events.model import make_event
 from gateway.pipeline.records import Flow
 from gateway.pipeline.reserve import build_record
@@ -26,7 +27,7 @@ async def run(services: Services, flow: Flow) -> Flow:
     )
     events = (*flow.events, completed)
     done = {"events": (), "seq": flow.seq + 1}
-    result_json = json.dumps(body, separators=(",", ":"), default=str)
+    result_json = jsontext.stored(body)
     fencing_json = json.dumps(dict(flow.fencing)) if flow.fencing else None
     if flow.record is None:
         record = build_record(

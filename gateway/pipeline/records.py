@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from gateway import jsontext
 from gateway.adapters.base import AdapterOutcome, Evidence, SideEffectReport
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
@@ -23,7 +24,7 @@ NOTHING_ATTEMPTED = SideEffectReport(False, False)
 
 def canonical_json(value: Any) -> str:
     """The one canonical JSON form used for hashing (sorted keys, no spaces, UTF-8)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return jsontext.canonical(value)
 
 
 def sha256_json(value: Any) -> str:

@@ -8,11 +8,11 @@ one still in flight is a conflict.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from gateway import jsontext
 from gateway.adapters.registry import SPECS
 from gateway.errors import Conflict, IdempotencyMismatch, PolicyDenied
 from gateway.events.model import Event, make_event
@@ -57,7 +57,7 @@ def build_record(
         idempotency_scope=scope if scope is not None else idempotency_scope(flow),
         approval_id=flow.awaiting.id if flow.awaiting else None,
         cancellation_token=req.cancellation_token,
-        request_json=json.dumps(req.to_json(), separators=(",", ":")),
+        request_json=jsontext.compact(req.to_json()),
         result_json=result_json,
         fencing_json=fencing_json,
         owner=owner,

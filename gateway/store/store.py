@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields, replace
 from functools import partial
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -36,6 +37,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import SQLModel
 
+from gateway import jsontext
 from gateway.errors import StoreError
 from gateway.events.model import Event
 from gateway.instance import INSTANCE_ID
@@ -1104,20 +1106,18 @@ def _quietly(fn: Callable[[], Any]) -> None:
 
 def _event_row(event: Event, seq: int | str) -> tuple[Any, ...]:
     """An events row, ``seq`` given (an int) or counted by APPEND_EVENT (the execution id)."""
-    data = json.dumps(event.data, separators=(",", ":"), default=str)
+    data = jsontext.stored(event.data)
     return (event.id, event.execution_id, seq, event.type, event.version, event.at_ms, data)
 
 
-def _execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
-    return tuple(
-        value.value if name == "status" else value
-        for name, value in zip(
-            _EXECUTION_COLUMNS, (getattr(record, n) for n in _EXECUTION_COLUMNS), strict=True
-        )
-    )
-
-
 _STATUS_AT = _EXECUTION_COLUMNS.index("status")
+_EXECUTION_VALUES = attrgetter(*_EXECUTION_COLUMNS)
+
+
+def _execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
+    row = list(_EXECUTION_VALUES(record))
+    row[_STATUS_AT] = row[_STATUS_AT].value
+    return tuple(row)
 
 
 def _execution(row: Sequence[Any]) -> ExecutionRecord:
