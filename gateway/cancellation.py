@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 
+from gateway import jsontext
 from gateway.adapters.base import SideEffectReport
 from gateway.errors import Conflict, ExecutionError, Forbidden, MalformedRequest
 from gateway.events.model import make_event
@@ -70,7 +71,7 @@ async def resolve_unknown(
         result["error"] = None
     event = make_event(record.id, 0, "outcome.resolved", {"outcome": outcome, **resolution})
     changed = await services.store.resolve_outcome(
-        record.id, Outcome.UNKNOWN.value, outcome, json.dumps(result, separators=(",", ":")), event
+        record.id, Outcome.UNKNOWN.value, outcome, jsontext.compact(result), event
     )
     if not changed:
         raise Conflict(f"{record.id} was resolved by someone else", code="not_unknown")

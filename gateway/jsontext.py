@@ -18,3 +18,9 @@ written as its ``str`` (an adapter's date, say) rather than lost."""
 
 canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 """The one canonical form hashed (sorted keys, no spaces, non-ASCII kept as is)."""
+
+strict = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+"""Compact, and refusing NaN and Infinity (ValueError): what a policy engine is given."""
+
+response = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+"""What Starlette's ``JSONResponse.render`` writes, before encoding to UTF-8."""

@@ -51,6 +51,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from gateway import jsontext
 from gateway.errors import ConfigError
 from gateway.policy.loader import (
     DECISION_RULE,
@@ -70,8 +71,6 @@ UNDEFINED = "<undefined>"
 _RESULTS = {r.value: r for r in DecisionResult}
 CACHE_SIZE = 2048
 """Decisions each backend keeps (least recently used dropped first); 0: no cache."""
-# json.dumps(..., allow_nan=False) without building an encoder per call.
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 # --- per-thread engines ----------------------------------------------------------------------
 
@@ -144,11 +143,11 @@ class EmbeddedPolicy:
             return policy_error("the policy backend is closed")
         try:
             if self._tree is None:
-                input_json = _ENCODER.encode(document)
+                input_json = jsontext.strict(document)
             elif (problem := json_problem(document)) is not None:  # all of it must be JSON
                 return policy_error(f"the input document is not JSON: {problem}")
             else:
-                input_json = _ENCODER.encode(project(document, self._tree))
+                input_json = jsontext.strict(project(document, self._tree))
         except (TypeError, ValueError, RecursionError) as exc:
             return policy_error(f"the input document is not JSON: {exc}")
         cache = self._cache

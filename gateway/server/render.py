@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from gateway import jsontext
 from gateway.declarations.jsonschema import cerberus_to_json_schema
 from gateway.declarations.model import ToolDeclaration
 from gateway.store.records import ApprovalRecord, ExecutionRecord
@@ -24,9 +24,9 @@ def execution_json(record: ExecutionRecord, approval: ApprovalRecord | None = No
     Infinity (a response refuses them). Otherwise the body is encoded the usual way."""
     stored = record.result_json
     if stored is not None and ("\\u" in stored or "NaN" in stored or "Infinity" in stored):
-        return _dumps(execution(record, approval)).encode("utf-8")
+        return jsontext.response(execution(record, approval)).encode("utf-8")
     head, tail = _execution_parts(record, approval)
-    text = _dumps({**head, "result": None, **tail})
+    text = jsontext.response({**head, "result": None, **tail})
     if stored is None:
         return text.encode("utf-8")
     # The first ',"result":null,' is the top-level key: the keys before it are fixed, and
@@ -36,11 +36,6 @@ def execution_json(record: ExecutionRecord, approval: ApprovalRecord | None = No
 
 
 _NO_RESULT = ',"result":null,'
-
-
-def _dumps(content: Any) -> str:
-    """What ``JSONResponse.render`` does, before encoding to UTF-8."""
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _execution_parts(
