@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
+import anyio
+
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.types import JSON, Decision, DecisionResult
 
@@ -52,3 +54,9 @@ class FunctionPolicy:
 
 def allow_all(_: Mapping[str, Any]) -> Decision:
     return Decision(DecisionResult.ALLOW, ("test: allow",))
+
+
+async def slow(call: AdapterCall) -> AdapterOutcome:
+    """An adapter that outlasts the tests' deadlines: it is always stopped first."""
+    await anyio.sleep(5)
+    raise AssertionError("not reached")

@@ -20,7 +20,7 @@ from gateway.pipeline.records import _REQUEST_FIELDS, Flow
 from gateway.pipeline.runner import run_call
 from gateway.store.store import Store
 from gateway.types import Outcome, Status
-from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all
+from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all, slow
 from tests.pipeline.test_runner import catalogue, make_services, ok, request, sha_probe, store
 
 pytestmark = pytest.mark.anyio
@@ -101,10 +101,6 @@ async def test_a_cancel_seen_only_in_the_store_reaches_the_adapter(
 async def test_the_deadline_and_an_adapter_timeout_are_both_timeouts(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:
-    async def slow(call: AdapterCall) -> AdapterOutcome:
-        await anyio.sleep(5)
-        raise AssertionError("not reached")
-
     async def raises(call: AdapterCall) -> AdapterOutcome:
         raise TimeoutError("the library gave up")
 

@@ -22,7 +22,7 @@ from gateway.store.store import Store
 from gateway.types import JSON, Decision, DecisionResult, Outcome, Status
 from gateway.workspace import Workspace
 from tests.conftest import REPO
-from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all
+from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all, slow
 
 pytestmark = pytest.mark.anyio
 
@@ -204,10 +204,6 @@ async def test_unexpected_crash_of_a_write_without_proof_is_unknown(
 async def test_timeout_reconciled_as_succeeded_when_the_effect_is_there(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:
-    async def slow(call: AdapterCall) -> AdapterOutcome:
-        await anyio.sleep(5)
-        raise AssertionError("not reached")
-
     import time
 
     services = make_services(
