@@ -97,21 +97,9 @@ async def decide(
         return Verdict(decided)
     if resume:
         return Verdict(decided, resume=True)
-    token = tokens.sign(_claims(decided), services.approval_key)
+    token = tokens.sign(tokens.claims_for(decided), services.approval_key)
     await close_parked(services, decided, None, release_key=True)
     return Verdict(decided, token=token)
-
-
-def _claims(approval: ApprovalRecord) -> tokens.TokenClaims:
-    return tokens.TokenClaims(
-        approval_id=approval.id,
-        tool=approval.tool_name,
-        version=approval.tool_version,
-        arguments_sha256=approval.arguments_sha256,
-        actor=approval.principal,
-        workspace=approval.workspace_id,
-        expires_ms=approval.expires_ms,
-    )
 
 
 async def close_parked(

@@ -2,7 +2,10 @@
 
 A token binds the approval id, tool name, resolved version, normalised-arguments sha256,
 actor, workspace and expiry. It is ``base64url(payload) "." base64url(mac)``; the payload
-is canonical JSON. Single use is enforced by the store, not by the token.
+is canonical JSON. Single use is enforced by the store, not by the token. The claims are
+never trusted alone: spending a token checks the stored approval it names against the call
+in hand (``check_binding`` of ``claims_for`` the stored record), so a token re-signed with a
+stolen key gains nothing the stored approval does not already grant (docs/security.md).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from gateway.errors import PolicyDenied
+from gateway.store.records import ApprovalRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +62,32 @@ def verify(token: str, key: bytes) -> TokenClaims:
         raise _refuse("its signature does not match (tampered or from another gateway)")
     try:
         claims = TokenClaims(**json.loads(payload))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise _refuse("its payload is malformed") from exc
+    if not _well_typed(claims):
+        raise _refuse("its payload is malformed")
     if claims.expires_ms <= time.time() * 1000:
         raise _refuse("it has expired; ask for a new approval")
     return claims
+
+
+def _well_typed(claims: TokenClaims) -> bool:
+    c = claims
+    texts = (c.approval_id, c.tool, c.version, c.arguments_sha256, c.actor, c.workspace)
+    return all(isinstance(t, str) for t in texts) and type(c.expires_ms) is int
+
+
+def claims_for(approval: ApprovalRecord) -> TokenClaims:
+    """What a token for ``approval`` binds: exactly what the stored approval binds."""
+    return TokenClaims(
+        approval_id=approval.id,
+        tool=approval.tool_name,
+        version=approval.tool_version,
+        arguments_sha256=approval.arguments_sha256,
+        actor=approval.principal,
+        workspace=approval.workspace_id,
+        expires_ms=approval.expires_ms,
+    )
 
 
 def check_binding(claims: TokenClaims, **actual: str) -> None:

@@ -87,14 +87,14 @@ async def _approval_from_token(services: Services, flow: Flow) -> ApprovalRecord
     """The approved approval an ``approval_token`` stands for, checked against this call."""
     assert flow.tool is not None and flow.request.approval_token is not None
     claims = tokens.verify(flow.request.approval_token, services.approval_key)
-    tokens.check_binding(
-        claims,
-        tool=flow.tool.name,
-        version=str(flow.tool.version),
-        arguments_sha256=flow.arguments_sha256 or "",
-        actor=flow.request.principal,
-        workspace=flow.request.workspace_id,
-    )
+    call = {
+        "tool": flow.tool.name,
+        "version": str(flow.tool.version),
+        "arguments_sha256": flow.arguments_sha256 or "",
+        "actor": flow.request.principal,
+        "workspace": flow.request.workspace_id,
+    }
+    tokens.check_binding(claims, **call)
     approval = await services.store.get_approval(claims.approval_id)
     if approval is None or approval.status != "approved":
         state = approval.status if approval else "unknown"
@@ -103,6 +103,7 @@ async def _approval_from_token(services: Services, flow: Flow) -> ApprovalRecord
             "good for one call)",
             code="approval_token_used" if state == "used" else "approval_token_invalid",
         )
+    tokens.check_binding(tokens.claims_for(approval), **call)  # the record, not the claims
     return approval
 
 

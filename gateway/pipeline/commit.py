@@ -9,7 +9,7 @@ from dataclasses import replace
 from gateway import jsontext
 from gateway.events.model import make_event
 from gateway.pipeline.records import Flow
-from gateway.pipeline.reserve import build_record
+from gateway.pipeline.reserve import build_record, same_call
 from gateway.pipeline.services import Services
 from gateway.store.store import Existing
 from gateway.types import Status
@@ -40,8 +40,8 @@ async def run(services: Services, flow: Flow) -> Flow:
             risk=flow.tool.risk.value if flow.ephemeral and flow.tool else None,
         )
         found = await services.store.insert_completed(record, events)
-        if isinstance(found, Existing):
-            return flow.but(existing=found.record, **done)
+        if isinstance(found, Existing):  # the call_id was used before: the first call answers
+            return flow.but(existing=same_call(found), **done)
         return flow.but(record=record, **done)
     committed = await services.store.commit(
         flow.execution_id,

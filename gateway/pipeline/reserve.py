@@ -34,6 +34,7 @@ def build_record(
     result_json: str | None = None,
     fencing_json: str | None = None,
     owner: str | None = None,
+    payload_sha256: str | None = None,
 ) -> ExecutionRecord:
     """The execution row for ``flow`` as it stands now (``scope``: its idempotency scope,
     when already computed; the other keywords are columns not known from the flow)."""
@@ -46,7 +47,7 @@ def build_record(
         run_id=req.run_id,
         turn_id=req.turn_id,
         call_id=req.call_id,
-        payload_sha256=req.payload_sha256,
+        payload_sha256=payload_sha256 or req.payload_sha256,
         workspace_id=req.workspace_id,
         tool_name=flow.tool.name if flow.tool else req.tool_name,
         tool_version=str(flow.tool.version) if flow.tool else None,
@@ -98,16 +99,27 @@ async def run(services: Services, flow: Flow) -> Flow:
     tool = flow.tool
     owner = INSTANCE_ID if status is Status.RUNNING else None
 
+    req = flow.request
+    call = (req.principal, req.run_id, req.call_id, req.payload_sha256)
     built: list[ExecutionRecord] = []
 
     def record_now() -> ExecutionRecord:  # a replay never needs it: built on demand, once
         if not built:
-            built.append(build_record(flow, status, scope, risk=tool.risk.value, owner=owner))
+            built.append(
+                build_record(
+                    flow, status, scope, risk=tool.risk.value, owner=owner, payload_sha256=call[3]
+                )
+            )
         return built[0]
 
     spend = flow.approval.id if flow.approval else None
     outcome = await services.store.reserve(
-        record_now, flow.events, claim, consume_approval=spend, on_existing=_replay_note(flow)
+        record_now,
+        flow.events,
+        claim,
+        consume_approval=spend,
+        on_existing=_replay_note(flow),
+        call=call,
     )
     if isinstance(outcome, Existing):
         return await _existing(services, flow, outcome)
@@ -157,8 +169,26 @@ async def _resume(services: Services, flow: Flow) -> Flow:
     return flow.drained()
 
 
+def same_call(found: Existing) -> ExecutionRecord:
+    """The execution a request with an already used ``(run_id, call_id)`` resolves to: the
+    first one, as it stands, when the payload is the same; a 409 ``call_id_reused`` when not
+    (docs/api.md, "Which answer comes first")."""
+    first = found.record
+    if not found.same_payload:
+        raise Conflict(
+            f"call_id {first.call_id!r} of run {first.run_id!r} was already used for a "
+            f"different request (execution {first.id}); send a new call_id for a new call",
+            code="call_id_reused",
+            retryable=False,
+            details={"execution_id": first.id},
+        )
+    return first
+
+
 async def _existing(services: Services, flow: Flow, found: Existing) -> Flow:
     first = found.record
+    if found.by == "call_id":
+        return flow.but(existing=same_call(found), events=())
     if found.by == "idempotency_key":
         if not found.same_payload:
             raise IdempotencyMismatch(
@@ -174,15 +204,7 @@ async def _existing(services: Services, flow: Flow, found: Existing) -> Flow:
                 details={"execution_id": first.id},
             )
         return flow.but(existing=first, events=())  # _replay_note logged the replay
-    if not found.same_payload:
-        raise Conflict(
-            f"call_id {first.call_id!r} of run {first.run_id!r} was already used for a "
-            f"different request (execution {first.id})",
-            code="call_id_reused",
-            retryable=False,
-            details={"execution_id": first.id},
-        )
-    return flow.but(existing=first, events=())
+    raise AssertionError(f"unknown kind of existing execution: {found.by}")
 
 
 def _replay_note(flow: Flow) -> Callable[[Existing], list[Event]]:

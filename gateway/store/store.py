@@ -178,6 +178,13 @@ class ApprovalUnavailable:
 
 ReserveResult = Reserved | Existing | ApprovalUnavailable
 
+CallIdentity = tuple[str, str, str, str]
+"""(principal, run_id, call_id, payload_sha256): what names one call, and what it asked."""
+
+
+def call_identity(record: ExecutionRecord) -> CallIdentity:
+    return (record.principal, record.run_id, record.call_id, record.payload_sha256)
+
 
 def make_engine(url: str) -> Engine:
     """A synchronous engine (pool and schema) with the pragmas each backend needs."""
@@ -680,7 +687,7 @@ class Store:
         reservation, or a read that needed none. Releases any locks it held."""
 
         def run(db: Db) -> ReserveResult:
-            existing = self._same_call(db, record)
+            existing = self._same_call(db, *call_identity(record))
             if existing is None:
                 db.run(INSERT_EXECUTION, _execution_row(record))
             db.run(RELEASE_LOCKS, (record.id,))
@@ -698,8 +705,13 @@ class Store:
         claim: IdempotencyClaim | None,
         consume_approval: str | None = None,
         on_existing: Callable[[Existing], Sequence[Event]] | None = None,
+        call: CallIdentity | None = None,
     ) -> ReserveResult:
         """Write the execution record (and idempotency claim) before any side effect.
+
+        An execution with the same principal, run_id and call_id answers first
+        (``Existing.by == "call_id"``), then the idempotency claim. ``call`` is the request's
+        identity (``call_identity`` of its record), given so a replay need not build the record.
 
         ``consume_approval`` turns that approval from approved to used in the same
         transaction: a token is spent exactly when its execution becomes durable.
@@ -714,7 +726,15 @@ class Store:
         def the_record() -> ExecutionRecord:
             return record() if callable(record) else record
 
+        identity = call or call_identity(the_record())
+
         def run(db: Db) -> ReserveResult:
+            # Call identity answers first (docs/api.md, "Which answer comes first"): an
+            # identical resend gets its own execution as it stands; a reused call_id is refused
+            # whatever its key says. Only then does the key resolve to another call's result.
+            same = self._same_call(db, *identity)
+            if same is not None:
+                return same
             if claim is not None:
                 existing = self._claimed(db, claim)
                 if existing is not None:
@@ -722,9 +742,6 @@ class Store:
                         self._insert_events(db, on_existing(existing), unseen=True)
                     return existing
             record = the_record()
-            same = self._same_call(db, record)
-            if same is not None:
-                return same
             if consume_approval is not None and not db.run(
                 SET_APPROVAL, ("used", consume_approval, "approved")
             ):
@@ -748,12 +765,10 @@ class Store:
             return await self._write(run)
         except self._integrity_error:
             # Another replica reserved the same key or call between our read and insert.
-            return await self._write(lambda db: self._winner(db, the_record(), claim))
+            return await self._write(lambda db: self._winner(db, identity, claim))
 
-    def _winner(
-        self, db: Db, record: ExecutionRecord, claim: IdempotencyClaim | None
-    ) -> ReserveResult:
-        found = (self._claimed(db, claim) if claim else None) or self._same_call(db, record)
+    def _winner(self, db: Db, call: CallIdentity, claim: IdempotencyClaim | None) -> ReserveResult:
+        found = self._same_call(db, *call) or (self._claimed(db, claim) if claim else None)
         if found is None:
             raise StoreError("the reservation conflicted but no winner was found; try again")
         return found
@@ -771,12 +786,14 @@ class Store:
         same = arguments_sha256 == claim.arguments_sha256 and tool_version == claim.tool_version
         return Existing(_execution(first), "idempotency_key", same)
 
-    def _same_call(self, db: Db, record: ExecutionRecord) -> Existing | None:
-        row = db.one(EXECUTION_BY_CALL, (record.principal, record.run_id, record.call_id))
+    def _same_call(
+        self, db: Db, principal: str, run_id: str, call_id: str, payload_sha256: str
+    ) -> Existing | None:
+        row = db.one(EXECUTION_BY_CALL, (principal, run_id, call_id))
         if row is None:
             return None
         found = _execution(row)
-        return Existing(found, "call_id", found.payload_sha256 == record.payload_sha256)
+        return Existing(found, "call_id", found.payload_sha256 == payload_sha256)
 
     async def append(
         self, execution_id: str, events: Sequence[Event], status: Status | None = None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +13,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from gateway.pipeline.records import sha256_json
 from gateway.server.app import create_app
 from gateway.settings import Settings
 from tests.conftest import BOB, CAROL
@@ -181,4 +185,77 @@ def test_pending_approval_expires(settings: Settings, doomed: Path) -> None:
         assert late.status_code == 409
         expired = client.get("/v1/approvals?status=expired", headers=auth(BOB)).json()["items"]
         assert parked["approval"]["id"] in [a["id"] for a in expired]
+    assert doomed.exists()
+
+
+def _forge(client: TestClient, **claims: Any) -> str:
+    """A token signed with the gateway's own key (as if an agent had stolen it)."""
+    key = client.app.state.services.approval_key  # type: ignore[attr-defined]
+    payload = json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
+    mac = hmac.new(key, payload, hashlib.sha256).digest()
+    b64 = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()  # noqa: E731
+    return f"{b64(payload)}.{b64(mac)}"
+
+
+def test_a_re_signed_token_cannot_spend_an_approval_granted_to_another_call(
+    client: TestClient, doomed: Path
+) -> None:
+    carols = _delete(client, CAROL)
+    granted = client.post(
+        f"/v1/approvals/{carols['approval']['id']}/approve",
+        json={"resume": False},
+        headers=auth(BOB),
+    )
+    assert granted.status_code == 200, granted.text
+    forged = _forge(
+        client,
+        approval_id=carols["approval"]["id"],
+        tool="fs.delete_file",
+        version="1.0.0",
+        arguments_sha256=sha256_json({"path": "doomed.txt"}),  # carol's arguments, and alice's
+        actor="alice",
+        workspace="demo",
+        expires_ms=int(time.time() * 1000) + 60_000,
+    )
+    payload = body(
+        "fs.delete_file", {"path": "doomed.txt"}, idempotency_key="forged", approval_token=forged
+    )
+    result = client.post("/v1/executions", json=payload, headers=auth()).json()["result"]
+    assert result["outcome"] == "failed", result
+    assert result["error"]["type"] == "approval_token_invalid"
+    assert "another actor" in result["error"]["message"]
+    assert doomed.exists()
+    approval = client.get(f"/v1/approvals/{carols['approval']['id']}", headers=auth(BOB)).json()
+    assert approval["status"] == "approved"  # still carol's to spend
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"expires_ms": "99999999999999"},
+        {"expires_ms": True},
+        {"actor": ["alice"]},
+        {"approval_id": None},
+    ],
+)
+def test_a_token_with_malformed_claims_is_invalid_not_an_internal_error(
+    client: TestClient, doomed: Path, bad: dict[str, Any]
+) -> None:
+    claims: dict[str, Any] = {
+        "approval_id": "ap_x",
+        "tool": "fs.delete_file",
+        "version": "1.0.0",
+        "arguments_sha256": "0" * 64,
+        "actor": "alice",
+        "workspace": "demo",
+        "expires_ms": int(time.time() * 1000) + 60_000,
+    }
+    token = _forge(client, **{**claims, **bad})
+    payload = body(
+        "fs.delete_file", {"path": "doomed.txt"}, idempotency_key="m", approval_token=token
+    )
+    response = client.post("/v1/executions", json=payload, headers=auth())
+    assert response.status_code == 200, response.text
+    error = response.json()["result"]["error"]
+    assert error["type"] == "approval_token_invalid", error
     assert doomed.exists()
