@@ -6,6 +6,7 @@ Each test names what is missing, and what to do about it, when it fails.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -387,6 +388,55 @@ def test_links_resolve(page: str) -> None:
     assert not broken, f"docs/{page} has broken links: {broken}"
 
 
+# --- citations --------------------------------------------------------------------------------
+
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".rego", ".toml", ".json", ".txt", ".cfg", ".sh"}
+NOT_OURS = {".git", ".venv", "var", "build", "dist", "node_modules", "__pycache__"}
+GONE_DOCUMENT = re.compile("DESIGN" + r"\s*(§|section\b)", re.IGNORECASE)
+"""A citation of the design document, which is not in the repository (spelt so that this
+file does not match itself)."""
+CITED_ANCHOR = re.compile(r"docs/([\w/.-]+\.md)#([\w-]+)")
+
+
+def text_files() -> Iterator[Path]:
+    """The repository's own text files (not the virtualenv, the database, caches)."""
+    for top, dirs, files in os.walk(REPO):
+        dirs[:] = sorted(d for d in dirs if d not in NOT_OURS and not d.startswith("."))
+        for name in sorted(files):
+            path = Path(top) / name
+            if path.suffix in TEXT_SUFFIXES or name == "Makefile":
+                yield path
+
+
+def test_nothing_cites_a_document_that_is_not_in_the_repository() -> None:
+    files = list(text_files())
+    assert REPO / "gateway" / "cli.py" in files and REPO / "docs" / "api.md" in files
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if GONE_DOCUMENT.search(line)
+    ]
+    assert not found, (
+        f"these lines cite the design document, which readers of the repository do not have: "
+        f"{found}; cite the section of a docs/ page that says it, by its anchor"
+    )
+
+
+def test_cited_doc_sections_exist() -> None:
+    broken = []
+    for path in text_files():
+        if path.is_relative_to(DOCS):
+            continue  # the pages' own links are checked by test_links_resolve
+        for page, anchor in CITED_ANCHOR.findall(
+            path.read_text(encoding="utf-8", errors="replace")
+        ):
+            target = DOCS / page
+            if not target.is_file() or anchor not in anchors(target.read_text(encoding="utf-8")):
+                broken.append(f"{path.relative_to(REPO)}: docs/{page}#{anchor}")
+    assert not broken, f"these cite a docs/ section that does not exist: {broken}"
+
+
 # --- policies.md ------------------------------------------------------------------------------
 
 
@@ -492,3 +542,8 @@ def test_the_checks_can_fail() -> None:
     }
     with pytest.raises(ConfigError):
         faults.Faults.parse("after_commit:explode")
+    assert GONE_DOCUMENT.search("see " + "DESIGN" + " §8") and GONE_DOCUMENT.search(
+        "(" + "DESIGN" + " section 3)"
+    )
+    assert not GONE_DOCUMENT.search("docs/api.md#idempotency")
+    assert CITED_ANCHOR.findall("(docs/api.md#toolresult).") == [("api.md", "toolresult")]
