@@ -6,6 +6,7 @@ Each test names what is missing, and what to do about it, when it fails.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -437,6 +438,54 @@ def test_cited_doc_sections_exist() -> None:
     assert not broken, f"these cite a docs/ section that does not exist: {broken}"
 
 
+# --- examples ---------------------------------------------------------------------------------
+
+EXAMPLE_PAGES = ("README.md", "docs/quickstart.md", "docs/api.md")
+"""Pages a reader runs in order against one gateway: their calls must not collide."""
+
+
+def fenced_blocks(text: str) -> Iterator[tuple[str, str]]:
+    """(info string, body) of every fenced code block."""
+    for match in re.finditer(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", text, re.M | re.S):
+        yield match.group(1).strip(), match.group(2)
+
+
+def example_requests(text: str) -> Iterator[dict[str, object]]:
+    """The JSON bodies (``-d '...'``) with a run_id and call_id in the page's ``sh`` blocks,
+    with an ``Idempotency-Key`` header sent along as ``idempotency_key``."""
+    for info, block in fenced_blocks(text):
+        if info != "sh":
+            continue
+        for command in re.split(r"\n(?=curl |\S+=\S* )", block):
+            for raw in re.findall(r"-d '((?:[^']|'\\'')*)'", command):
+                body = json.loads(raw.replace("'\\''", "'"))
+                if isinstance(body, dict) and "run_id" in body and "call_id" in body:
+                    key = re.search(r"Idempotency-Key: ([^'\"]+)", command)
+                    if key:
+                        body["idempotency_key"] = key.group(1)
+                    yield body
+
+
+def test_example_calls_do_not_collide() -> None:
+    """Run in order, README, quickstart and api.md examples never reuse a (run_id, call_id)
+    for another request (the gateway would answer 409 call_id_reused)."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    clashes, count = [], 0
+    for page in EXAMPLE_PAGES:
+        for body in example_requests((REPO / page).read_text(encoding="utf-8")):
+            count += 1
+            pair = (str(body["run_id"]), str(body["call_id"]))
+            text = json.dumps(body, sort_keys=True)
+            if pair in seen and seen[pair][1] != text:
+                clashes.append(f"{pair} in {seen[pair][0]} and {page}")
+            seen.setdefault(pair, (page, text))
+    assert count >= 10, f"found only {count} example calls: fix example_requests()"
+    assert not clashes, (
+        f"these examples send different calls with the same (run_id, call_id): {clashes}; "
+        "give each page a run_id of its own"
+    )
+
+
 # --- policies.md ------------------------------------------------------------------------------
 
 
@@ -547,3 +596,13 @@ def test_the_checks_can_fail() -> None:
     )
     assert not GONE_DOCUMENT.search("docs/api.md#idempotency")
     assert CITED_ANCHOR.findall("(docs/api.md#toolresult).") == [("api.md", "toolresult")]
+    sample = (
+        "```sh\ncurl -s $TG -H 'Idempotency-Key: k'\\\n"
+        '  -d \'{"run_id": "r", "call_id": "c"}\'\n'
+        'curl -s $TG -d \'{"run_id": "r", "call_id": "d", "note": "\'\\\'\'x\'\\\'\'"}\'\n```\n'
+        '```json\n{"run_id": "r", "call_id": "e"}\n```\n'
+    )
+    assert list(example_requests(sample)) == [
+        {"run_id": "r", "call_id": "c", "idempotency_key": "k"},
+        {"run_id": "r", "call_id": "d", "note": "'x'"},
+    ]
