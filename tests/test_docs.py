@@ -486,6 +486,27 @@ def test_example_calls_do_not_collide() -> None:
     )
 
 
+TASK_PAGES = sorted((DOCS / "tasks").glob("*.md"))
+WRITTEN_ELSEWHERE = {DOCS / "tasks" / "first-tool.md", DOCS / "tasks" / "first-rule.md"}
+"""Task pages README.md lists that a parallel change writes; drop this once both are merged."""
+
+
+@pytest.mark.parametrize(
+    "page", [REPO / "README.md", *TASK_PAGES], ids=lambda p: str(p.relative_to(REPO))
+)
+def test_links_resolve_in_readme_and_task_pages(page: Path) -> None:
+    """Links are relative to the page's own directory."""
+    broken = []
+    for file, anchor in links(page.read_text(encoding="utf-8")):
+        target = (page.parent / file).resolve() if file else page
+        if not target.is_file():
+            if target not in WRITTEN_ELSEWHERE:
+                broken.append(f"{file}#{anchor}: no such file")
+        elif anchor and anchor not in anchors(target.read_text(encoding="utf-8")):
+            broken.append(f"{file or page.name}#{anchor}: no such heading")
+    assert not broken, f"{page.relative_to(REPO)} has broken links: {broken}"
+
+
 # --- policies.md ------------------------------------------------------------------------------
 
 
