@@ -486,6 +486,30 @@ def test_example_calls_do_not_collide() -> None:
     )
 
 
+@pytest.mark.slow
+def test_example_calls_run_in_order_against_a_gateway(tmp_path: Path) -> None:
+    """The same calls sent, page after page, to one real gateway: each is accepted (200 or
+    202), none is refused as a reused call id or key."""
+    import httpx
+
+    from tests.integration.gateways import gateway, make_project
+
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    answers = []
+    with gateway(config) as url:
+        for page in EXAMPLE_PAGES:
+            for body in example_requests((REPO / page).read_text(encoding="utf-8")):
+                response = httpx.post(
+                    f"{url}/v1/executions",
+                    json=body,
+                    headers={"Authorization": "Bearer tg_dev_alice"},
+                    timeout=60,
+                )
+                answers.append((page, body["call_id"], response.status_code, response.text))
+    refused = [a for a in answers if a[2] not in (200, 202)]
+    assert len(answers) >= 10 and not refused, refused
+
+
 TASK_PAGES = sorted((DOCS / "tasks").glob("*.md"))
 WRITTEN_ELSEWHERE = {DOCS / "tasks" / "first-tool.md", DOCS / "tasks" / "first-rule.md"}
 """Task pages README.md lists that a parallel change writes; drop this once both are merged."""
