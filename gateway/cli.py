@@ -5,15 +5,23 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.errors import ConfigError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
+
+if TYPE_CHECKING:
+    import httpx
+
+MAX_WAIT_S = 60.0
+"""The longest ``?wait=`` the gateway accepts; ``call --wait`` asks again after each."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -218,7 +226,8 @@ def cmd_executions(args: argparse.Namespace) -> int:
     if action == "show":
         return _request(args, "GET", f"/v1/executions/{args.id}")
     if action == "events":
-        return _request(args, "GET", f"/v1/executions/{args.id}/events")
+        after = f"?after={args.after}" if args.after is not None else ""
+        return _request(args, "GET", f"/v1/executions/{args.id}/events{after}")
     if action == "cancel":
         return _request(args, "POST", f"/v1/executions/{args.id}/cancel")
     body = {"outcome": args.outcome, "note": args.note}
@@ -230,7 +239,26 @@ def cmd_call(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     url, key = _client_target(args, settings)
-    principal = settings.principal_for_key(key)
+    headers = {"Authorization": f"Bearer {key}"}
+    if args.respond_async:
+        headers["Prefer"] = "respond-async"
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=args.timeout) as client:
+            response = client.post("/v1/executions", json=_call_body(args, settings, key))
+            if args.wait is not None and response.status_code == 202:
+                response = _wait_for(client, response.json()["id"], args.wait, args.timeout)
+    except httpx.HTTPError as exc:
+        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
+        return 3
+    print(json.dumps(response.json(), indent=2))
+    if response.status_code >= 400:
+        return 1
+    result = response.json().get("result") or {}
+    return 0 if result.get("outcome") == "succeeded" else 1
+
+
+def _call_body(args: argparse.Namespace, settings: Settings, key: str) -> dict[str, Any]:
+    """The execution request: fresh run and call ids unless given."""
     arguments = json.loads(args.args_json) if args.args_json else {}
     arguments.update(dict(_argument(a) for a in args.arg))
     body: dict[str, Any] = {
@@ -240,25 +268,31 @@ def cmd_call(args: argparse.Namespace) -> int:
         "arguments": arguments,
         "workspace": {"id": args.workspace},
     }
+    principal = settings.principal_for_key(key)
+    agent_id = args.agent_id if args.agent_id is not None else "cli"
     if principal is not None:
-        body["actor"] = {"user_id": principal.id, "agent_id": "cli"}
+        body["actor"] = {"user_id": principal.id, "agent_id": agent_id}
+    elif args.agent_id is not None:  # a gateway whose keys this configuration does not know
+        body["actor"] = {"agent_id": agent_id}
     if args.idempotency_key:
         body["idempotency_key"] = args.idempotency_key
-    try:
-        response = httpx.post(
-            f"{url}/v1/executions",
-            json=body,
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=args.timeout,
+    return body
+
+
+def _wait_for(
+    client: httpx.Client, execution_id: str, wait: float, timeout: float
+) -> httpx.Response:
+    """Long-poll the execution until it is completed, or for at most ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = max(0.0, min(MAX_WAIT_S, deadline - time.monotonic()))
+        response = client.get(
+            f"/v1/executions/{execution_id}",
+            params={"wait": f"{left:.3f}"},
+            timeout=timeout + left,
         )
-    except httpx.HTTPError as exc:
-        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
-        return 3
-    print(json.dumps(response.json(), indent=2))
-    if response.status_code >= 400:
-        return 1
-    result = response.json().get("result") or {}
-    return 0 if result.get("outcome") == "succeeded" else 1
+        if response.status_code != 202 or time.monotonic() >= deadline:
+            return response
 
 
 def _client_options(parser: argparse.ArgumentParser) -> None:
@@ -297,6 +331,21 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--run-id")
     call.add_argument("--call-id")
     call.add_argument("--idempotency-key")
+    call.add_argument("--agent-id", help="which agent of yours is calling (default cli)")
+    call.add_argument(
+        "--wait",
+        type=float,
+        nargs="?",
+        const=math.inf,
+        metavar="SECONDS",
+        help="wait until the call is completed (at most SECONDS; no limit without it)",
+    )
+    call.add_argument(
+        "--async",
+        dest="respond_async",
+        action="store_true",
+        help="send Prefer: respond-async (answer once accepted; a worker runs it)",
+    )
     _client_options(call)
     call.set_defaults(fn=cmd_call)
 
@@ -335,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     esub = executions.add_subparsers(dest="executions_command", required=True)
     eshow = esub.add_parser("show", help="one execution")
     eevents = esub.add_parser("events", help="its event log")
+    eevents.add_argument("--after", type=int, metavar="SEQ", help="only events after this seq")
     ecancel = esub.add_parser("cancel", help="ask it to stop")
     eresolve = esub.add_parser("resolve", help="settle an unknown outcome (approvers)")
     eresolve.add_argument("--outcome", required=True, choices=["succeeded", "failed"])

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,165 @@ def test_call_and_approvals_against_a_running_gateway(tmp_path: Path) -> None:
             "--config", str(config), "approvals", "list", "--url", url, cwd=tmp_path, key=ALICE
         )
         assert refused.returncode == 1 and "not_an_approver" in refused.stdout
+
+
+def _call(config: Path, url: str, *args: str, key: str = ALICE) -> subprocess.CompletedProcess[str]:
+    return toolgate(
+        "--config", str(config), "call", *args, "--url", url, cwd=config.parent, key=key
+    )
+
+
+@pytest.mark.slow
+def test_call_ids_agent_and_idempotency_key(tmp_path: Path) -> None:
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    with gateway(config) as url:
+        write = ("fs.write_file", "--arg", "path=notes/a.txt", "--arg", "content=hi")
+        first = _call(
+            config, url, *write, "--run-id", "r-cli", "--call-id", "c-1", "--agent-id", "planner"
+        )
+        assert first.returncode == 0, first.stdout + first.stderr
+        execution = json.loads(first.stdout)
+        assert (execution["run_id"], execution["call_id"]) == ("r-cli", "c-1")
+        assert execution["actor"] == {"user_id": "alice", "agent_id": "planner"}
+        again = json.loads(
+            _call(
+                config,
+                url,
+                *write,
+                "--run-id",
+                "r-cli",
+                "--call-id",
+                "c-1",
+                "--agent-id",
+                "planner",
+            ).stdout
+        )
+        assert again["id"] == execution["id"]  # the same call: replayed, not run again
+        fresh = [json.loads(_call(config, url, *write).stdout) for _ in range(2)]
+        assert fresh[0]["actor"]["agent_id"] == "cli"
+        assert fresh[0]["run_id"] != fresh[1]["run_id"]
+        assert fresh[0]["call_id"] != fresh[1]["call_id"]
+        keyed = [
+            json.loads(_call(config, url, *write, "--idempotency-key", "k-cli").stdout)
+            for _ in range(2)
+        ]
+        assert keyed[0]["id"] == keyed[1]["id"]  # new call ids, one key: one execution
+        events = toolgate(
+            "--config",
+            str(config),
+            "executions",
+            "events",
+            execution["id"],
+            "--after",
+            "3",
+            "--url",
+            url,
+            cwd=tmp_path,
+            key=ALICE,
+        )
+        assert events.returncode == 0, events.stdout + events.stderr
+        seqs = [e["seq"] for e in json.loads(events.stdout)["items"]]
+        assert seqs and min(seqs) == 4
+
+
+def _pending_approval(config: Path, url: str) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = toolgate(
+            "--config",
+            str(config),
+            "approvals",
+            "list",
+            "--status",
+            "pending",
+            "--url",
+            url,
+            cwd=config.parent,
+            key=BOB,
+        )
+        items = json.loads(listed.stdout)["items"]
+        if items:
+            return str(items[0]["id"])
+        time.sleep(0.2)
+    raise AssertionError("no approval became pending")
+
+
+@pytest.mark.slow
+def test_call_wait_follows_an_approval_and_an_async_call_to_the_end(tmp_path: Path) -> None:
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    (tmp_path / "var/workspaces/demo/notes").mkdir(parents=True)
+    (tmp_path / "var/workspaces/demo/notes/old.txt").write_text("old")
+    with gateway(config) as url:
+        env = {**os.environ, "RUST_LIB_BACKTRACE": "0", "TOOLGATE_API_KEY": ALICE}
+        waiting = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "--config",
+                str(config),
+                "call",
+                "fs.delete_file",
+                "--arg",
+                "path=notes/old.txt",
+                "--idempotency-key",
+                "del-1",
+                "--wait",
+                "--url",
+                url,
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            approval = _pending_approval(config, url)
+            approved = toolgate(
+                "--config",
+                str(config),
+                "approvals",
+                "approve",
+                approval,
+                "--url",
+                url,
+                cwd=tmp_path,
+                key=BOB,
+            )
+            assert approved.returncode == 0, approved.stdout
+            out, err = waiting.communicate(timeout=60)
+        finally:
+            waiting.kill()
+        assert waiting.returncode == 0, out + err
+        final = json.loads(out)  # one document: the final execution, not the 202 first
+        assert final["status"] == "completed" and final["result"]["outcome"] == "succeeded"
+        assert final["approval"]["status"] == "used"
+        assert not (tmp_path / "var/workspaces/demo/notes/old.txt").exists()
+        later = _call(
+            config,
+            url,
+            "fs.write_file",
+            "--arg",
+            "path=notes/later.txt",
+            "--arg",
+            "content=later",
+            "--async",
+            "--wait",
+            "30",
+        )
+        assert later.returncode == 0, later.stdout + later.stderr
+        assert json.loads(later.stdout)["result"]["outcome"] == "succeeded"
+        parked = _call(
+            config,
+            url,
+            "fs.delete_file",
+            "--arg",
+            "path=notes/later.txt",
+            "--idempotency-key",
+            "del-2",
+            "--wait",
+            "0.5",
+        )
+        assert parked.returncode == 1  # not completed within the wait: the execution so far
+        assert json.loads(parked.stdout)["status"] == "awaiting_approval"

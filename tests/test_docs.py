@@ -6,6 +6,8 @@ Each test names what is missing, and what to do about it, when it fails.
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -387,6 +389,148 @@ def test_links_resolve(page: str) -> None:
     assert not broken, f"docs/{page} has broken links: {broken}"
 
 
+# --- citations --------------------------------------------------------------------------------
+
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".rego", ".toml", ".json", ".txt", ".cfg", ".sh"}
+NOT_OURS = {".git", ".venv", "var", "build", "dist", "node_modules", "__pycache__"}
+GONE_DOCUMENT = re.compile("DESIGN" + r"\s*(§|section\b)", re.IGNORECASE)
+"""A citation of the design document, which is not in the repository (spelt so that this
+file does not match itself)."""
+CITED_ANCHOR = re.compile(r"docs/([\w/.-]+\.md)#([\w-]+)")
+
+
+def text_files() -> Iterator[Path]:
+    """The repository's own text files (not the virtualenv, the database, caches)."""
+    for top, dirs, files in os.walk(REPO):
+        dirs[:] = sorted(d for d in dirs if d not in NOT_OURS and not d.startswith("."))
+        for name in sorted(files):
+            path = Path(top) / name
+            if path.suffix in TEXT_SUFFIXES or name == "Makefile":
+                yield path
+
+
+def test_nothing_cites_a_document_that_is_not_in_the_repository() -> None:
+    files = list(text_files())
+    assert REPO / "gateway" / "cli.py" in files and REPO / "docs" / "api.md" in files
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if GONE_DOCUMENT.search(line)
+    ]
+    assert not found, (
+        f"these lines cite the design document, which readers of the repository do not have: "
+        f"{found}; cite the section of a docs/ page that says it, by its anchor"
+    )
+
+
+def test_cited_doc_sections_exist() -> None:
+    broken = []
+    for path in text_files():
+        if path.is_relative_to(DOCS):
+            continue  # the pages' own links are checked by test_links_resolve
+        for page, anchor in CITED_ANCHOR.findall(
+            path.read_text(encoding="utf-8", errors="replace")
+        ):
+            target = DOCS / page
+            if not target.is_file() or anchor not in anchors(target.read_text(encoding="utf-8")):
+                broken.append(f"{path.relative_to(REPO)}: docs/{page}#{anchor}")
+    assert not broken, f"these cite a docs/ section that does not exist: {broken}"
+
+
+# --- examples ---------------------------------------------------------------------------------
+
+EXAMPLE_PAGES = ("README.md", "docs/quickstart.md", "docs/api.md")
+"""Pages a reader runs in order against one gateway: their calls must not collide."""
+
+
+def fenced_blocks(text: str) -> Iterator[tuple[str, str]]:
+    """(info string, body) of every fenced code block."""
+    for match in re.finditer(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", text, re.M | re.S):
+        yield match.group(1).strip(), match.group(2)
+
+
+def example_requests(text: str) -> Iterator[dict[str, object]]:
+    """The JSON bodies (``-d '...'``) with a run_id and call_id in the page's ``sh`` blocks,
+    with an ``Idempotency-Key`` header sent along as ``idempotency_key``."""
+    for info, block in fenced_blocks(text):
+        if info != "sh":
+            continue
+        for command in re.split(r"\n(?=curl |\S+=\S* )", block):
+            for raw in re.findall(r"-d '((?:[^']|'\\'')*)'", command):
+                body = json.loads(raw.replace("'\\''", "'"))
+                if isinstance(body, dict) and "run_id" in body and "call_id" in body:
+                    key = re.search(r"Idempotency-Key: ([^'\"]+)", command)
+                    if key:
+                        body["idempotency_key"] = key.group(1)
+                    yield body
+
+
+def test_example_calls_do_not_collide() -> None:
+    """Run in order, README, quickstart and api.md examples never reuse a (run_id, call_id)
+    for another request (the gateway would answer 409 call_id_reused)."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    clashes, count = [], 0
+    for page in EXAMPLE_PAGES:
+        for body in example_requests((REPO / page).read_text(encoding="utf-8")):
+            count += 1
+            pair = (str(body["run_id"]), str(body["call_id"]))
+            text = json.dumps(body, sort_keys=True)
+            if pair in seen and seen[pair][1] != text:
+                clashes.append(f"{pair} in {seen[pair][0]} and {page}")
+            seen.setdefault(pair, (page, text))
+    assert count >= 10, f"found only {count} example calls: fix example_requests()"
+    assert not clashes, (
+        f"these examples send different calls with the same (run_id, call_id): {clashes}; "
+        "give each page a run_id of its own"
+    )
+
+
+@pytest.mark.slow
+def test_example_calls_run_in_order_against_a_gateway(tmp_path: Path) -> None:
+    """The same calls sent, page after page, to one real gateway: each is accepted (200 or
+    202), none is refused as a reused call id or key."""
+    import httpx
+
+    from tests.integration.gateways import gateway, make_project
+
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    answers = []
+    with gateway(config) as url:
+        for page in EXAMPLE_PAGES:
+            for body in example_requests((REPO / page).read_text(encoding="utf-8")):
+                response = httpx.post(
+                    f"{url}/v1/executions",
+                    json=body,
+                    headers={"Authorization": "Bearer tg_dev_alice"},
+                    timeout=60,
+                )
+                answers.append((page, body["call_id"], response.status_code, response.text))
+    refused = [a for a in answers if a[2] not in (200, 202)]
+    assert len(answers) >= 10 and not refused, refused
+
+
+TASK_PAGES = sorted((DOCS / "tasks").glob("*.md"))
+WRITTEN_ELSEWHERE = {DOCS / "tasks" / "first-tool.md", DOCS / "tasks" / "first-rule.md"}
+"""Task pages README.md lists that a parallel change writes; drop this once both are merged."""
+
+
+@pytest.mark.parametrize(
+    "page", [REPO / "README.md", *TASK_PAGES], ids=lambda p: str(p.relative_to(REPO))
+)
+def test_links_resolve_in_readme_and_task_pages(page: Path) -> None:
+    """Links are relative to the page's own directory."""
+    broken = []
+    for file, anchor in links(page.read_text(encoding="utf-8")):
+        target = (page.parent / file).resolve() if file else page
+        if not target.is_file():
+            if target not in WRITTEN_ELSEWHERE:
+                broken.append(f"{file}#{anchor}: no such file")
+        elif anchor and anchor not in anchors(target.read_text(encoding="utf-8")):
+            broken.append(f"{file or page.name}#{anchor}: no such heading")
+    assert not broken, f"{page.relative_to(REPO)} has broken links: {broken}"
+
+
 # --- policies.md ------------------------------------------------------------------------------
 
 
@@ -492,3 +636,18 @@ def test_the_checks_can_fail() -> None:
     }
     with pytest.raises(ConfigError):
         faults.Faults.parse("after_commit:explode")
+    assert GONE_DOCUMENT.search("see " + "DESIGN" + " §8") and GONE_DOCUMENT.search(
+        "(" + "DESIGN" + " section 3)"
+    )
+    assert not GONE_DOCUMENT.search("docs/api.md#idempotency")
+    assert CITED_ANCHOR.findall("(docs/api.md#toolresult).") == [("api.md", "toolresult")]
+    sample = (
+        "```sh\ncurl -s $TG -H 'Idempotency-Key: k'\\\n"
+        '  -d \'{"run_id": "r", "call_id": "c"}\'\n'
+        'curl -s $TG -d \'{"run_id": "r", "call_id": "d", "note": "\'\\\'\'x\'\\\'\'"}\'\n```\n'
+        '```json\n{"run_id": "r", "call_id": "e"}\n```\n'
+    )
+    assert list(example_requests(sample)) == [
+        {"run_id": "r", "call_id": "c", "idempotency_key": "k"},
+        {"run_id": "r", "call_id": "d", "note": "'x'"},
+    ]

@@ -1,4 +1,5 @@
-"""The append-only, versioned event vocabulary of an execution (DESIGN §8)."""
+"""The append-only, versioned event vocabulary of an execution: the event table of
+docs/api.md#get-v1executionsexecution_idevents."""
 
 from __future__ import annotations
 

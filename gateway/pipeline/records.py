@@ -104,7 +104,7 @@ _REQUEST_FIELDS = tuple(
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """The stable result of one execution (DESIGN §2)."""
+    """The stable result of one execution (docs/api.md#toolresult)."""
 
     call_id: str
     tool_version: str | None

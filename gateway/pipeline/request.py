@@ -37,7 +37,7 @@ class WorkspaceBody(_Body):
 
 
 class ExecutionRequestBody(_Body):
-    """The JSON body of ``POST /v1/executions`` (DESIGN §2)."""
+    """The JSON body of ``POST /v1/executions`` (docs/api.md#request-body)."""
 
     run_id: str = _ID
     turn_id: str = Field(default="", max_length=256)

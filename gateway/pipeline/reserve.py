@@ -68,7 +68,8 @@ def build_record(
 
 
 def idempotency_scope(flow: Flow) -> str | None:
-    """sha256 of principal + workspace + tool + key: the key's namespace (DESIGN §7)."""
+    """sha256 of principal + workspace + tool + key: the key's namespace (docs/api.md#idempotency,
+    'Scope')."""
     req = flow.request
     if not req.idempotency_key or flow.tool is None or flow.tool.idempotency == "none":
         return None

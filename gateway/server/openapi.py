@@ -6,6 +6,7 @@ from typing import Any
 
 from gateway import __version__
 from gateway.pipeline.request import ExecutionRequestBody
+from gateway.server.render import TOOL_FORMATS
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 
@@ -121,8 +122,21 @@ def _paths() -> dict[str, Any]:
         "/v1/executions/{execution_id}/events": {
             "get": {
                 "summary": "The execution's append-only event log",
-                "parameters": [_ID_PARAM],
-                "responses": {"200": _resp("events in order", {"type": "object"}), **_ERRORS},
+                "parameters": [
+                    _ID_PARAM,
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "description": "only the events with a seq greater than this",
+                        "schema": {"type": "integer", "minimum": 0},
+                    },
+                ],
+                "responses": {
+                    "200": _resp("events in order of seq", {"type": "object"}),
+                    "400": _resp("after is not an integer of 0 or more (invalid_after)"),
+                    "404": _resp("no such execution"),
+                    **_ERRORS,
+                },
             }
         },
         "/v1/executions/{execution_id}/cancel": {
@@ -212,8 +226,26 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/tools": {
             "get": {
-                "summary": "The tool catalogue",
-                "responses": {"200": _resp("tools", {"type": "object"}), **_ERRORS},
+                "summary": "The tool catalogue, or every enabled tool as an LLM tool definition",
+                "parameters": [
+                    {
+                        "name": "format",
+                        "in": "query",
+                        "description": (
+                            "llm: {name, description, parameters}; openai: {type: function, "
+                            "function: {name, description, parameters}}; anthropic: {name, "
+                            "description, input_schema}; mcp: {name, description, inputSchema}"
+                        ),
+                        "schema": {"enum": list(TOOL_FORMATS)},
+                    }
+                ],
+                "responses": {
+                    "200": _resp(
+                        "tools; with format: {format, items, count, names}", {"type": "object"}
+                    ),
+                    "400": _resp("an unknown format (invalid_format)"),
+                    **_ERRORS,
+                },
             }
         },
         "/v1/tools/{name}": {

@@ -173,14 +173,31 @@ async def list_executions(request: Request) -> Response:
 
 
 async def execution_events(request: Request) -> Response:
+    """The event log; ``?after=SEQ`` only the events with a ``seq`` greater than SEQ."""
     services, record = await _visible_execution(request)
-    events = await services.store.events(record.id)
+    after = _after_seq(request.query_params.get("after"))
+    events = await services.store.events(record.id, after)
     return JSONResponse({"execution_id": record.id, "items": [e.to_json() for e in events]})
 
 
+def _after_seq(raw: str | None) -> int:
+    if raw is None:
+        return -1
+    if not raw.isdecimal() or not raw.isascii():
+        raise MalformedRequest(
+            "after must be the seq of an event you have (an integer, 0 or more)",
+            code="invalid_after",
+        )
+    return int(raw)
+
+
 async def list_tools(request: Request) -> Response:
+    """The catalogue; ``?format=`` every enabled tool as an LLM tool definition instead."""
     services = services_of(request)
     principal_of(request)
+    fmt = request.query_params.get("format")
+    if fmt is not None:
+        return _tool_definitions(services, fmt)
     catalogue = services.catalogue
     items = []
     for name in catalogue.names:
@@ -188,6 +205,22 @@ async def list_tools(request: Request) -> Response:
         enabled = [v for v in versions if not v.disabled] or versions
         items.append(render.tool_summary(enabled[0], versions))
     return JSONResponse({"items": items, "count": len(items)})
+
+
+def _tool_definitions(services: Services, fmt: str) -> Response:
+    if fmt not in render.TOOL_FORMATS:
+        raise MalformedRequest(
+            f"format must be one of {', '.join(render.TOOL_FORMATS)} (got {fmt!r})",
+            code="invalid_format",
+        )
+    catalogue = services.catalogue
+    items, names = [], {}
+    for name in catalogue.names:
+        enabled = [v for v in catalogue.versions(name) if not v.disabled]
+        if enabled:  # a tool whose every version is disabled cannot be called
+            items.append(render.tool_definition(enabled[0], fmt))
+            names[render.definition_name(enabled[0], fmt)] = name
+    return JSONResponse({"format": fmt, "items": items, "count": len(items), "names": names})
 
 
 async def get_tool(request: Request) -> Response:

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from starlette.testclient import TestClient
 
+from gateway.server.app import create_app
+from gateway.settings import Settings
 from tests.server.conftest import auth
 
 
@@ -57,3 +61,80 @@ def test_openapi_covers_every_route(client: TestClient) -> None:
             methods = {m.lower() for m in route.methods or ()} - {"head"}
             assert route.path in doc["paths"], route.path
             assert methods <= set(doc["paths"][route.path]), (route.path, methods)
+
+
+def _definitions(client: TestClient, fmt: str) -> dict:  # type: ignore[type-arg]
+    response = client.get(f"/v1/tools?format={fmt}", headers=auth())
+    assert response.status_code == 200, response.text
+    listing = response.json()
+    assert listing["format"] == fmt and listing["count"] == len(listing["items"])
+    return listing  # type: ignore[no-any-return]
+
+
+def test_every_enabled_tool_as_llm_definitions_in_one_request(client: TestClient) -> None:
+    listing = _definitions(client, "llm")
+    detail = client.get("/v1/tools/fs.write_file", headers=auth()).json()
+    items = {item["name"]: item for item in listing["items"]}
+    assert items["fs__write_file"] == detail["llm_tool"]  # the same as one tool's llm_tool
+    tools = client.get("/v1/tools", headers=auth()).json()["items"]
+    enabled = {t["name"] for t in tools if not all(v["disabled"] for v in t["versions"])}
+    assert set(listing["names"].values()) == enabled
+    assert listing["names"]["fs__write_file"] == "fs.write_file"
+    assert sorted(listing["names"]) == sorted(items)
+
+
+def test_tool_definitions_in_the_shapes_frameworks_take(client: TestClient) -> None:
+    openai = {i["function"]["name"]: i for i in _definitions(client, "openai")["items"]}
+    write = openai["fs__write_file"]
+    assert write["type"] == "function"
+    assert set(write["function"]) == {"name", "description", "parameters"}
+    assert write["function"]["parameters"]["required"] == ["content", "path"]
+    anthropic = {i["name"]: i for i in _definitions(client, "anthropic")["items"]}
+    assert set(anthropic["fs__write_file"]) == {"name", "description", "input_schema"}
+    assert anthropic["fs__write_file"]["input_schema"] == write["function"]["parameters"]
+    mcp = _definitions(client, "mcp")
+    by_name = {i["name"]: i for i in mcp["items"]}
+    assert set(by_name["fs.write_file"]) == {"name", "description", "inputSchema"}
+    assert mcp["names"]["fs.write_file"] == "fs.write_file"
+    for item in [*anthropic.values(), *by_name.values()]:
+        schema = item.get("input_schema") or item["inputSchema"]
+        assert "x-" not in str(list(_keys(schema)))
+
+
+def _keys(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return [k for k, v in value.items() for k in (k, *_keys(v))]
+    if isinstance(value, list):
+        return [k for v in value for k in _keys(v)]
+    return []
+
+
+def test_disabled_tools_are_not_offered_to_a_model(settings: Settings, project: Path) -> None:
+    (project / "tools.d" / "fs.write_file.yaml").unlink()
+    old = project / "tools.d" / "fs.write_file.v1.0.yaml"
+    old.write_text(old.read_text() + "disabled: true\n")
+    with TestClient(create_app(settings)) as client:
+        listed = [t["name"] for t in client.get("/v1/tools", headers=auth()).json()["items"]]
+        offered = _definitions(client, "openai")["names"].values()
+    assert "fs.write_file" in listed  # still listed: its only version is disabled
+    assert "fs.write_file" not in offered and "fs.read_file" in offered
+
+
+def test_an_unknown_format_is_400(client: TestClient) -> None:
+    response = client.get("/v1/tools?format=gpt", headers=auth())
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["code"] == "invalid_format"
+    assert "llm, openai, anthropic, mcp" in problem["detail"] and "'gpt'" in problem["detail"]
+
+
+def test_openapi_documents_the_format_and_after_parameters(client: TestClient) -> None:
+    doc = client.get("/openapi.json", headers=auth()).json()
+    tools = doc["paths"]["/v1/tools"]["get"]
+    fmt = next(p for p in tools["parameters"] if p["name"] == "format")
+    assert fmt["schema"]["enum"] == ["llm", "openai", "anthropic", "mcp"]
+    assert "400" in tools["responses"]
+    events = doc["paths"]["/v1/executions/{execution_id}/events"]["get"]
+    assert any(p["name"] == "after" for p in events["parameters"])
+    assert "400" in events["responses"]
