@@ -223,7 +223,7 @@ def head_of(
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        raise os_error(exc, f"cannot read {shown}", error) from exc
+        raise os_error(exc, f"cannot open {shown}", error) from exc
     try:
         return read_head(fd, limit, watch)
     except OSError as exc:
@@ -251,7 +251,7 @@ def whole_file(path: Path, watch: Watch, shown: str) -> bytes | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        raise os_error(exc, f"cannot read {shown}") from exc
+        raise os_error(exc, f"cannot open {shown}") from exc
     try:
         size = os.fstat(fd).st_size
         if size > MAX_WHOLE_FILE:
