@@ -141,3 +141,33 @@ def test_a_state_guard_on_a_fifo_is_refused_before_anything_runs(
     )
     result = _post_bounded(client, payload).json()["result"]
     assert (result["error"]["type"], result["error"]["phase"]) == ("not_a_regular_file", "validate")
+
+
+def test_a_cancel_stops_hashing_a_huge_file(client: TestClient, workspace_root: Path) -> None:
+    """An async read of a 4 GiB sparse file (seconds of hashing) stops at the cancel, at
+    the next chunk, instead of running on (or, before, reading 4 GiB into memory)."""
+    os.truncate(_touch(workspace_root / "huge"), 4 << 30)
+    started = client.post(
+        "/v1/executions",
+        json=body("fs.read_file", {"path": "huge"}),
+        headers={**auth(), "Prefer": "respond-async"},
+    )
+    assert started.status_code == 202, started.text
+    url = started.json()["links"]["self"]
+    cancelled = client.post(url + "/cancel", headers=auth())
+    assert cancelled.status_code in (200, 202), cancelled.text
+    done = _wait(client, url)
+    assert done["status"] == "completed", done
+    result = done["result"]
+    assert (result["outcome"], result["error"]["type"]) == ("cancelled", "cancelled"), result
+
+
+def _wait(client: TestClient, url: str) -> Any:
+    response = client.get(url + "?wait=10", headers=auth())
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _touch(path: Path) -> Path:
+    path.touch()
+    return path
