@@ -62,8 +62,9 @@ SPEC = AdapterSpec(
 MAX_LIST_ENTRIES = 10_000
 INLINE_MAX_BYTES = 64 * 1024
 """Reading a regular file up to this size (a read, a sha256 probe) runs on the event loop:
-a hop to a worker thread costs more CPU (about 0.1 ms) than such a read. Larger files,
-anything that is not a regular file, and every write (they fsync) go to a worker thread."""
+a hop to a worker thread costs more CPU (about 0.1 ms) than such a read. Larger files (read
+there in bounded chunks), anything that is not a regular file (refused there, at once) and
+every write (they fsync) go to a worker thread."""
 
 
 def sha256_bytes(data: bytes) -> str:
