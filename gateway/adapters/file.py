@@ -2,7 +2,9 @@
 
 Every path is confined to the workspace again right before it is touched (see
 ``gateway.workspace.confine``). Writes are atomic: a temp file in the same directory,
-fsync, ``os.replace``, fsync of the directory. OS errors become ExecutionError here.
+fsync, ``os.replace``, fsync of the directory. Only regular files are read or written,
+read in bounded chunks that look at the call's deadline and cancel signal in between
+(``gateway.adapters.fileio``); OS errors become stable codes there (``os_error``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +23,19 @@ import anyio
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
+from gateway.adapters.fileio import (
+    UNWATCHED,
+    DeadlinePassed,
+    Head,
+    Stopped,
+    Watch,
+    file_sha256,
+    head_of,
+    open_regular,
+    os_error,
+    regular_or_missing,
+    whole_file,
+)
 from gateway.adapters.patch import apply_unified_diff, unified_diff
 from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
 from gateway.settings import Settings
@@ -47,32 +62,22 @@ SPEC = AdapterSpec(
 MAX_LIST_ENTRIES = 10_000
 INLINE_MAX_BYTES = 64 * 1024
 """Reading a regular file up to this size (a read, a sha256 probe) runs on the event loop:
-a hop to a worker thread costs more CPU (about 0.1 ms) than such a read. Larger files,
-anything that is not a regular file, and every write (they fsync) go to a worker thread."""
+a hop to a worker thread costs more CPU (about 0.1 ms) than such a read. Larger files (read
+there in bounded chunks), anything that is not a regular file (refused there, at once) and
+every write (they fsync) go to a worker thread."""
 
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha256(path: Path) -> str | None:
-    """The sha256 of a regular file, or None when nothing is there."""
-    try:
-        with path.open("rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError as exc:
-        raise ValidationError(f"{path.name} is a directory, not a file", code="not_a_file") from exc
-
-
 def small_file_bytes(path: Path) -> bytes | None:
     """The content of ``path`` when it is a regular file of at most ``INLINE_MAX_BYTES``;
     None otherwise, or on any error (the caller then takes the general path, which reports
-    it). Opened without blocking, and checked on the open descriptor: a FIFO or device
-    swapped in after the path was resolved is never read here."""
+    it). Opened without blocking and without following a symlink, and checked on the open
+    descriptor: a FIFO or device swapped in after the path was resolved is never read here."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -83,7 +88,7 @@ def small_file_bytes(path: Path) -> bytes | None:
         while chunk := os.read(fd, INLINE_MAX_BYTES + 1 - len(data)):
             data += chunk
             if len(data) > INLINE_MAX_BYTES:
-                return None  # it grew since fstat: a worker thread reads it all
+                return None  # it grew since fstat: a worker thread reads it in chunks
         return data
     except OSError:
         return None
@@ -128,12 +133,6 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _os_error(exc: OSError, what: str) -> ToolgateError:
-    retryable = exc.errno in (errno.EAGAIN, errno.EBUSY, errno.ENOSPC, errno.EINTR)
-    reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
-    return ExecutionError(f"{what}: {reason}", code="file_error", retryable=retryable)
-
-
 def create(settings: Settings, config: Mapping[str, Any]) -> FileAdapter:
     """The file adapter takes no configuration of its own."""
     if config:
@@ -152,17 +151,30 @@ class FileAdapter:
             target = _target(call)
             raw = small_file_bytes(target.absolute)
             if raw is not None:
-                return _read_outcome(call, target, raw)
-        return await anyio.to_thread.run_sync(op, call)
+                head = Head(raw[: call.output_budget], len(raw), sha256_bytes(raw))
+                return _read_outcome(target, head)
+        try:
+            return await anyio.to_thread.run_sync(op, call)
+        except DeadlinePassed:
+            raise TimeoutError from None  # the pipeline's sign for a timeout
+        except Stopped:
+            error = ExecutionError(
+                "the call was cancelled before it changed anything", code="cancelled"
+            )
+            return AdapterOutcome(
+                Outcome.CANCELLED, error=error, side_effect=Effect(False, False, "stopped")
+            )
 
     async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
-        target = confine(call.workspace, params["path"], "probe path").absolute
+        target = confine(call.workspace, params["path"], "probe path")
         if name == "file_exists":
-            return target.exists()  # one stat, like each step of confine's realpath
-        raw = small_file_bytes(target)
+            return _exists(target)  # one stat, like each step of confine's realpath
+        raw = small_file_bytes(target.absolute)
         if raw is not None:
             return sha256_bytes(raw)
-        return await anyio.to_thread.run_sync(file_sha256, target)
+        return await anyio.to_thread.run_sync(
+            file_sha256, target.absolute, UNWATCHED, ValidationError, target.relative
+        )
 
     async def preview(self, call: AdapterCall) -> JSON:
         """What a write would change, for the approver: a diff, or what would be deleted."""
@@ -172,6 +184,22 @@ class FileAdapter:
         return None
 
 
+def _exists(target: ResolvedPath) -> bool:
+    try:
+        os.stat(target.absolute)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return False  # as Path.exists: a symlink loop leads nowhere
+        raise os_error(exc, f"cannot look at {target.relative}", ValidationError) from exc
+    return True
+
+
+def _watch(call: AdapterCall) -> Watch:
+    return Watch(call.deadline, call.cancelled)
+
+
 def _preview(call: AdapterCall) -> JSON:
     op = call.tool.operation
     if op == "write_many":
@@ -179,16 +207,16 @@ def _preview(call: AdapterCall) -> JSON:
     target = _target(call)
     if op in ("read", "list"):
         return None
-    exists = target.absolute.is_file()
-    current = target.absolute.read_bytes() if exists else b""
     if op == "delete":
+        head = head_of(target.absolute, 0, UNWATCHED, target.relative)
         return {
             "path": target.relative,
-            "exists": exists,
-            "size": len(current),
-            "sha256": sha256_bytes(current) if exists else None,
+            "exists": head is not None,
+            "size": head.size if head else 0,
+            "sha256": head.sha256 if head else None,
         }
-    before = current.decode("utf-8", "replace")
+    current = whole_file(target.absolute, UNWATCHED, target.relative)
+    before = (current or b"").decode("utf-8", "replace")
     if op == "apply_patch":
         after = apply_unified_diff(before, str(call.arguments["patch"]))
     elif op == "append":
@@ -198,7 +226,7 @@ def _preview(call: AdapterCall) -> JSON:
     diff = unified_diff(before, after, target.relative)
     return {
         "path": target.relative,
-        "exists": exists,
+        "exists": current is not None,
         "diff": diff[:16384],
         "diff_truncated": len(diff) > 16384,
     }
@@ -211,58 +239,69 @@ def _target(call: AdapterCall) -> ResolvedPath:
 
 
 def _read(call: AdapterCall) -> AdapterOutcome:
+    """At most the output budget is kept; the whole file is hashed, chunk by chunk."""
     target = _target(call)
-    try:
-        raw = target.absolute.read_bytes()
-    except FileNotFoundError as exc:
-        raise ExecutionError(f"{target.relative} does not exist", code="file_not_found") from exc
-    except IsADirectoryError as exc:
-        raise ExecutionError(f"{target.relative} is a directory", code="not_a_file") from exc
-    except OSError as exc:
-        raise _os_error(exc, f"cannot read {target.relative}") from exc
-    return _read_outcome(call, target, raw)
+    head = head_of(target.absolute, call.output_budget, _watch(call), target.relative)
+    if head is None:
+        raise ExecutionError(f"{target.relative} does not exist", code="file_not_found")
+    return _read_outcome(target, head)
 
 
-def _read_outcome(call: AdapterCall, target: ResolvedPath, raw: bytes) -> AdapterOutcome:
-    digest = sha256_bytes(raw)
-    body = raw[: call.output_budget]
-    try:
-        content, encoding = body.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        content, encoding = body.hex(), "hex"
+def _read_outcome(target: ResolvedPath, head: Head) -> AdapterOutcome:
+    truncated = len(head.data) < head.size
+    content, encoding = _decode(head.data, truncated)
     data = {
         "path": target.relative,
         "content": content,
         "encoding": encoding,
-        "size": len(raw),
-        "sha256": digest,
+        "size": head.size,
+        "sha256": head.sha256,
     }
     return AdapterOutcome(
         Outcome.SUCCEEDED,
         data=data,
-        side_effect=Effect(False, False, f"read {len(raw)} bytes of {target.relative}"),
-        evidence=(Evidence("file_hash", target.relative, digest),),
-        truncated=len(body) < len(raw),
+        side_effect=Effect(False, False, f"read {head.size} bytes of {target.relative}"),
+        evidence=(Evidence("file_hash", target.relative, head.sha256),),
+        truncated=truncated,
     )
 
 
+def _decode(body: bytes, truncated: bool) -> tuple[str, str]:
+    """(content, encoding): UTF-8 text, or hex for binary. A cut that splits the last
+    character keeps the text whole up to it instead of turning it all into hex."""
+    try:
+        return body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError as exc:
+        if truncated and exc.reason == "unexpected end of data":
+            return body[: exc.start].decode("utf-8"), "utf-8"
+        return body.hex(), "hex"
+
+
 def _list(call: AdapterCall) -> AdapterOutcome:
+    """Entries in sorted order (a directory's entries right after it), walked one directory
+    at a time and stopped at the budget: a huge tree is never gathered whole."""
     target = _target(call)
-    if not target.absolute.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(os.stat(target.absolute).st_mode)
+    except OSError as exc:
+        raise os_error(exc, f"cannot list {target.relative}") from exc
+    if not is_dir:
         raise ExecutionError(f"{target.relative} is not a directory", code="not_a_directory")
     recursive = bool(call.arguments.get("recursive", False))
     entries: list[dict[str, Any]] = []
     truncated = False
-    walker = sorted(target.absolute.rglob("*") if recursive else target.absolute.iterdir())
     budget = call.output_budget
-    for entry in walker:
-        rel = entry.relative_to(call.workspace.root).as_posix()
-        item = {"path": rel, "type": _kind(entry), "size": _size(entry)}
-        budget -= len(rel) + 40
-        if budget < 0 or len(entries) >= MAX_LIST_ENTRIES:
-            truncated = True
-            break
-        entries.append(item)
+    skip = len(str(call.workspace.root)) + 1
+    try:
+        for entry in _walk(str(target.absolute), recursive, _watch(call)):
+            rel = entry.path[skip:]
+            budget -= len(rel) + 40
+            if budget < 0 or len(entries) >= MAX_LIST_ENTRIES:
+                truncated = True
+                break
+            entries.append({"path": rel, "type": _kind(entry), "size": _size(entry)})
+    except OSError as exc:
+        raise os_error(exc, f"cannot list {target.relative}") from exc
     return AdapterOutcome(
         Outcome.SUCCEEDED,
         data={"path": target.relative, "entries": entries, "count": len(entries)},
@@ -271,43 +310,79 @@ def _list(call: AdapterCall) -> AdapterOutcome:
     )
 
 
-def _kind(entry: Path) -> str:
+def _walk(top: str, recursive: bool, watch: Watch) -> Iterator[os.DirEntry[str]]:
+    """Depth first, each directory's entries sorted by name (the order of sorting the full
+    paths), symlinks not followed; an unreadable subdirectory is skipped."""
+    stack = [iter(_entries(top, watch))]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        yield entry
+        if recursive and entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(PermissionError):
+                stack.append(iter(_entries(entry.path, watch)))
+
+
+def _entries(directory: str, watch: Watch) -> list[os.DirEntry[str]]:
+    watch.check()
+    with os.scandir(directory) as it:
+        return sorted(it, key=lambda e: e.name)
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
     if entry.is_symlink():
         return "symlink"
-    return "dir" if entry.is_dir() else "file"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
 
 
-def _size(entry: Path) -> int | None:
+def _size(entry: os.DirEntry[str]) -> int | None:
     try:
-        return entry.lstat().st_size if entry.is_file() else None
+        info = entry.stat(follow_symlinks=False)
     except OSError:
         return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
-def _write_checked(call: AdapterCall, target: ResolvedPath, data: bytes, verb: str) -> Effect:
-    parent = target.absolute.parent
-    if not parent.exists():
-        if not call.arguments.get("create_dirs", True):
-            raise ExecutionError(
-                f"the directory of {target.relative} does not exist", code="file_not_found"
-            )
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise _os_error(exc, f"cannot create the directory of {target.relative}") from exc
-        confine(call.workspace, target.relative, target.argument)
+def _write_checked(
+    call: AdapterCall, target: ResolvedPath, data: bytes, verb: str, watch: Watch
+) -> Effect:
+    """Write ``data`` over ``target`` atomically; nothing is changed when the target is not
+    a regular file, or when the call is cancelled before the replace."""
     try:
+        _make_parent(call, target)
+        regular_or_missing(target.absolute, target.relative)  # a FIFO is refused, not replaced
+        watch.check()
         atomic_write(target.absolute, data)
     except OSError as exc:
-        raise _os_error(exc, f"cannot write {target.relative}") from exc
+        raise os_error(exc, f"cannot write {target.relative}") from exc
     return Effect(True, True, f"{verb} {target.relative} ({len(data)} bytes)")
+
+
+def _make_parent(call: AdapterCall, target: ResolvedPath) -> None:
+    parent = target.absolute.parent
+    if parent.exists():
+        return
+    if not call.arguments.get("create_dirs", True):
+        raise ExecutionError(
+            f"the directory of {target.relative} does not exist", code="file_not_found"
+        )
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_error(exc, f"cannot create the directory of {target.relative}") from exc
+    confine(call.workspace, target.relative, target.argument)
 
 
 def _write(call: AdapterCall) -> AdapterOutcome:
     target = _target(call)
+    watch = _watch(call)
     data = str(call.arguments["content"]).encode("utf-8")
-    before = file_sha256(target.absolute)
-    effect = _write_checked(call, target, data, "wrote")
+    before = file_sha256(target.absolute, watch, ExecutionError, target.relative)
+    effect = _write_checked(call, target, data, "wrote", watch)
     after = sha256_bytes(data)
     return AdapterOutcome(
         Outcome.SUCCEEDED,
@@ -323,19 +398,24 @@ def _append(call: AdapterCall) -> AdapterOutcome:
     Not atomic like a replace, and not reconcilable after a crash: declare it with care.
     """
     target = _target(call)
+    watch = _watch(call)
     data = str(call.arguments["content"]).encode("utf-8")
-    if not target.absolute.parent.exists():
-        _write_checked(call, target, b"", "created")
     try:
-        fd = os.open(target.absolute, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if not target.absolute.parent.exists():
+            _write_checked(call, target, b"", "created", watch)
+        watch.check()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        fd = open_regular(target.absolute, flags, target.relative, create_mode=0o644)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
-        raise _os_error(exc, f"cannot append to {target.relative}") from exc
-    after = file_sha256(target.absolute)
+        raise os_error(exc, f"cannot append to {target.relative}") from exc
+    after = file_sha256(target.absolute, watch.after_commit(), ExecutionError, target.relative)
     return AdapterOutcome(
         Outcome.SUCCEEDED,
         data={"path": target.relative, "appended": len(data), "sha256": after},
@@ -348,21 +428,36 @@ def _write_many(call: AdapterCall) -> AdapterOutcome:
     """Write several files, each atomically; report which committed and which did not.
 
     Not one transaction across files (the filesystem has none): on a failure the outcome is
-    ``partial`` with both lists, so the caller retries only what did not commit.
+    ``partial`` with both lists, so the caller retries only what did not commit. A cancel
+    stops before the next file; the files not written are listed as failed.
     """
     committed: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     evidence: list[Evidence] = []
+    watch = _watch(call)
+    stopped = False
     for i, item in enumerate(call.arguments["files"]):
         where = f"files.{i}.path"
         resolved = call.paths[where]
+        if stopped:
+            failed.append({"path": resolved.relative, "error": "not written: cancelled"})
+            continue
         data = str(item["content"]).encode("utf-8")
         try:
             target = confine(call.workspace, resolved.relative, where)
-            _write_checked(call, target, data, "wrote")
-            after = file_sha256(target.absolute)  # read back: what is really there
+            _write_checked(call, target, data, "wrote", watch)
+            # read back: what is really there
+            after = file_sha256(target.absolute, watch.after_commit(), ExecutionError)
         except ToolgateError as exc:
             failed.append({"path": resolved.relative, "error": exc.message})
+            continue
+        except DeadlinePassed:
+            raise TimeoutError from None  # the pipeline's sign for a timeout
+        except Stopped:
+            if not committed:
+                raise
+            stopped = True
+            failed.append({"path": resolved.relative, "error": "not written: cancelled"})
             continue
         committed.append({"path": target.relative, "sha256": after, "size": len(data)})
         evidence.append(Evidence("file_hash", target.relative, after))
@@ -395,17 +490,16 @@ def _batch_outcome(committed: list[Any], failed: list[Any]) -> Outcome:
 
 def _apply_patch(call: AdapterCall) -> AdapterOutcome:
     target = _target(call)
+    watch = _watch(call)
+    original_bytes = whole_file(target.absolute, watch, target.relative)
     try:
-        original_bytes = target.absolute.read_bytes() if target.absolute.exists() else b""
-        original = original_bytes.decode("utf-8")
+        original = (original_bytes or b"").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValidationError(f"{target.relative} is not UTF-8 text", code="not_text") from exc
-    except OSError as exc:
-        raise _os_error(exc, f"cannot read {target.relative}") from exc
     patched = apply_unified_diff(original, str(call.arguments["patch"]))
     data = patched.encode("utf-8")
-    before = sha256_bytes(original_bytes) if target.absolute.exists() else None
-    effect = _write_checked(call, target, data, "patched")
+    before = sha256_bytes(original_bytes) if original_bytes is not None else None
+    effect = _write_checked(call, target, data, "patched", watch)
     after = sha256_bytes(data)
     diff = unified_diff(original, patched, target.relative)
     return AdapterOutcome(
@@ -421,14 +515,16 @@ def _apply_patch(call: AdapterCall) -> AdapterOutcome:
 
 def _delete(call: AdapterCall) -> AdapterOutcome:
     target = _target(call)
-    before = file_sha256(target.absolute)
+    watch = _watch(call)
+    before = file_sha256(target.absolute, watch, ExecutionError, target.relative)
     if before is None:
         raise ExecutionError(f"{target.relative} does not exist", code="file_not_found")
+    watch.check()
     try:
         target.absolute.unlink()
         _fsync_dir(target.absolute.parent)
     except OSError as exc:
-        raise _os_error(exc, f"cannot delete {target.relative}") from exc
+        raise os_error(exc, f"cannot delete {target.relative}") from exc
     return AdapterOutcome(
         Outcome.SUCCEEDED,
         data={"path": target.relative, "deleted": True},
