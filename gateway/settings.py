@@ -64,6 +64,10 @@ class Settings(_Frozen):
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-adapter configuration sections (``adapters: {database: {...}}``), each checked by
     its adapter when the gateway starts."""
+    process_isolation: str = Field(default="auto", pattern=r"^(auto|required|off)$")
+    """Hide var_dir and the configuration file from process-adapter children (docs/security.md)."""
+    config_file: Path | None = None
+    """The configuration file these settings were read from (set by ``load_settings``)."""
 
     @field_validator("principals")
     @classmethod
@@ -129,6 +133,7 @@ def load_settings(
         if raw is not None and not isinstance(raw, dict):
             raise ConfigError(f"{path}:1: the configuration must be a mapping")
         data = dict(raw or {})
+        data["config_file"] = path.resolve()
     elif config is not None or "TOOLGATE_CONFIG" in env:
         raise ConfigError(f"{path}: configuration file not found")
     data.setdefault("base_dir", path.resolve().parent)

@@ -33,6 +33,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from gateway.adapters import sandbox
 from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
 from gateway.adapters.file import file_sha256
@@ -148,7 +149,57 @@ def create(settings: Settings, config: Mapping[str, Any]) -> ProcessAdapter:
         raise ConfigError(f"adapters.process.executables: {bad} must map names to absolute paths")
     if parsed.subreaper:
         become_subreaper()
-    return ProcessAdapter(executables)
+    return ProcessAdapter(executables, isolation(settings))
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """What every child's filesystem view hides (see ``gateway.adapters.sandbox``)."""
+
+    hidden_dirs: tuple[str, ...]
+    hidden_files: tuple[str, ...]
+
+    def view(self, workspace: Workspace, cwd: Path) -> sandbox.View:
+        root = str(workspace.root)
+        if any(os.path.realpath(d) == root for d in self.hidden_dirs):
+            raise ExecutionError(
+                f"the workspace {workspace.id!r} is the gateway's var_dir, which process "
+                "isolation hides: give it a root of its own",
+                code="command_failed_to_start",
+            )
+        return sandbox.view(self.hidden_dirs, self.hidden_files, (root,), str(cwd))
+
+
+def isolation(settings: Settings) -> Isolation | None:
+    """The isolation ``settings.process_isolation`` asks for and this kernel allows, or None
+    (``off``, or ``auto`` where the kernel refuses it: logged once). ``required`` where the
+    kernel refuses it is a ConfigError: the gateway does not start."""
+    mode = settings.process_isolation
+    if mode == "off":
+        return None
+    var = settings.path(settings.var_dir)
+    var.mkdir(parents=True, exist_ok=True)
+    files = [str(settings.config_file)] if settings.config_file else []
+    url = settings.resolved_database_url
+    if url.startswith("sqlite:///") and ":memory:" not in url:
+        database = url[len("sqlite:///") - 1 :].split("?", 1)[0]
+        files += [database, database + "-wal", database + "-shm", database + "-journal"]
+    reason = sandbox.probe(sys.executable, str(var))
+    if reason is None:
+        return Isolation((str(var),), tuple(files))
+    if mode == "required":
+        raise ConfigError(
+            f"process_isolation is 'required' but this kernel refuses it ({reason}): "
+            "process tools would see var_dir and the configuration file; allow user and "
+            "mount namespaces, or set process_isolation: auto or off"
+        )
+    log.warning(
+        "process isolation is not available (%s): process tools run WITHOUT it and can read "
+        "%s and the configuration file; set process_isolation: required to refuse to start",
+        reason,
+        var,
+    )
+    return None
 
 
 class ProcessAdapter:
@@ -156,8 +207,9 @@ class ProcessAdapter:
 
     name: ClassVar[str] = "process"
 
-    def __init__(self, executables: Mapping[str, str]) -> None:
+    def __init__(self, executables: Mapping[str, str], isolation: Isolation | None = None) -> None:
         self._executables = dict(executables)
+        self.isolation = isolation
 
     async def execute(self, call: AdapterCall) -> AdapterOutcome:
         try:
@@ -167,7 +219,7 @@ class ProcessAdapter:
         if call.cancelled.is_set():
             error = ExecutionError("the call was cancelled before it started", code="cancelled")
             return not_started(error, Outcome.CANCELLED)
-        return await _Run(plan, call).run()
+        return await _Run(plan, call, self.isolation).run()
 
     async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
         target = confine(call.workspace, params["path"], "probe path").absolute
@@ -378,6 +430,7 @@ def split_budget(budget: int, a: int, b: int) -> tuple[int, int]:
 class _Run:
     plan: Plan
     call: AdapterCall
+    isolation: Isolation | None
     out: Capture = field(init=False)
     err: Capture = field(init=False)
     cancelled: bool = False
@@ -392,17 +445,22 @@ class _Run:
         report_before = _stat(self.plan.junit)
         spawned_at = time.time()
         try:
-            process = await self._spawn()
+            process, status = await self._spawn()
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
-            error = ExecutionError(
-                f"{self.plan.program} could not be started: {reason}",
-                code="command_failed_to_start",
-            )
-            return not_started(error)
+            return not_started(self._start_error(reason))
+        except ExecutionError as exc:
+            return not_started(exc)
         started = time.monotonic()
         tree = ProcessTree(_identity(process.pid, spawned_at), marker=self.call.execution_id)
         try:
+            if status is not None:
+                failed = await _launched(status)
+                if failed is not None:
+                    stage, reason = failed
+                    if stage == "exec":
+                        return not_started(self._start_error(reason))
+                    return not_started(self._start_error(f"its process isolation failed: {reason}"))
             await self.call.checkpoint(self._state(tree))
             returncode = await self._supervise(process, tree)
         finally:
@@ -413,17 +471,37 @@ class _Run:
         result = _Result(self, process.pid, returncode, duration, len(tree.signalled))
         return await result.outcome(report_before)
 
-    async def _spawn(self) -> Process:
-        plan = self.plan
-        return await anyio.open_process(
-            list(plan.argv),
-            stdin=subprocess.PIPE if plan.stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=plan.cwd.absolute,
-            env=dict(plan.env),
-            start_new_session=True,
+    def _start_error(self, reason: str) -> ExecutionError:
+        return ExecutionError(
+            f"{self.plan.program} could not be started: {reason}",
+            code="command_failed_to_start",
         )
+
+    async def _spawn(self) -> tuple[Process, int | None]:
+        """The process, and with isolation the read end of the launcher's status pipe."""
+        plan = self.plan
+        argv = list(plan.argv)
+        options: dict[str, Any] = {
+            "stdin": subprocess.PIPE if plan.stdin is not None else subprocess.DEVNULL,
+            "stdout": subprocess.PIPE,
+            "stderr": subprocess.PIPE,
+            "cwd": plan.cwd.absolute,
+            "env": dict(plan.env),
+            "start_new_session": True,
+        }
+        if self.isolation is None:
+            return await anyio.open_process(argv, **options), None
+        view = self.isolation.view(self.call.workspace, plan.cwd.absolute)
+        read, write = os.pipe()
+        try:
+            launcher = view.launcher(sys.executable, write, plan.env)
+            process = await anyio.open_process([*launcher, *argv], pass_fds=(write,), **options)
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        return process, read
 
     def _state(self, tree: ProcessTree) -> dict[str, JSON]:
         root = tree.root
@@ -473,6 +551,17 @@ class _Run:
         rest = decoder.decode(b"", final=True)
         if rest:
             self.call.emit_output(name, rest)
+
+
+async def _launched(status: int) -> tuple[str, str] | None:
+    """What the launcher reported: None once it exec'd the command (the pipe closed empty)."""
+    report = await anyio.to_thread.run_sync(_read_all, status, abandon_on_cancel=True)
+    return sandbox.failure(report)
+
+
+def _read_all(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.read(4096)
 
 
 def _identity(pid: int, spawned_at: float) -> ProcessIdentity:

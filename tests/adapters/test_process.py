@@ -6,11 +6,14 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from gateway.adapters import junit
+from gateway.adapters import junit, sandbox
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.adapters.junit import JUnitError, parse_report, read_report
 from gateway.adapters.process import (
@@ -34,6 +37,7 @@ from gateway.adapters.proctree import MARKER_ENV
 from gateway.declarations.loader import load_declaration
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError
+from gateway.pipeline.services import approval_key
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.types import Outcome
@@ -746,3 +750,264 @@ def test_deadline_through_the_api_leaves_no_process(
 def test_sys_executable_is_the_default_python(tmp_path: Path) -> None:
     adapter = create(Settings(base_dir=tmp_path), {})
     assert adapter._executables["python"] == sys.executable
+
+
+# --- isolation: the child's filesystem view (issue 12 §3) ------------------------------------
+
+PROBE = r"""
+import os, sys
+for label, path in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        if label == "list":
+            print(label, sorted(os.listdir(path)))
+        else:
+            open(path, "rb").read(1)
+            print(label, "READ")
+    except OSError as exc:
+        print(label, "refused", type(exc).__name__)
+"""
+
+
+def isolation_or_skip() -> None:
+    """Skip where this kernel refuses the namespaces; under CI that is a failure."""
+    reason = sandbox.probe(sys.executable, tempfile.gettempdir())
+    if reason is None:
+        return
+    message = f"this kernel refuses user/mount namespaces ({reason})"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The shipped layout: toolgate.yaml, var/ with the key, the database and workspaces."""
+
+    settings: Settings
+    var: Path
+    key: Path
+    database: Path
+    config: Path
+    ws: Workspace
+    other: Path
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    base = tmp_path / "gw"
+    var = base / "var"
+    (var / "workspaces" / "other").mkdir(parents=True)
+    (var / "workspaces" / "other" / "theirs.txt").write_text("another workspace's file")
+    config = base / "toolgate.yaml"
+    config.write_text("principals: []\n")
+    settings = load_settings(config, env={})
+    key = var / "approval.key"
+    approval_key(settings)
+    database = var / "toolgate.db"
+    for name in ("toolgate.db", "toolgate.db-wal", "toolgate.db-shm"):
+        (var / name).write_text("SQLite format 3")
+    root = var / "workspaces" / "demo"
+    root.mkdir()
+    ws = Workspace.declare("demo", root)
+    return Layout(settings, var, key, database, config, ws, var / "workspaces" / "other")
+
+
+async def _probe(adapter: ProcessAdapter, layout: Layout, tmp_path: Path) -> dict[str, str]:
+    script(layout.ws, PROBE, name="probe.py")
+    targets = {
+        "key": layout.key,
+        "database": layout.database,
+        "wal": layout.var / "toolgate.db-wal",
+        "config": layout.config,
+        "theirs": layout.other / "theirs.txt",
+        "list": layout.var / "workspaces",
+        "dotdot": "../../approval.key",  # relative to the cwd: the inherited one led back
+        "proc_root": f"/proc/{os.getpid()}/root{layout.key}",
+    }
+    args = ["probe.py"] + [str(x) for pair in targets.items() for x in pair]
+    out, _ = await run(adapter, layout.ws, declare(tmp_path), script="probe.py", args=args[1:])
+    assert out.outcome is Outcome.SUCCEEDED, out
+    lines = str(out.data["stdout"]).splitlines()
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in lines if " " in line}
+
+
+async def test_a_child_cannot_reach_the_gateways_secrets_or_other_workspaces(
+    layout: Layout, tmp_path: Path
+) -> None:
+    isolation_or_skip()
+    adapter = create(layout.settings, {})
+    assert adapter.isolation is not None
+    seen = await _probe(adapter, layout, tmp_path)
+    for name in ("key", "database", "wal", "config", "theirs", "dotdot", "proc_root"):
+        assert seen[name].startswith("refused"), (name, seen)
+    assert seen["config"] == "refused PermissionError"  # covered by a mode-000 decoy
+    assert seen["key"] == "refused FileNotFoundError"  # var/ is an empty tmpfs
+    assert seen["list"] == "['demo']", seen  # only the call's own workspace is there
+
+
+async def test_with_isolation_off_the_child_reads_the_key(layout: Layout, tmp_path: Path) -> None:
+    """The probe above can fail: without isolation every secret is in reach."""
+    settings = layout.settings.model_copy(update={"process_isolation": "off"})
+    adapter = create(settings, {})
+    assert adapter.isolation is None
+    seen = await _probe(adapter, layout, tmp_path)
+    assert seen["key"] == "READ" and seen["config"] == "READ" and seen["database"] == "READ"
+    assert "other" in seen["list"]
+
+
+async def test_the_workspace_stays_readable_and_writable_at_its_own_path(
+    layout: Layout, tmp_path: Path
+) -> None:
+    isolation_or_skip()
+    adapter = create(layout.settings, {})
+    (layout.ws.root / "sub").mkdir()
+    (layout.ws.root / "sub" / "in.txt").write_text("input")
+    root = layout.ws.root
+    script(
+        layout.ws,
+        "import os, sys\n"
+        f"root = {str(root)!r}\n"
+        "assert os.getcwd() == root + '/sub', os.getcwd()\n"
+        "data = open(root + '/sub/in.txt').read()\n"
+        "open(root + '/sub/out.txt', 'w').write(data + ' seen')\n"
+        "open('rel.txt', 'w').write('relative')\n"
+        "os.makedirs(root + '/new/deeper')\n",
+    )
+    out, _ = await run(adapter, layout.ws, declare(tmp_path, cwd="sub"), script="../s.py")
+    assert out.outcome is Outcome.SUCCEEDED, out.data
+    assert (root / "sub" / "out.txt").read_text() == "input seen"
+    assert (root / "sub" / "rel.txt").read_text() == "relative"
+    assert (root / "new" / "deeper").is_dir()
+
+
+async def test_a_child_cannot_undo_its_view(layout: Layout, tmp_path: Path) -> None:
+    isolation_or_skip()
+    adapter = create(layout.settings, {})
+    script(
+        layout.ws,
+        "import ctypes, os, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for target in sys.argv[1:3]:\n"
+        "    rc = libc.umount2(target.encode(), 2)\n"  # MNT_DETACH
+        "    print('umount', target, rc, os.strerror(ctypes.get_errno()))\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        os.chmod(path, 0o644) if path.endswith('.yaml') else open(path).read()\n"
+        "        print('REACHED', path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', path, exc.strerror)\n",
+    )
+    args = [str(layout.var), str(layout.config), str(layout.key), str(layout.config)]
+    out, _ = await run(adapter, layout.ws, declare(tmp_path), args=args)
+    assert out.outcome is Outcome.SUCCEEDED, out.data
+    stdout = str(out.data["stdout"])
+    assert "REACHED" not in stdout, stdout
+    assert stdout.count("umount") == 2 and " 0 " not in stdout, stdout
+    assert layout.key.read_text() and layout.config.read_text() == "principals: []\n"
+
+
+async def test_isolated_trees_are_still_stopped_on_the_deadline_and_on_cancel(
+    layout: Layout, tmp_path: Path
+) -> None:
+    isolation_or_skip()
+    adapter = create(layout.settings, {})
+    ws = layout.ws
+    script(ws, TREE_SCRIPT)
+    recorder = Recorder()
+    call = make_call(ws, _tree_tool(tmp_path), recorder, timeout=2.5, args=["pids"])
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(call.seconds_left()):
+            await adapter.execute(call)
+    identities = read_pids(ws.root / "pids", TREE_SIZE, timeout=0)
+    assert wait_gone(identities, timeout=0.5) == []
+    # The recorded root is the command itself (the launcher exec'd in place).
+    assert recorder.states[0]["pid"] == identities[0].pid
+    assert recorder.states[0]["create_time"] == pytest.approx(identities[0].create_time, abs=0.02)
+
+    (ws.root / "pids").unlink()
+    call = make_call(ws, _tree_tool(tmp_path), recorder, args=["pids"])
+    result: list[AdapterOutcome] = []
+
+    async def execute() -> None:
+        result.append(await adapter.execute(call))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute)
+        identities = await anyio.to_thread.run_sync(read_pids, ws.root / "pids", TREE_SIZE)
+        call.cancelled.set()
+    assert result[0].outcome is Outcome.CANCELLED
+    assert wait_gone(identities, timeout=0.5) == []
+
+
+async def test_an_exec_failure_under_isolation_is_a_failed_start(
+    layout: Layout, tmp_path: Path
+) -> None:
+    isolation_or_skip()
+    adapter = create(layout.settings, {})
+    script(layout.ws, "not a binary", name="prog")
+    (layout.ws.root / "prog").chmod(0o755)
+    out, rec = await run(adapter, layout.ws, declare(tmp_path, command=["./prog"]))
+    assert out.outcome is Outcome.FAILED
+    assert out.error is not None and out.error.code == "command_failed_to_start"
+    assert "Exec format error" in out.error.message, out.error.message
+    assert out.side_effect.attempted is False and rec.states == []
+
+
+def test_required_isolation_refuses_to_start_where_the_kernel_refuses(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sandbox, "probe", lambda python, path: "unshare: Operation not permitted")
+    required = layout.settings.model_copy(update={"process_isolation": "required"})
+    with pytest.raises(ConfigError, match=r"process_isolation is 'required'.*not permitted"):
+        create(required, {})
+    with caplog.at_level("WARNING", logger="toolgate.process"):
+        adapter = create(layout.settings, {})  # auto: runs, unisolated, and says so
+    assert adapter.isolation is None
+    assert "WITHOUT" in caplog.text and str(layout.var) in caplog.text
+
+
+def test_process_isolation_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="process_isolation"):
+        load_settings(tmp_path / "none.yaml", env={}, process_isolation="sometimes")
+
+
+def test_a_gateway_that_is_not_root_isolates_its_children_too() -> None:
+    """The unprivileged path (a user namespace mapping only the gateway's uid), run as
+    nobody when the suite runs as root; as another user the tests above already take it."""
+    if os.geteuid() != 0:
+        pytest.skip("the suite already runs as a user other than root")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is needed to run the launcher as nobody")
+    isolation_or_skip()
+    base = Path(tempfile.mkdtemp(prefix="tg-nobody-"))
+    try:
+        base.chmod(0o755)
+        var = base / "var"
+        root = var / "workspaces" / "demo"
+        root.mkdir(parents=True)
+        (var / "approval.key").write_text("secret")
+        (var / "approval.key").chmod(0o600)
+        (base / "toolgate.yaml").write_text("principals: []\n")
+        for path in (base, var, var / "workspaces", root, var / "approval.key"):
+            os.chown(path, 65534, 65534)
+        os.chown(base / "toolgate.yaml", 65534, 65534)
+        view = sandbox.view([str(var)], [str(base / "toolgate.yaml")], [str(root)], str(root))
+        read, write = os.pipe()
+        shell = (
+            f"cat {var}/approval.key; echo key=$?; cat {base}/toolgate.yaml; echo config=$?; "
+            f"umount {var}; echo umount=$?; echo mine > {root}/w && cat {root}/w; id -u"
+        )
+        argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        argv += [*view.launcher(sys.executable, write, {}), "/bin/sh", "-c", shell]
+        done = subprocess.run(argv, pass_fds=(write,), capture_output=True, text=True, cwd=root)
+        os.close(write)
+        with os.fdopen(read, "rb") as status:
+            assert sandbox.failure(status.read()) is None
+        lines = done.stdout.split()
+        assert lines[:2] == ["key=1", "config=1"] and lines[2] != "umount=0", done
+        assert lines[3:] == ["mine", "65534"], done
+        assert "No such file" in done.stderr and "Permission denied" in done.stderr
+        assert (root / "w").read_text() == "mine\n"
+    finally:
+        shutil.rmtree(base)
