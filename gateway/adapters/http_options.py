@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from gateway.adapters.egress import EgressPolicy, IPNetwork, parse_network
+from gateway.declarations.located import Faults
 from gateway.declarations.model import TemplateStr
 from gateway.declarations.templates import Template, TemplateError, compile_template
 
@@ -243,20 +244,31 @@ class HttpOptions(_Frozen):
 
     @model_validator(mode="after")
     def _coherent(self) -> HttpOptions:
+        faults = Faults()  # every fault at its own key (not the first, at the document)
         if self.base_url and self.service:
-            raise ValueError("declare base_url or service, not both")
+            faults.add(("service",), "declare base_url or service, not both", self.service)
         if self.body is not None and self.method in ("GET", "HEAD"):
-            raise ValueError(f"a {self.method} request has no body")
+            faults.add(("body",), f"a {self.method} request has no body")
         for name in self.headers:
-            _check_declared_header(name, self.idempotency_header)
-        kind, _ = url_origin(self.url)
+            try:
+                _check_declared_header(name, self.idempotency_header)
+            except ValueError as exc:
+                faults.add(("headers", name), str(exc), name)
+        try:
+            kind, _ = url_origin(self.url)
+        except ValueError as exc:
+            faults.add(("url",), str(exc), self.url.source)
+            kind = "invalid"
         if kind == "relative" and not (self.base_url or self.service):
-            raise ValueError(f"url {self.url.source!r} is a path: declare base_url or service")
+            message = f"url {self.url.source!r} is a path: declare base_url or service"
+            faults.add(("url",), message, self.url.source)
         if kind == "templated" and not (self.egress.allow_hosts or self.base_url or self.service):
-            raise ValueError(
+            message = (
                 f"the host of url {self.url.source!r} comes from a template: "
                 "declare egress.allow_hosts"
             )
+            faults.add(("url",), message, self.url.source)
+        faults.raise_any("HttpOptions")
         return self
 
     @property
@@ -283,13 +295,13 @@ def _check_declared_header(name: str, idem: IdempotencyHeader | None) -> None:
     lowered = name.lower()
     if lowered in CREDENTIAL_HEADERS:
         raise ValueError(
-            f"headers.{name} carries credentials: declare it under credentials "
+            f"{name} carries credentials: declare it under credentials "
             "(from env or a secrets file), never inline"
         )
     if lowered in SET_BY_GATEWAY:
-        raise ValueError(f"headers.{name} is set by the gateway")
+        raise ValueError(f"{name} is set by the gateway")
     if idem is not None and lowered == idem.name.lower():
-        raise ValueError(f"headers.{name} is the idempotency_header")
+        raise ValueError(f"{name} is the idempotency_header")
 
 
 def url_origin(url: Template) -> tuple[str, str | None]:
