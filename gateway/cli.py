@@ -12,15 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import ConfigError, ToolgateError
+from gateway.errors import ConfigError, RequestError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
 
 
-class UsageError(ToolgateError):
+class UsageError(RequestError):
     """A command line that cannot work as given (a missing API key, a malformed --arg, an
-    unreadable input file): not a fault of the configuration."""
-
-    code = "usage"
+    unreadable input file): not a fault of the configuration. Printed, never sent."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
