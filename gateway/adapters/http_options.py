@@ -242,6 +242,24 @@ class HttpOptions(_Frozen):
     def _lower(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(name.lower() for name in value)
 
+    @field_validator("url")
+    @classmethod
+    def _url_shape(cls, value: Template) -> Template:
+        url_origin(value)  # raises ValueError naming what is wrong
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, Template]) -> dict[str, Template]:
+        faults = Faults()  # every header at its own key
+        for name in value:
+            try:
+                _check_declared_header(name)
+            except ValueError as exc:
+                faults.add((name,), str(exc), name)
+        faults.raise_any("headers")
+        return value
+
     @model_validator(mode="after")
     def _coherent(self) -> HttpOptions:
         faults = Faults()  # every fault at its own key (not the first, at the document)
@@ -249,16 +267,11 @@ class HttpOptions(_Frozen):
             faults.add(("service",), "declare base_url or service, not both", self.service)
         if self.body is not None and self.method in ("GET", "HEAD"):
             faults.add(("body",), f"a {self.method} request has no body")
+        idem = self.idempotency_header
         for name in self.headers:
-            try:
-                _check_declared_header(name, self.idempotency_header)
-            except ValueError as exc:
-                faults.add(("headers", name), str(exc), name)
-        try:
-            kind, _ = url_origin(self.url)
-        except ValueError as exc:
-            faults.add(("url",), str(exc), self.url.source)
-            kind = "invalid"
+            if idem is not None and name.lower() == idem.name.lower():
+                faults.add(("headers", name), f"{name} is the idempotency_header", name)
+        kind, _ = url_origin(self.url)
         if kind == "relative" and not (self.base_url or self.service):
             message = f"url {self.url.source!r} is a path: declare base_url or service"
             faults.add(("url",), message, self.url.source)
@@ -291,7 +304,7 @@ class HttpOptions(_Frozen):
             yield from self.body.templates()
 
 
-def _check_declared_header(name: str, idem: IdempotencyHeader | None) -> None:
+def _check_declared_header(name: str) -> None:
     lowered = name.lower()
     if lowered in CREDENTIAL_HEADERS:
         raise ValueError(
@@ -300,8 +313,6 @@ def _check_declared_header(name: str, idem: IdempotencyHeader | None) -> None:
         )
     if lowered in SET_BY_GATEWAY:
         raise ValueError(f"{name} is set by the gateway")
-    if idem is not None and lowered == idem.name.lower():
-        raise ValueError(f"{name} is the idempotency_header")
 
 
 def url_origin(url: Template) -> tuple[str, str | None]:

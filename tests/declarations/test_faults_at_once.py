@@ -58,17 +58,36 @@ method: GET
 base_url: https://api.example.com
 service: orders
 url: /items
+idempotency_header: Idempotency-Key
 headers:
   Accept: application/json
-  Authorization: Bearer s3cret
-  Host: evil.example.com
+  idempotency-key: "{request.call_id}"
 body: {json: {a: 1}}
 """,
         [
             (10, "service", "declare base_url or service, not both"),
-            (14, "headers.Authorization", "carries credentials"),
-            (15, "headers.Host", "is set by the gateway"),
+            (15, "headers.idempotency-key", "is the idempotency_header"),
             (16, "body", "a GET request has no body"),
+        ],
+    ),
+    # Faults of single keys come together; rules across keys (above) run once each key is
+    # valid by itself.
+    "http2.yaml": (
+        HEAD.format(name="t.http2", adapter="http", operation="request")
+        + """\
+method: GET
+url: ftp://files.example.com/x
+redirects: 20
+headers:
+  Authorization: Bearer s3cret
+  X-Trace: "1"
+  Host: evil.example.com
+""",
+        [
+            (9, "url", "must be an absolute http(s) URL"),
+            (10, "redirects", "less than or equal to 10"),
+            (12, "headers.Authorization", "carries credentials"),
+            (14, "headers.Host", "is set by the gateway"),
         ],
     ),
     "web.yaml": (
@@ -102,6 +121,7 @@ env:
   set: {WHO: "{arguments.items.*}"}
 locks:
   - key: "ws:{workspace.id}:{tool.title}"
+junit: "reports/{arguments.report}.xml"
 """,
         [
             (12, "command.1", "arguments.name is a string and has no fields"),
@@ -112,6 +132,7 @@ locks:
             (14, "stdin", "execution.id is text and has no fields"),
             (16, "env.set.WHO", "only a lock key can do"),
             (18, "locks.0.key", "tool.title, which no call has (known: tool.name, tool.version)"),
+            (19, "junit", "arguments.report, which input does not declare"),
         ],
     ),
 }
