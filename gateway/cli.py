@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import ConfigError, ToolgateError
+from gateway.errors import ConfigError, RequestError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
 
 if TYPE_CHECKING:
@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 
 MAX_WAIT_S = 60.0
 """The longest ``?wait=`` the gateway accepts; ``call --wait`` asks again after each."""
+
+
+class UsageError(RequestError):
+    """A command line that cannot work as given (a missing API key, a malformed --arg, an
+    unreadable input file): not a fault of the configuration. Printed, never sent."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -98,9 +103,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     from gateway.pipeline.services import workspaces_from_policy
 
     settings = _settings(args)
-    loaded = load_sources(settings)
-    workspaces_from_policy(loaded.sources.data, settings.base_dir)
-    anyio.run(check_adapters, settings)
+    problems: list[str] = []  # every check runs, so that one run lists every fault
+    try:
+        loaded = load_sources(settings)
+        workspaces_from_policy(loaded.sources.data, settings.base_dir)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    try:
+        anyio.run(check_adapters, settings)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
     print(
         f"ok: {len(loaded.catalogue)} tool versions, {len(loaded.sources.modules)} policy "
         f"modules, {len(loaded.sources.test_modules)} policy test modules"
@@ -149,7 +163,7 @@ def cmd_policy_eval(args: argparse.Namespace) -> int:
     try:
         document = json.loads(Path(args.input).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{args.input}: cannot read a JSON input document: {exc}") from exc
+        raise UsageError(f"{args.input}: cannot read a JSON input document: {exc}") from exc
     decision = EmbeddedPolicy(sources).decide_sync(document)
     print(json.dumps(decision.to_json(), indent=2))
     return 0
@@ -172,18 +186,30 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def _argument(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep:
-        raise ConfigError(f"--arg {text!r}: use NAME=VALUE")
+        raise UsageError(f"--arg {text!r}: use NAME=VALUE")
     try:
         return key, json.loads(value)
     except ValueError:
         return key, value
 
 
+def _arguments_json(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        arguments = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--args-json is not JSON: {exc}") from exc
+    if not isinstance(arguments, dict):
+        raise UsageError("--args-json must be one JSON object of arguments")
+    return arguments
+
+
 def _client_target(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
     """(base URL, API key) for commands that talk to a running gateway."""
     key = args.key or os.environ.get("TOOLGATE_API_KEY")
     if not key:
-        raise ConfigError("give an API key with --key or TOOLGATE_API_KEY")
+        raise UsageError("give an API key with --key or TOOLGATE_API_KEY")
     return args.url or f"http://{settings.host}:{settings.port}", key
 
 
@@ -259,7 +285,7 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def _call_body(args: argparse.Namespace, settings: Settings, key: str) -> dict[str, Any]:
     """The execution request: fresh run and call ids unless given."""
-    arguments = json.loads(args.args_json) if args.args_json else {}
+    arguments = _arguments_json(args.args_json)
     arguments.update(dict(_argument(a) for a in args.arg))
     body: dict[str, Any] = {
         "run_id": args.run_id or f"cli-{uuid.uuid4().hex[:12]}",
@@ -405,10 +431,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what ``cat``/``grep`` exit with when the reader closes first."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.fn(args)
+        sys.stdout.flush()  # a closed reader (``| head``) shows here, not at exit
+    except BrokenPipeError:
+        return _reader_gone()
     except ConfigError as exc:
         return _fail(exc.problems, "configuration is not valid")
     except ToolgateError as exc:
@@ -417,6 +450,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away (``toolgate tools | head -1``): stop quietly. Point
+    stdout at /dev/null so that the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -113,6 +113,8 @@ def pydantic_problems(exc: Any, lines: Lines) -> list[str]:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")  # pydantic's, not the message's
         problems.append(f"{lines.where(loc)}: {msg}")
     return problems
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ALICE, BOB
+from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
 from tests.integration.gateways import free_port, gateway, make_project
 
 
@@ -47,6 +48,72 @@ def test_check_lists_every_fault(project: Path) -> None:
     assert "broken.yaml" in done.stderr
     assert "extra.rego" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_check_lists_every_adapter_key_fault_at_its_line(project: Path) -> None:
+    """Issue 11 bugs 4 and 5: all faults of all files in one run, each at file:line: key."""
+    write_faulty(project / "tools.d")
+    done = toolgate("check", cwd=project)
+    assert done.returncode == 2
+    assert done.stderr.startswith("toolgate: configuration is not valid:\n")
+    problems = [line.removeprefix("  - ") for line in done.stderr.splitlines()[1:]]
+    assert_all_reported(problems, project / "tools.d")
+
+
+@pytest.mark.parametrize(
+    "args", [("tools",), ("tools", "fs.write_file"), ("schema",), ("keys", "hash", "k")]
+)
+def test_a_reader_that_closes_early_gets_no_traceback(project: Path, args: tuple[str]) -> None:
+    """``toolgate tools | head`` used to print a BrokenPipeError traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: every write fails
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", *args],
+            cwd=project,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode == 141  # 128 + SIGPIPE, as cat or grep would exit
+
+
+def test_head_of_the_schema_is_quiet(project: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "schema"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().strip() == "{"
+    proc.stdout.close()  # like head -1: 22 KB more to write, into a pipe nobody reads
+    assert proc.wait(timeout=120) in (0, 141)  # 0 if it all fitted in the pipe's buffer
+    assert "Traceback" not in proc.stderr.read()
+    proc.stderr.close()
+
+
+def test_command_line_mistakes_are_not_called_configuration_faults(
+    project: Path, tmp_path: Path
+) -> None:
+    no_key = toolgate("call", "fs.read_file", "--arg", "path=a", cwd=project)
+    assert no_key.returncode == 2
+    assert no_key.stderr == "toolgate: give an API key with --key or TOOLGATE_API_KEY\n"
+    bad_arg = toolgate("call", "fs.read_file", "--arg", "path", cwd=project, key="k")
+    assert bad_arg.stderr == "toolgate: --arg 'path': use NAME=VALUE\n"
+    bad_json = toolgate("call", "fs.read_file", "--args-json", "{x", cwd=project, key="k")
+    assert bad_json.returncode == 2 and "Traceback" not in bad_json.stderr
+    assert bad_json.stderr.startswith("toolgate: --args-json is not JSON: ")
+    missing = toolgate("policy", "eval", "--input", str(tmp_path / "none.json"), cwd=project)
+    assert missing.returncode == 2
+    assert missing.stderr.startswith(f"toolgate: {tmp_path / 'none.json'}: cannot read")
+    broken = toolgate("--config", str(tmp_path / "none.yaml"), "check", cwd=project)
+    assert broken.stderr.startswith("toolgate: configuration is not valid:")
 
 
 def test_serve_refuses_to_start_on_a_broken_catalogue(project: Path) -> None:

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec
@@ -33,6 +33,7 @@ from gateway.adapters.browser_sessions import (
 )
 from gateway.adapters.browser_steps import run_steps
 from gateway.adapters.egress import EgressPolicy, check_url
+from gateway.declarations.located import Faults
 from gateway.declarations.model import Duration, TemplateStr, ToolDeclaration
 from gateway.declarations.templates import Template, TemplateError, compile_template
 from gateway.errors import ConfigError, ExecutionError, ValidationError
@@ -122,13 +123,15 @@ class StepDecl(_Frozen):
         if len(actions) != 1:
             raise ValueError(f"a step needs exactly one action key of {', '.join(ACTIONS)}")
         action = actions[0]
+        faults = Faults()  # each fault at its own key of the step
         for key in sorted(given - set(ACTIONS) - _MODIFIERS[action]):
             shown = "as" if key == "as_" else key
-            raise ValueError(f"key {shown!r} does not apply to a {action} step")
+            faults.add((shown,), f"key {shown!r} does not apply to a {action} step")
         for key in sorted(_REQUIRED.get(action, frozenset()) - given):
-            raise ValueError(f"a {action} step needs {key!r}")
+            faults.add((), f"a {action} step needs {key!r}")
         if self.as_ == "attribute" and self.attribute is None:
-            raise ValueError("extract as: attribute needs 'attribute'")
+            faults.add(("as",), "extract as: attribute needs 'attribute'")
+        faults.raise_any("StepDecl")
         return self
 
     @property
@@ -156,10 +159,11 @@ class EgressDecl(_Frozen):
     allow_networks: Networks = ()
     """Private, loopback or link-local networks this tool may reach (refused otherwise)."""
 
-    @model_validator(mode="after")
-    def _hosts(self) -> EgressDecl:
-        EgressPolicy.build(self.allow_hosts, ())  # raises ValueError naming a bad host
-        return self
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        EgressPolicy.build(value, ())  # raises ValueError naming a bad host
+        return value
 
 
 class BrowserOptions(_Frozen):

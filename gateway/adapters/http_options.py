@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from gateway.adapters.egress import EgressPolicy, IPNetwork, parse_network
+from gateway.declarations.located import Faults
 from gateway.declarations.model import TemplateStr
 from gateway.declarations.templates import Template, TemplateError, compile_template
 
@@ -241,22 +242,46 @@ class HttpOptions(_Frozen):
     def _lower(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(name.lower() for name in value)
 
+    @field_validator("url")
+    @classmethod
+    def _url_shape(cls, value: Template) -> Template:
+        url_origin(value)  # raises ValueError naming what is wrong
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, Template]) -> dict[str, Template]:
+        faults = Faults()  # every header at its own key
+        for name in value:
+            try:
+                _check_declared_header(name)
+            except ValueError as exc:
+                faults.add((name,), str(exc), name)
+        faults.raise_any("headers")
+        return value
+
     @model_validator(mode="after")
     def _coherent(self) -> HttpOptions:
+        faults = Faults()  # every fault at its own key (not the first, at the document)
         if self.base_url and self.service:
-            raise ValueError("declare base_url or service, not both")
+            faults.add(("service",), "declare base_url or service, not both", self.service)
         if self.body is not None and self.method in ("GET", "HEAD"):
-            raise ValueError(f"a {self.method} request has no body")
+            faults.add(("body",), f"a {self.method} request has no body")
+        idem = self.idempotency_header
         for name in self.headers:
-            _check_declared_header(name, self.idempotency_header)
+            if idem is not None and name.lower() == idem.name.lower():
+                faults.add(("headers", name), f"{name} is the idempotency_header", name)
         kind, _ = url_origin(self.url)
         if kind == "relative" and not (self.base_url or self.service):
-            raise ValueError(f"url {self.url.source!r} is a path: declare base_url or service")
+            message = f"url {self.url.source!r} is a path: declare base_url or service"
+            faults.add(("url",), message, self.url.source)
         if kind == "templated" and not (self.egress.allow_hosts or self.base_url or self.service):
-            raise ValueError(
+            message = (
                 f"the host of url {self.url.source!r} comes from a template: "
                 "declare egress.allow_hosts"
             )
+            faults.add(("url",), message, self.url.source)
+        faults.raise_any("HttpOptions")
         return self
 
     @property
@@ -279,17 +304,15 @@ class HttpOptions(_Frozen):
             yield from self.body.templates()
 
 
-def _check_declared_header(name: str, idem: IdempotencyHeader | None) -> None:
+def _check_declared_header(name: str) -> None:
     lowered = name.lower()
     if lowered in CREDENTIAL_HEADERS:
         raise ValueError(
-            f"headers.{name} carries credentials: declare it under credentials "
+            f"{name} carries credentials: declare it under credentials "
             "(from env or a secrets file), never inline"
         )
     if lowered in SET_BY_GATEWAY:
-        raise ValueError(f"headers.{name} is set by the gateway")
-    if idem is not None and lowered == idem.name.lower():
-        raise ValueError(f"headers.{name} is the idempotency_header")
+        raise ValueError(f"{name} is set by the gateway")
 
 
 def url_origin(url: Template) -> tuple[str, str | None]:

@@ -25,12 +25,12 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import anyio
 import psutil
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.adapters import sandbox
@@ -46,6 +46,7 @@ from gateway.adapters.proctree import (
     identify,
     kill_recorded,
 )
+from gateway.declarations.located import Faults
 from gateway.declarations.model import Duration, TemplateStr
 from gateway.declarations.templates import Template, TemplateError, compile_template, lookup
 from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
@@ -74,12 +75,30 @@ class EnvOptions(_Frozen):
 
     @model_validator(mode="after")
     def _check_names(self) -> EnvOptions:
-        for name in (*self.allow, *self.constants):
+        faults = Faults()
+        names: list[tuple[tuple[str | int, ...], str]] = [
+            *((("allow", i), name) for i, name in enumerate(self.allow)),
+            *((("set", name), name) for name in self.constants),
+        ]
+        for loc, name in names:
             if not re.match(_ENV_NAME, name):
-                raise ValueError(f"{name!r} is not an environment variable name")
-        if MARKER_ENV in self.constants or MARKER_ENV in self.allow:
-            raise ValueError(f"{MARKER_ENV} is set by the gateway itself")
+                faults.add(loc, f"{name!r} is not an environment variable name", name)
+            elif name == MARKER_ENV:
+                faults.add(loc, f"{MARKER_ENV} is set by the gateway itself", name)
+        faults.raise_any("EnvOptions")
         return self
+
+
+def _exit_code(value: int) -> int:
+    if not 0 <= value <= 255:
+        raise ValueError("success_exit_codes must be between 0 and 255")
+    return value
+
+
+def _kill_grace(value: float) -> float:
+    if not 0 <= value <= 60:
+        raise ValueError("kill_grace must be between 0s and 60s")
+    return value
 
 
 class ProcessOptions(_Frozen):
@@ -89,20 +108,22 @@ class ProcessOptions(_Frozen):
     cwd: TemplateStr = Field(default_factory=lambda: compile_template("."))
     env: EnvOptions = Field(default_factory=EnvOptions)
     stdin: TemplateStr | None = None
-    success_exit_codes: tuple[int, ...] = Field(default=(0,), min_length=1)
+    success_exit_codes: tuple[Annotated[int, AfterValidator(_exit_code)], ...] = Field(
+        default=(0,), min_length=1
+    )
     junit: TemplateStr | None = None
-    kill_grace: Duration = 2.0
+    kill_grace: Annotated[Duration, AfterValidator(_kill_grace)] = 2.0
 
-    @model_validator(mode="after")
-    def _check(self) -> ProcessOptions:
-        program = self.command[0]
+    @field_validator("command")
+    @classmethod
+    def _fixed_program(cls, command: tuple[Template, ...]) -> tuple[Template, ...]:
+        program = command[0]
         if program.references or not program.source.strip():
-            raise ValueError("command[0] (the program) must be a fixed, non-empty name or path")
-        if any(not 0 <= code <= 255 for code in self.success_exit_codes):
-            raise ValueError("success_exit_codes must be between 0 and 255")
-        if not 0 <= self.kill_grace <= 60:
-            raise ValueError("kill_grace must be between 0s and 60s")
-        return self
+            faults = Faults()
+            message = "command[0] (the program) must be a fixed, non-empty name or path"
+            faults.add((0,), message, program.source)
+            faults.raise_any("command")
+        return command
 
     def templates(self) -> Iterable[tuple[tuple[str | int, ...], Template]]:
         """Every template, with its location, for the loader's reference check."""
@@ -295,10 +316,20 @@ def _render(template: Template, context: Mapping[str, Any], where: str) -> str:
     try:
         text = template.render(context)
     except TemplateError as exc:
-        raise ValidationError(f"{where} ({template.source!r}): {exc}") from exc
+        raise _unfilled(where, template, exc) from exc
     if "\x00" in text:
         raise ValidationError(f"{where} contains a NUL byte", code="invalid_arguments")
     return text
+
+
+def _unfilled(where: str, template: Template, exc: TemplateError) -> ValidationError:
+    """A hole with no value: the load checked every reference, so what is left is an
+    optional argument without a default. A fault of the declaration, not of the call."""
+    return ValidationError(
+        f"the declaration cannot be filled in for this call: {where} ({template.source!r}): "
+        f"{exc} (the declaration should give that argument a default or require it)",
+        code="template_error",
+    )
 
 
 def _element(template: Template, context: Mapping[str, Any], index: int) -> list[str]:
@@ -309,7 +340,7 @@ def _element(template: Template, context: Mapping[str, Any], index: int) -> list
         try:
             value = lookup(context, parts[0].path)
         except TemplateError as exc:
-            raise ValidationError(f"{where} ({template.source!r}): {exc}") from exc
+            raise _unfilled(where, template, exc) from exc
         if isinstance(value, list | tuple):
             return [_item(item, where) for item in value]
     return [_render(template, context, where)]

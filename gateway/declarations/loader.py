@@ -18,7 +18,7 @@ from gateway.adapters.registry import SPECS
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.jsonschema import validate_cerberus_schema
 from gateway.declarations.model import ProbeDecl, ToolDeclaration
-from gateway.declarations.templates import Template
+from gateway.declarations.templates import FIELDS, Template
 from gateway.errors import ConfigError
 from gateway.yamlsrc import Lines, load_yaml, pydantic_problems
 
@@ -37,7 +37,7 @@ def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec] = SPECS) ->
         try:
             tool, lines = load_declaration(path, specs)
         except ConfigError as exc:
-            problems.extend(exc.problems)
+            problems.extend(sorted(exc.problems, key=lambda p: _line_of(p, str(path))))
             continue
         key = (tool.name, str(tool.version))
         if key in seen:
@@ -50,6 +50,12 @@ def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec] = SPECS) ->
     if problems:
         raise ConfigError(problems)
     return Catalogue(tools)
+
+
+def _line_of(problem: str, file: str) -> int:
+    """The line a ``file:line: ...`` message names (0 when it names none), to sort by."""
+    line = problem.removeprefix(f"{file}:").partition(":")[0]
+    return int(line) if line.isdigit() else 0
 
 
 def load_declaration(
@@ -69,21 +75,25 @@ def load_declaration(
 def _validate(
     raw: dict[str, Any], lines: Lines, specs: Mapping[str, AdapterSpec]
 ) -> ToolDeclaration:
+    problems: list[str] = []
     adapter = raw.get("adapter")
     spec = specs.get(adapter) if isinstance(adapter, str) else None
     if spec is None:
         known = ", ".join(sorted(specs))
-        raise ConfigError(f"{lines.where(('adapter',))}: unknown adapter {adapter!r} ({known})")
+        problems.append(f"{lines.where(('adapter',))}: unknown adapter {adapter!r} ({known})")
+        # Without the adapter its keys are unknown: check the common keys only.
+        raw = {k: v for k, v in raw.items() if k in _COMMON_KEYS}
     if "options" in raw:
         where = lines.where(("options",))
-        raise ConfigError(f"{where}: unknown key (adapter settings are top-level keys)")
-    option_keys = set(spec.options.model_fields)
+        problems.append(f"{where}: unknown key (adapter settings are top-level keys)")
+        raw = {k: v for k, v in raw.items() if k != "options"}
+    option_keys = set(spec.options.model_fields) if spec is not None else set()
     common = {k: v for k, v in raw.items() if k not in option_keys or k in _COMMON_KEYS}
     options_raw = {k: v for k, v in raw.items() if k in option_keys and k not in _COMMON_KEYS}
-    problems: list[str] = []
     options: BaseModel | None = None
     try:
-        options = spec.options.model_validate(options_raw)
+        if spec is not None:
+            options = spec.options.model_validate(options_raw)
     except PydanticValidationError as exc:
         problems.extend(pydantic_problems(exc, lines))
     try:
@@ -103,8 +113,7 @@ def _check(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[s
             f"{lines.where(('operation',))}: the {spec.name} adapter has no operation "
             f"{tool.operation!r} ({known})"
         )
-        return
-    if tool.side_effect.value not in allowed:
+    elif tool.side_effect.value not in allowed:
         yield (
             f"{lines.where(('side_effect',))}: operation {tool.operation} has side effects "
             f"{sorted(allowed)}, not {tool.side_effect.value!r}"
@@ -160,13 +169,73 @@ def _templates(tool: ToolDeclaration) -> Iterable[tuple[tuple[str | int, ...], T
 
 
 def _check_templates(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
+    """Every hole of every template names something a call will have: an argument the
+    input schema declares (down to nested fields), or a field of another root."""
     for loc, template in _templates(tool):
         for ref in template.references:
-            if ref[0] == "arguments" and len(ref) > 1 and ref[1] not in tool.input:
-                yield (
-                    f"{lines.where(loc)}: template {template.source!r} uses "
-                    f"arguments.{ref[1]}, which input does not declare"
-                )
+            fault = _reference_fault(ref, tool.input)
+            if fault is not None:
+                yield f"{lines.where(loc)}: template {template.source!r} uses {fault}"
+        fault = _wildcard_fault(template, is_lock_key=loc[0] == "locks")
+        if fault is not None:
+            yield f"{lines.where(loc)}: template {template.source!r}: {fault}"
+
+
+def _wildcard_fault(template: Template, is_lock_key: bool) -> str | None:
+    """``*`` walks one list, and only a lock key renders once per item."""
+    walks = {ref[: ref.index("*") + 1] for ref in template.references if "*" in ref}
+    if not walks:
+        return None
+    if not is_lock_key:
+        return "a '*' hole renders once per list item, which only a lock key can do"
+    many = any(ref.count("*") > 1 for ref in template.references)
+    if len(walks) > 1 or many:
+        return "a lock key walks one list: every '*' hole must name the same list, once"
+    return None
+
+
+def _reference_fault(ref: tuple[str, ...], schema: Mapping[str, Any]) -> str | None:
+    root, rest = ref[0], ref[1:]
+    if root == "arguments":
+        return _argument_fault(ref, schema)
+    fields = FIELDS[root]
+    dotted = ".".join(ref)
+    if not rest:
+        return None  # the whole root, as JSON
+    if rest[0] not in fields:
+        known = ", ".join(f"{root}.{name}" for name in sorted(fields))
+        return f"{'.'.join(ref[:2])}, which no call has (known: {known})"
+    if len(rest) > 1:
+        return f"{dotted}, but {'.'.join(ref[:2])} is text and has no fields"
+    return None
+
+
+_SCALARS = frozenset({"string", "integer", "float", "number", "boolean", "binary"})
+_SCALARS |= frozenset({"date", "datetime"})
+
+
+def _argument_fault(ref: tuple[str, ...], schema: Mapping[str, Any]) -> str | None:
+    """Walk ``arguments.a.b`` / ``arguments.items.*.x`` through the cerberus schema, as far
+    as the schema describes the value's shape."""
+    rule: Any = {"type": "dict", "schema": schema}
+    for i, part in enumerate(ref[1:], start=1):
+        here = ".".join(ref[:i])
+        kind = rule.get("type") if isinstance(rule, dict) else None
+        nested = rule.get("schema") if isinstance(rule, dict) else None
+        if kind == "dict" and isinstance(nested, dict) and not rule.get("allow_unknown"):
+            if part not in nested:
+                what = "input does not declare" if i == 1 else f"{here} does not declare"
+                return f"{'.'.join(ref[: i + 1])}, which {what}"
+            rule = nested[part]
+        elif kind == "list" and isinstance(nested, dict):
+            if part != "*" and not part.isdigit():
+                return f"{'.'.join(ref)}, but {here} is a list (use {here}.* or an index)"
+            rule = nested
+        elif isinstance(kind, str) and kind in _SCALARS:
+            return f"{'.'.join(ref)}, but {here} is a {kind} and has no fields"
+        else:
+            return None  # a shape the schema leaves open: only the call can tell
+    return None
 
 
 def _check_probes(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
 
+from gateway.declarations.located import Faults
 from gateway.declarations.semver import Version
 from gateway.declarations.templates import Template, TemplateError, compile_template
 from gateway.types import LockMode, Risk, SideEffect
@@ -75,8 +76,13 @@ class _WithParams(BaseModel):
     @model_validator(mode="after")
     def _compile_params(self) -> _WithParams:
         extra = self.__pydantic_extra__ or {}
+        faults = Faults()  # every bad parameter, each at its own key
         for key, value in list(extra.items()):
-            extra[key] = _template(value)
+            try:
+                extra[key] = _template(value)
+            except ValueError as exc:
+                faults.add((key,), str(exc), value)
+        faults.raise_any(type(self).__name__)
         return self
 
     @property

@@ -15,7 +15,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ROOTS = frozenset({"arguments", "workspace", "actor", "request", "tool", "execution"})
+FIELDS: Mapping[str, frozenset[str]] = {
+    "arguments": frozenset(),  # the tool's own input schema says which (checked by the loader)
+    "workspace": frozenset({"id", "root"}),
+    "actor": frozenset({"user_id", "agent_id"}),
+    "request": frozenset({"run_id", "turn_id", "call_id", "idempotency_key"}),
+    "tool": frozenset({"name", "version"}),
+    "execution": frozenset({"id"}),
+}
+"""Every root of the template context and its fields (``pipeline.context.template_context``
+fills exactly these); every field is text, so nothing lies below it."""
+ROOTS = frozenset(FIELDS)
 
 _FUNCTIONS: dict[str, Callable[[Any], str]] = {
     "sha256": lambda v: hashlib.sha256(_text(v).encode("utf-8")).hexdigest(),

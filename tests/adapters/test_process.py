@@ -312,6 +312,27 @@ async def test_cwd_escaping_the_workspace_is_rejected(
     assert rec.states == []  # nothing was spawned
 
 
+async def test_a_template_without_a_value_is_the_declarations_fault(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    """Issue 11 bug 5: an optional argument without a default, left out by the agent, used
+    to fail as invalid_arguments, blaming arguments that the input schema accepted."""
+    script(ws, "open('/dev/null')\n")
+    inputs = {"script": {"type": "string", "default": "s.py"}, "label": {"type": "string"}}
+    tool = declare(
+        tmp_path,
+        input=inputs,
+        command=["python", "{arguments.script}"],
+        env={"allow": ["PATH"], "set": {"LABEL": "{arguments.label}"}},
+    )
+    out, rec = await run(adapter, ws, tool)
+    assert out.outcome is Outcome.FAILED and out.error is not None
+    assert out.error.code == "template_error" and out.error.phase.value == "validate"
+    assert "the declaration cannot be filled in" in out.error.message
+    assert "env.set.LABEL" in out.error.message and "arguments.label" in out.error.message
+    assert rec.states == []  # nothing was spawned
+
+
 async def test_cwd_inside_the_workspace(
     adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
 ) -> None:
