@@ -410,6 +410,44 @@ async def test_redirects_are_off_by_default_and_rechecked_per_hop(
         await adapter.execute(make_call(narrow))
 
 
+@pytest.mark.parametrize("location", ["javascript:alert(1)", "data:text/html,hi", "JavaScript:x"])
+async def test_a_redirect_to_another_scheme_is_refused_per_hop(
+    adapter: http.HttpAdapter, service: tuple[Starlette, str], tmp_path: Path, location: str
+) -> None:
+    url = f"{service[1]}/redirect?to={location}"
+    follow = _direct(tmp_path, url, networks="127.0.0.1/32", extra="redirects: 2\n")
+    with pytest.raises(EgressRefused, match="only http and https"):
+        await adapter.execute(make_call(follow))
+    # Not followed, the 302 is the answer: the Location is reported as it came.
+    off = _direct(tmp_path, url, networks="127.0.0.1/32")
+    out = await adapter.execute(make_call(off))
+    assert out.outcome is Outcome.FAILED and out.data["status"] == 302
+    assert out.error is not None and out.error.code == "http_redirect"
+    assert location in out.error.message
+
+
+@pytest.mark.parametrize(
+    "host", ["a.example.com/../", "a.example.com/..", "a.example.com/../../", "a..example.com"]
+)
+async def test_a_host_template_given_a_path_is_a_clear_egress_error(
+    adapter: http.HttpAdapter, tmp_path: Path, host: str
+) -> None:
+    tool = declare(
+        tmp_path,
+        HEAD
+        + """\
+side_effect: read
+input: {host: {type: string}}
+method: GET
+url: "https://{arguments.host}/x"
+egress: {allow_hosts: ["*.example.com"]}
+""",
+    )
+    with pytest.raises(EgressRefused) as info:
+        await adapter.execute(make_call(tool, {"host": host}))
+    assert info.value.code == "egress_refused" and info.value.retryable is False
+
+
 # --- failures -------------------------------------------------------------------------
 
 
