@@ -32,7 +32,7 @@ from gateway.adapters.database_errors import category
 from gateway.adapters.database_options import DatabaseOptions, check_tool
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue, load_declaration
-from gateway.errors import ConfigError, ExecutionError
+from gateway.errors import CallError, ConfigError, ExecutionError
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.types import Outcome
@@ -801,3 +801,70 @@ def test_api_timeout_is_reconciled_with_the_database(
         assert result["outcome"] == "failed", result
         assert result["side_effect"]["committed"] is False
         assert _paid_order(api) == order
+
+
+# -- values the database cannot hold ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [10**30, -(10**30), 2**63, -(2**63) - 1])
+async def test_an_integer_the_database_cannot_hold_is_a_clear_error(shop: Shop, value: int) -> None:
+    before = shop.state()
+    for tool, arguments in (
+        ("t.take", {"id": value, "n": 1}),
+        ("t.list_items", {"min_qty": value}),
+    ):
+        with pytest.raises(CallError) as caught:
+            await shop.adapter.execute(shop.call(tool, **arguments))
+        assert caught.value.code in ("invalid_arguments", "sql_error"), caught.value.message
+        assert str(value) not in caught.value.message or caught.value.code == "invalid_arguments"
+    take = shop.call("t.take", id=value, n=1)
+    for probe, params in (("row_version", {}), ("query", {"query": "qty"})):
+        with pytest.raises(CallError) as caught:
+            await shop.adapter.probe(probe, params, take)
+        assert caught.value.code in ("invalid_arguments", "sql_error"), caught.value.message
+    assert shop.state() == before
+
+
+async def test_a_string_the_driver_cannot_bind_is_a_clear_error(shop: Shop) -> None:
+    """Past the range check, whatever the driver cannot bind is mapped at the edge."""
+    before = shop.state()
+    for tool, arguments in (
+        ("t.find_item", {"name": "lone \ud800 surrogate"}),
+        ("t.add", {"id": 99, "name": "lone \ud800 surrogate"}),
+    ):
+        with pytest.raises(CallError) as caught:
+            await shop.adapter.execute(shop.call(tool, **arguments))
+        assert caught.value.code in ("invalid_arguments", "sql_error"), caught.value.message
+        assert "\ud800" not in caught.value.message
+    assert shop.state() == before
+
+
+def test_api_an_integer_wider_than_64_bits_ends_the_call_and_its_replays(
+    api: TestClient,
+) -> None:
+    """Issue 21 §1: was a 500 and an execution left running, replays 409 in flight."""
+    args = {"order_id": 10**30, "carrier": "dhl", "tracking": "TRK-WIDE-1"}
+    payload = {
+        "run_id": "run-wide",
+        "turn_id": "t1",
+        "call_id": "c-wide",
+        "tool": {"name": "db.mark_shipped"},
+        "arguments": args,
+        "workspace": {"id": "demo"},
+        "idempotency_key": "wide-1",
+    }
+    first = api.post("/v1/executions", json=payload, headers=ALICE)
+    assert first.status_code == 200, first.text
+    execution = first.json()
+    result = execution["result"]
+    assert execution["status"] == "completed" and result["outcome"] == "failed", result
+    assert result["error"]["type"] == "invalid_arguments"
+    assert result["side_effect"]["attempted"] is False
+    replay = api.post("/v1/executions", json=payload, headers=ALICE)
+    assert replay.status_code == 200, replay.text
+    assert replay.json()["id"] == execution["id"]
+    read = _call(api, "db.query_orders", {"status": "paid", "limit": 1, "after_id": 10**30})
+    assert read["outcome"] == "failed" and read["error"]["type"] in (
+        "invalid_arguments",
+        "sql_error",
+    ), read
