@@ -21,6 +21,7 @@ cannot duplicate the effect. Nothing is ever retried here.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import ssl
@@ -70,6 +71,10 @@ from gateway.types import JSON
 from gateway.yamlsrc import Lines
 
 T = TypeVar("T")
+# httpcore's DEBUG trace logs every request and response header, credentials included: the
+# gateway never lets it through, whatever level the root logger is at (httpx's own INFO line
+# names only the method and URL).
+logging.getLogger("httpcore").setLevel(logging.INFO)
 
 RESPONSE_LOST = "interrupted"
 """The code of "sent, and the connection died before the response": one the pipeline
@@ -341,7 +346,7 @@ class HttpAdapter:
         except ToolgateError as exc:
             plan.redactor.error(exc)
             raise
-        return outcome_of(plan, exchange, opts)
+        return plan.redactor.outcome(outcome_of(plan, exchange, opts))
 
     async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
         """``http_get``: GET ``url``; the status, a header or a JSON value (docs: probes)."""
