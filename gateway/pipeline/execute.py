@@ -19,7 +19,7 @@ import anyio
 from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ExecutionError, StoreError, ToolgateError
-from gateway.pipeline.context import adapter_call, adapter_of
+from gateway.pipeline.context import adapter_call, adapter_of, deadline_of
 from gateway.pipeline.output import OutputSink
 from gateway.pipeline.records import Flow, ToolResult
 from gateway.pipeline.services import Services
@@ -67,7 +67,19 @@ async def run(services: Services, flow: Flow) -> Flow:
     return await _run_adapter(services, flow, durable)
 
 
+def _now() -> float:
+    """Epoch seconds (a seam for tests: the last deadline check reads the clock here)."""
+    return time.time()
+
+
+START_FLOOR = 0.01
+"""Seconds an adapter call must have left to be started at all: with less, a side effect
+could begin and not finish (the call would end ``timeout`` with something attempted)."""
+
+
 async def _run_adapter(services: Services, flow: Flow, durable: bool) -> Flow:
+    if deadline_of(services, flow) - _now() < START_FLOOR:
+        return _no_time_left(flow)  # the last look before the side effect: after the locks
     sink = OutputSink(services.store, flow.execution_id, flow.seq, durable=durable)
     watch = _Watch(services, flow, sink)
     try:
@@ -203,6 +215,23 @@ def _cancelled_before_start(flow: Flow) -> Flow:
     )
     unstarted = tuple(e for e in flow.events if e.type != "tool.started")
     return flow.but(result=result, started_ms=None, events=unstarted)
+
+
+def _no_time_left(flow: Flow) -> Flow:
+    assert flow.tool is not None
+    result = ToolResult(
+        call_id=flow.request.call_id,
+        tool_version=str(flow.tool.version),
+        outcome=Outcome.FAILED,
+        error=ExecutionError(
+            f"{flow.tool.ref} reached its adapter with no time left before its deadline "
+            "(after validation and locks); nothing was started: send a later deadline",
+            code="deadline_exceeded",
+            retryable=True,
+        ),
+        side_effect=SideEffectReport(False, False, "nothing was attempted"),
+    )
+    return flow.but(result=result, finished_ms=int(_now() * 1000))
 
 
 async def _call_adapter(
