@@ -4,6 +4,9 @@ Each stage is ``async def run(services, flow) -> Flow``. A stage ends a call ear
 raising a ``CallError`` (the call becomes a failed execution in that error's phase) or by
 setting ``flow.existing`` (the call resolves to an execution that already exists).
 ``RequestError`` (400/409/422) propagates: such a request never becomes an execution.
+Anything else that escapes a stage is settled by the one catch-all below (``_escaped``):
+``failed`` before the adapter was called, reconciled or ``unknown`` after a write's adapter
+was; only ``StoreError`` (nothing can be recorded) still propagates, to recovery.
 """
 
 from __future__ import annotations
