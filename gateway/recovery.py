@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from gateway.adapters.base import SideEffectReport
-from gateway.errors import ExecutionError, ToolgateError
+from gateway.errors import ExecutionError, StoreError, ToolgateError
 from gateway.events.model import make_event
 from gateway.instance import INSTANCE_ID, owner_is_gone
 from gateway.pipeline import normalise, resolve
@@ -65,6 +65,8 @@ async def recover(services: Services) -> list[ExecutionRecord]:
                 settled.append(await recover_one(services, record))
             except ToolgateError as exc:
                 log.warning("could not recover %s yet: %s", record.id, exc)
+            except Exception:  # one execution's failure must not stop the others
+                log.exception("could not recover %s yet", record.id)
 
     candidates = await services.store.unfinished([Status.RUNNING, Status.CANCELLING])
     async with anyio.create_task_group() as tg:
@@ -94,6 +96,18 @@ async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionR
     if not states:  # crashed between starting and checkpointing: find it by its marker
         began = next(e.at_ms for e in events if e.type == "tool.started")
         states = [{"marker": record.id, "not_before": began / 1000 - 1}]
+    try:
+        return await _settle_started(services, record, states)
+    except StoreError:
+        raise  # nothing can be recorded now: the next pass tries again
+    except Exception:  # no exception leaves a started execution unsettled
+        log.exception("recovering %s failed; settling it unknown", record.id)
+        return await _close_unknown(services, record, "recovering it failed", ())
+
+
+async def _settle_started(
+    services: Services, record: ExecutionRecord, states: list[Any]
+) -> ExecutionRecord:
     flow = await _rebuild(services, record)
     if flow is None or flow.tool is None:
         return await _close_unknown(services, record, "the tool or workspace is gone", ())
@@ -150,8 +164,13 @@ async def _rebuild(services: Services, record: ExecutionRecord) -> Flow | None:
     try:
         flow = await resolve.run(services, flow)
         return await normalise.run(services, flow)
+    except StoreError:
+        raise
     except ToolgateError as exc:
         log.warning("cannot rebuild %s for recovery: %s", record.id, exc)
+        return None
+    except Exception:
+        log.exception("cannot rebuild %s for recovery", record.id)
         return None
 
 
@@ -166,3 +185,5 @@ async def _stop_leftovers(services: Services, flow: Flow, states: list[Any]) -> 
             await stop(state)
         except ToolgateError as exc:
             log.warning("could not stop what %s left running: %s", flow.execution_id, exc)
+        except Exception:
+            log.exception("could not stop what %s left running", flow.execution_id)

@@ -57,7 +57,7 @@ from gateway.adapters.database_options import (
 )
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.templates import TemplateError
-from gateway.errors import ConfigError, ExecutionError
+from gateway.errors import ConfigError, ExecutionError, ValidationError
 from gateway.settings import Settings
 from gateway.types import JSON, Outcome
 
@@ -67,6 +67,10 @@ SPEC = AdapterSpec(
     probes={"row_version": frozenset(), "query": frozenset({"query"})},
     options=DatabaseOptions,
 )
+INT64 = (-(2**63), 2**63 - 1)
+"""The integers a bind may carry, on every engine: SQLite's INTEGER, PostgreSQL's and
+MariaDB's BIGINT. A wider one (JSON allows it) is refused before anything starts; a tool
+that needs larger numbers takes them as strings and casts in its SQL."""
 PROBE_FLOOR = 5.0
 """Seconds a probe may always take: reconcile probes run after the call's deadline."""
 Rows = list[dict[str, JSON]]
@@ -216,6 +220,13 @@ def binds_for(sql: str, options: DatabaseOptions, call: AdapterCall) -> dict[str
                 raise ExecutionError(f"bind {name!r}: {exc}", code="bind_error") from exc
             continue
         value = call.arguments.get(name)
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            raise ValidationError(
+                f"{call.tool.ref}: argument {name!r} is an integer outside the 64-bit range "
+                f"the database binds ({INT64[0]} to {INT64[1]}); nothing was started",
+                code="invalid_arguments",
+                details={"errors": {name: ["integer out of the 64-bit range"]}},
+            )
         values[name] = _canonical(value) if isinstance(value, list | dict) else value
     return values
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, NoReturn, TypeVar
 
 import anyio
 import sqlalchemy as sa
@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 from gateway.adapters.database_errors import translate
 from gateway.adapters.database_options import Name
 from gateway.declarations.model import ToolDeclaration
-from gateway.errors import ConfigError, ExecutionError
+from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
 from gateway.settings import Settings
 from gateway.units import parse_duration
 
@@ -456,11 +456,38 @@ async def run_transaction(
             code="database_busy",
             retryable=True,
         ) from failure
-    if isinstance(failure, sa.exc.SQLAlchemyError):  # its text embeds the statement and binds
-        log.warning("%s failed on %s", tool.ref, conn.name, exc_info=failure)
+    if isinstance(failure, ToolgateError):
+        raise failure  # raised by the work itself (unexpected_row_count, a probe's column)
+    return _foreign(conn, tool, failure, guard.committing)
+
+
+BIND_ERRORS = (OverflowError, UnicodeError, ValueError, TypeError)
+"""What a driver raises, outside the DB-API's error classes, for a value it cannot bind
+(sqlite3: an int wider than 64 bits, a lone surrogate)."""
+
+
+def _foreign(
+    conn: DatabaseConnection, tool: ToolDeclaration, failure: Exception, committing: bool
+) -> NoReturn:
+    """Any other failure of the transaction as a clear error: the transaction was rolled
+    back (it never reached COMMIT), unless COMMIT itself failed (then nobody knows)."""
+    # Logged with its traceback; never quoted: SQLAlchemy's text embeds statement and binds.
+    log.warning("%s failed on %s", tool.ref, conn.name, exc_info=failure)
+    if committing:
         raise ExecutionError(
-            f"the database layer failed on {tool.ref} ({type(failure).__name__}); "
-            "see the gateway log",
-            code="database_error",
+            f"the connection {conn.name!r} failed while committing {tool.ref}; whether the "
+            "change is in place is unknown: check it before retrying",
+            code="interrupted",
         ) from failure
-    raise failure
+    orig = failure.orig if isinstance(failure, sa.exc.StatementError) else failure
+    if isinstance(orig, BIND_ERRORS):
+        raise ValidationError(
+            f"a value of {tool.ref} cannot be bound for the database ({type(failure).__name__}:"
+            " out of range or not representable); nothing changed",
+            code="invalid_arguments",
+        ) from failure
+    raise ExecutionError(
+        f"the database layer failed on {tool.ref} ({type(failure).__name__}); "
+        "see the gateway log; the transaction was rolled back: nothing changed",
+        code="database_error",
+    ) from failure

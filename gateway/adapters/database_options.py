@@ -157,8 +157,76 @@ def check_tool(
         yield f"{lines.where(('expect_rows',))}: expect_rows applies to operation execute only"
     for name in sorted(set(options.binds) & set(tool.input)):
         yield f"{lines.where(('binds', name))}: bind {name!r} would hide the argument {name!r}"
+    yield from _check_reads(tool, options, lines)
     yield from _check_probes(tool, options, lines)
     yield from _check_locks(tool, connections, lines)
+
+
+# -- is a statement a read? ------------------------------------------------------------------
+#
+# A conservative look at the statement's words, with literals, quoted names and comments
+# blanked out first (``_NOT_CODE``): no SQL parser, and nothing it says "read" is taken on
+# trust at run time (reads still run in a read-only transaction). A statement is a read when
+# it starts with a reading keyword and nowhere holds a writing keyword, a data-modifying CTE,
+# a locking clause or a call of a function known to write; anything else that is not plainly
+# a write cannot be classified, and is refused for a read tool like a write.
+
+READ_LEADS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "SHOW", "EXPLAIN"})
+WRITE_WORDS = frozenset(
+    {"INSERT", "UPDATE", "DELETE", "MERGE", "UPSERT", "REPLACE", "INTO"}
+    | {"CREATE", "DROP", "ALTER", "TRUNCATE", "GRANT", "REVOKE"}
+)
+"""Reserved words that only a writing statement (or SELECT ... INTO, FOR UPDATE) holds."""
+WRITE_FUNCTIONS = frozenset(
+    {"NEXTVAL", "SETVAL", "DBLINK_EXEC", "QUERY_TO_XML", "QUERY_TO_XML_AND_XMLSCHEMA"}
+    | {"PG_ADVISORY_XACT_LOCK", "PG_ADVISORY_LOCK", "SET_CONFIG", "LOAD_EXTENSION"}
+)
+"""Functions that change state (a sequence, a large object, a lock, a setting) or run SQL
+given as text; every ``lo_*`` function counts too."""
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*|\S")
+
+
+def _blank(match: re.Match[str]) -> str:
+    """A comment is nothing; a literal or a quoted name is one opaque token."""
+    return " " if match.group(0).startswith(("--", "/*")) else " ? "
+
+
+def _tokens(sql: str) -> list[str]:
+    return [t.upper() for t in _WORD.findall(_NOT_CODE.sub(_blank, sql))]
+
+
+def classify(sql: str) -> tuple[str, str]:
+    """("read" | "write" | "unknown", why) for one statement."""
+    tokens = _tokens(sql)
+    for i, token in enumerate(tokens):
+        call = i + 1 < len(tokens) and tokens[i + 1] == "("
+        if call and (token in WRITE_FUNCTIONS or token.startswith("LO_")):
+            return "write", f"it calls {token.lower()}(), which writes"
+        if token in WRITE_WORDS and not call:  # replace(), insert() are string functions
+            return "write", f"it holds {token}"
+        if token == "FOR" and "SHARE" in tokens[i + 1 : i + 4]:
+            return "write", "it locks rows (FOR SHARE)"
+    lead = next((t for t in tokens if t != "("), "")
+    if lead in READ_LEADS:
+        return "read", ""
+    return "unknown", f"a statement that starts with {lead or 'nothing'} is not a plain read"
+
+
+def _check_reads(tool: ToolDeclaration, options: DatabaseOptions, lines: Lines) -> Iterator[str]:
+    """A read tool's SQL, and every probe query of any tool, must classify as a read (they
+    run in a read-only transaction, which would refuse them only at run time)."""
+    for loc, sql in options.statements():
+        if loc == ("sql",) and tool.side_effect not in READS:
+            continue
+        kind, why = classify(sql)
+        if kind == "read":
+            continue
+        what = f"a {tool.side_effect.value} tool's SQL" if loc == ("sql",) else "a probe's query"
+        verdict = "writes" if kind == "write" else "cannot be classified as a read"
+        yield (
+            f"{lines.where(loc)}: {what} must only read, and this statement {verdict} ({why}); "
+            "declare the tool operation: execute with side_effect: write, or make it a SELECT"
+        )
 
 
 def _probe_uses(tool: ToolDeclaration) -> Iterator[tuple[Loc, str, Mapping[str, Template]]]:

@@ -176,7 +176,11 @@ def check_host(url: httpx.URL, policy: EgressPolicy) -> None:
     host = url.raw_host.decode("ascii", "replace")
     if not host:
         raise EgressRefused("the URL has no host")
-    if not policy.permits_host(host):
+    try:
+        permitted = policy.permits_host(host)
+    except ValueError as exc:  # e.g. "a.example.com/../" filled into a host template
+        raise EgressRefused(f"{host[:100]!r} is not a valid host name") from exc
+    if not permitted:
         raise EgressRefused(
             f"host {host} is not in this tool's allowed hosts "
             f"({', '.join(sorted(policy.hosts)) or 'none'})"

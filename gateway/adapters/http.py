@@ -21,6 +21,7 @@ cannot duplicate the effect. Nothing is ever retried here.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import ssl
@@ -35,7 +36,13 @@ import httpx
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec
-from gateway.adapters.egress import EgressPolicy, IPNetwork, check_host, guarded_transport
+from gateway.adapters.egress import (
+    EgressPolicy,
+    EgressRefused,
+    IPNetwork,
+    check_host,
+    guarded_transport,
+)
 from gateway.adapters.http_options import HttpConfig, HttpOptions, parse_json_path
 from gateway.adapters.http_request import (
     Redactor,
@@ -64,6 +71,10 @@ from gateway.types import JSON
 from gateway.yamlsrc import Lines
 
 T = TypeVar("T")
+# httpcore's DEBUG trace logs every request and response header, credentials included: the
+# gateway never lets it through, whatever level the root logger is at (httpx's own INFO line
+# names only the method and URL).
+logging.getLogger("httpcore").setLevel(logging.INFO)
 
 RESPONSE_LOST = "interrupted"
 """The code of "sent, and the connection died before the response": one the pipeline
@@ -157,6 +168,33 @@ def _probe_problems(tool: ToolDeclaration, lines: Lines) -> Iterator[str]:
                     (parse_statuses if key == "status" else parse_json_path)(template.source)
                 except ValueError as exc:
                     yield f"{where}: {exc}"
+
+
+_LOCATION = "toolgate.location"
+
+
+async def _hide_location(response: httpx.Response) -> None:
+    """Keep httpx from reading ``Location``: even with redirects off it builds the next
+    request from it, and a Location it cannot parse (``javascript:alert(1)``) would fail
+    the exchange as if nothing had been sent. ``_exchange`` puts the header back, and
+    ``_send`` checks each hop itself."""
+    location = response.headers.get("location")
+    if location is not None:
+        response.extensions[_LOCATION] = location
+        del response.headers["location"]
+
+
+def _redirect_target(url: httpx.URL, location: str) -> httpx.URL:
+    """Where a redirect from ``url`` points; a Location that is not a URL is refused like
+    any other hop egress control does not allow (``check_host`` checks the rest)."""
+    try:
+        return url.join(location)
+    except httpx.InvalidURL as exc:
+        shown = location[:100]
+        raise EgressRefused(
+            f"the redirect from {url.copy_with(query=None)} points to {shown!r}, "
+            "which is not an http(s) URL"
+        ) from exc
 
 
 class _Progress:
@@ -308,7 +346,7 @@ class HttpAdapter:
         except ToolgateError as exc:
             plan.redactor.error(exc)
             raise
-        return outcome_of(plan, exchange, opts)
+        return plan.redactor.outcome(outcome_of(plan, exchange, opts))
 
     async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
         """``http_get``: GET ``url``; the status, a header or a JSON value (docs: probes)."""
@@ -448,6 +486,7 @@ class HttpAdapter:
                 headers={"User-Agent": self.config.user_agent},
                 # One client serves every actor: it must never remember a cookie.
                 cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+                event_hooks={"response": [_hide_location]},
             )
             self._clients[policy.networks] = client
         return client
@@ -473,7 +512,7 @@ class HttpAdapter:
             if exchange.status not in _REDIRECTS or not location or len(hops) >= plan.redirects:
                 return replace(exchange, hops=tuple(hops))
             hops.append(str(url))
-            target = url.join(location)
+            target = _redirect_target(url, location)
             if exchange.status == 303 or (exchange.status in (301, 302) and method == "POST"):
                 method = "GET" if method != "HEAD" else method
                 content = None
@@ -520,6 +559,9 @@ class HttpAdapter:
             raise
         except Exception as exc:
             raise _send_error(exc, plan, url, progress.sent, seconds) from exc
+        hidden = response.extensions.get(_LOCATION)
+        if isinstance(hidden, str):
+            response.headers["location"] = hidden
         buf = bytearray()
         try:
             read = lambda: _read_body(response, plan.budget, buf)  # noqa: E731

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -24,6 +25,7 @@ from urllib.parse import quote, urlencode
 import anyio
 import httpx
 
+from gateway.adapters.base import AdapterOutcome, Evidence
 from gateway.adapters.http_options import Body, Credential, whole_reference
 from gateway.declarations.templates import Template, TemplateError, lookup
 from gateway.errors import ExecutionError, ToolgateError
@@ -72,6 +74,28 @@ class Redactor:
             exc.args = (exc.message,)
             exc.details = self.json(exc.details)
         return exc
+
+    def outcome(self, out: AdapterOutcome) -> AdapterOutcome:
+        """The whole outcome by value, whatever field a secret reached: data, every piece of
+        evidence (ref, hash, data), the side-effect summary and the error. Every outcome of
+        the HTTP adapter leaves through here, so a new field cannot forget it."""
+        if not self:
+            return out
+        return replace(
+            out,
+            data=self.json(out.data),
+            side_effect=replace(out.side_effect, summary=self.text(out.side_effect.summary)),
+            evidence=tuple(
+                Evidence(
+                    self.text(e.kind),
+                    self.text(e.ref),
+                    self.text(e.sha256) if e.sha256 is not None else None,
+                    self.json(dict(e.data)),
+                )
+                for e in out.evidence
+            ),
+            error=self.error(out.error) if out.error is not None else None,
+        )
 
 
 def render_value(template: Template, context: Mapping[str, Any]) -> Any:

@@ -18,8 +18,8 @@ import anyio
 
 from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.declarations.model import ToolDeclaration
-from gateway.errors import ExecutionError, ToolgateError
-from gateway.pipeline.context import adapter_call, adapter_of
+from gateway.errors import ExecutionError, StoreError, ToolgateError
+from gateway.pipeline.context import adapter_call, adapter_of, deadline_of
 from gateway.pipeline.output import OutputSink
 from gateway.pipeline.records import Flow, ToolResult
 from gateway.pipeline.services import Services
@@ -32,6 +32,16 @@ FIRST_TICK = 0.25
 """Seconds into the call when the watchers start (the first output flush is due)."""
 
 
+class Escaped(Exception):
+    """Something escaped this stage (a gateway bug, an injected fault): raised from the
+    original exception, with the flow as far as it got and whether the adapter was called,
+    so that the runner's catch-all can settle the call truthfully."""
+
+    def __init__(self, flow: Flow, adapter_called: bool) -> None:
+        super().__init__(f"escaped the execute stage (adapter called: {adapter_called})")
+        self.flow, self.adapter_called = flow, adapter_called
+
+
 async def run(services: Services, flow: Flow) -> Flow:
     assert flow.tool is not None
     flow = flow.but_emit(
@@ -40,30 +50,61 @@ async def run(services: Services, flow: Flow) -> Flow:
         adapter=flow.tool.adapter,
         operation=flow.tool.operation,
     )
-    durable = not flow.ephemeral
-    if durable:
-        running = [Status.RUNNING]
-        if not await services.store.set_status(
-            flow.execution_id, running, Status.RUNNING, flow.events
-        ):
-            return _cancelled_before_start(flow)  # a cancel arrived while it waited for locks
-        flow = flow.drained()
-    await services.faults.hit("before_adapter")
+    try:
+        durable = not flow.ephemeral
+        if durable:
+            running = [Status.RUNNING]
+            if not await services.store.set_status(
+                flow.execution_id, running, Status.RUNNING, flow.events
+            ):
+                return _cancelled_before_start(flow)  # a cancel arrived while it waited for locks
+            flow = flow.drained()
+        await services.faults.hit("before_adapter")
+    except StoreError:
+        raise  # the store is down: nothing can be recorded now; recovery settles it later
+    except Exception as exc:
+        raise Escaped(flow, adapter_called=False) from exc
+    return await _run_adapter(services, flow, durable)
+
+
+def _now() -> float:
+    """Epoch seconds (a seam for tests: the last deadline check reads the clock here)."""
+    return time.time()
+
+
+START_FLOOR = 0.01
+"""Seconds an adapter call must have left to be started at all: with less, a side effect
+could begin and not finish (the call would end ``timeout`` with something attempted)."""
+
+
+async def _run_adapter(services: Services, flow: Flow, durable: bool) -> Flow:
+    if deadline_of(services, flow) - _now() < START_FLOOR:
+        return _no_time_left(flow)  # the last look before the side effect: after the locks
     sink = OutputSink(services.store, flow.execution_id, flow.seq, durable=durable)
     watch = _Watch(services, flow, sink)
     try:
-        call = adapter_call(
-            services,
-            flow,
-            watch.cancelled,
-            emit_output=sink.emit,
-            checkpoint=sink.checkpoint,
-        )
-        raw, failure = await _call_adapter(adapter_of(services, flow), call, watch)
-    finally:
-        await watch.stop()
-    await sink.flush()
-    await services.faults.hit("after_side_effect")
+        try:
+            call = adapter_call(
+                services,
+                flow,
+                watch.cancelled,
+                emit_output=sink.emit,
+                checkpoint=sink.checkpoint,
+            )
+            raw, failure = await _call_adapter(adapter_of(services, flow), call, watch)
+        finally:
+            await watch.stop()
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise Escaped(flow, adapter_called=True) from exc
+    try:
+        await sink.flush()
+        await services.faults.hit("after_side_effect")
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise Escaped(flow.but(raw=raw, failure=failure), adapter_called=True) from exc
     return flow.but(
         events=(*flow.events, *sink.kept),
         seq=sink.next_seq,
@@ -174,6 +215,23 @@ def _cancelled_before_start(flow: Flow) -> Flow:
     )
     unstarted = tuple(e for e in flow.events if e.type != "tool.started")
     return flow.but(result=result, started_ms=None, events=unstarted)
+
+
+def _no_time_left(flow: Flow) -> Flow:
+    assert flow.tool is not None
+    result = ToolResult(
+        call_id=flow.request.call_id,
+        tool_version=str(flow.tool.version),
+        outcome=Outcome.FAILED,
+        error=ExecutionError(
+            f"{flow.tool.ref} reached its adapter with no time left before its deadline "
+            "(after validation and locks); nothing was started: send a later deadline",
+            code="deadline_exceeded",
+            retryable=True,
+        ),
+        side_effect=SideEffectReport(False, False, "nothing was attempted"),
+    )
+    return flow.but(result=result, finished_ms=int(_now() * 1000))
 
 
 async def _call_adapter(

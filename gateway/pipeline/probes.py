@@ -29,13 +29,8 @@ async def run_probes(
             params = {k: t.render(call.context) for k, t in probe.params.items()}
             expected = probe.equals.render(call.context) if probe.equals is not None else None
             observed = await adapter.probe(probe.probe, params, call)
-        except (ToolgateError, TemplateError, OSError) as exc:
-            log.warning(
-                "%s probe %s failed for %s: %s", purpose, probe.probe, flow.execution_id, exc
-            )
-            evidence.append(
-                Evidence("probe", probe.probe, None, {"purpose": purpose, "error": str(exc)})
-            )
+        except Exception as exc:  # no exception leaves a probe: it could not read the state
+            evidence.append(_unreadable(flow, probe, purpose, exc))
             passed = None
             continue
         ok = _text(observed) == expected if expected is not None else bool(observed)
@@ -56,3 +51,15 @@ async def run_probes(
         if not ok and passed is not None:
             passed = False
     return passed, tuple(evidence)
+
+
+def _unreadable(flow: Flow, probe: ProbeDecl, purpose: str, exc: Exception) -> Evidence:
+    """The evidence of a probe that raised: its own words for an error it translated, only
+    the exception's class for anything else (the traceback goes to the log)."""
+    if isinstance(exc, ToolgateError | TemplateError | OSError):
+        log.warning("%s probe %s failed for %s: %s", purpose, probe.probe, flow.execution_id, exc)
+        why = str(exc)
+    else:
+        log.exception("%s probe %s crashed for %s", purpose, probe.probe, flow.execution_id)
+        why = f"the probe failed unexpectedly ({type(exc).__name__}); see the gateway log"
+    return Evidence("probe", probe.probe, None, {"purpose": purpose, "error": why})

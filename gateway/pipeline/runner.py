@@ -4,16 +4,27 @@ Each stage is ``async def run(services, flow) -> Flow``. A stage ends a call ear
 raising a ``CallError`` (the call becomes a failed execution in that error's phase) or by
 setting ``flow.existing`` (the call resolves to an execution that already exists).
 ``RequestError`` (400/409/422) propagates: such a request never becomes an execution.
+Anything else that escapes a stage is settled by the one catch-all below (``_escaped``):
+``failed`` before the adapter was called, reconciled or ``unknown`` after a write's adapter
+was; only ``StoreError`` (nothing can be recorded) still propagates, to recovery.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from gateway import jsontext
 from gateway.adapters.base import SideEffectReport
-from gateway.errors import CallError, ExecutionError, NotFound, StoreError, ToolgateError
+from gateway.errors import (
+    CallError,
+    ExecutionError,
+    NotFound,
+    RequestError,
+    StoreError,
+    ToolgateError,
+)
 from gateway.pipeline import (
     authorize,
     commit,
@@ -129,19 +140,93 @@ async def _run_stage(stage: Stage, services: Services, flow: Flow) -> Flow:
             await services.faults.hit(after)
         return flow
     except CallError as exc:
+        if flow.started_ms is not None and stage.name != "execute":
+            return await _escaped(stage, services, flow, exc)  # too late to end it "failed"
         return _failed(flow, exc)
-    except (ToolgateError, StoreError):
-        raise
-    except Exception:
-        if flow.started_ms is not None or stage.name == "execute":
-            raise  # the side effect may have begun: only recovery may decide the outcome
-        log.exception("stage %s failed for execution %s", stage.name, flow.execution_id)
-        error = ExecutionError(
-            f"the gateway failed in stage {stage.name}; nothing was executed "
-            f"(see the gateway log for execution {flow.execution_id})",
-            code="internal_error",
-        )
-        return _failed(flow, error)
+    except (RequestError, StoreError):
+        raise  # 4xx by design; or the store is down and nothing can be recorded now
+    except Exception as exc:
+        return await _escaped(stage, services, flow, exc)
+
+
+# -- the catch-all ----------------------------------------------------------------------------
+#
+# Whatever escapes a stage (a bug, an injected fault, a foreign exception no edge
+# translated) ends the call here, once, with a terminal and truthful outcome that is then
+# committed like any other: ``failed`` with nothing attempted while the side effect cannot
+# have begun; after it may have begun, what the reconcile probes show, else ``unknown``.
+# The caller gets a result (200), never the exception; the traceback goes to the log.
+
+
+async def _escaped(stage: Stage, services: Services, flow: Flow, exc: Exception) -> Flow:
+    adapter_called = flow.started_ms is not None
+    if isinstance(exc, execute.Escaped):
+        flow, adapter_called = exc.flow, exc.adapter_called
+    cause = exc.__cause__ if isinstance(exc, execute.Escaped) else exc
+    log.error(
+        "stage %s failed for execution %s",
+        stage.name,
+        flow.execution_id,
+        exc_info=(type(cause), cause, cause.__traceback__) if cause else None,
+    )
+    tool = flow.tool
+    if not adapter_called or tool is None or tool.side_effect not in settle.WRITES:
+        nothing = "nothing was executed" if not adapter_called else "it changed nothing"
+        flow = _failed(flow, _internal(stage, flow, nothing))
+    else:
+        flow = await _uncertain(stage, services, flow)
+    if stage.name == "commit":
+        return await _commit_anyway(services, flow)
+    return flow
+
+
+def _internal(stage: Stage, flow: Flow, what: str) -> ExecutionError:
+    return ExecutionError(
+        f"the gateway failed in stage {stage.name}; {what} "
+        f"(see the gateway log for execution {flow.execution_id})",
+        code="internal_error",
+    )
+
+
+async def _uncertain(stage: Stage, services: Services, flow: Flow) -> Flow:
+    """A write whose side effect may have begun: reconciled by its probes when the
+    failure came before the result was settled, else ``unknown``."""
+    error = _internal(stage, flow, "the side effect may have happened")
+    base = flow.result or ToolResult(
+        call_id=flow.request.call_id,
+        tool_version=str(flow.tool.version) if flow.tool else None,
+        outcome=Outcome.UNKNOWN,
+    )
+    if stage.name == "execute":
+        try:
+            return await settle.reconcile(services, flow, base, error, Outcome.FAILED)
+        except Exception:
+            log.exception("reconciling execution %s failed", flow.execution_id)
+    unknown = replace(
+        base,
+        outcome=Outcome.UNKNOWN,
+        error=error,
+        side_effect=SideEffectReport(True, False, "the side effect may have happened"),
+    )
+    return flow.but(result=unknown)
+
+
+async def _commit_anyway(services: Services, flow: Flow) -> Flow:
+    """The commit stage itself failed (not the store): commit a bare result instead, with
+    nothing of the one that could not be recorded but its outcome's truth."""
+    assert flow.result is not None
+    bare = replace(flow.result, data=None, evidence=(), truncated=False)
+    flow = flow.but(result=bare, events=tuple(e for e in flow.events if _plain(e.data)))
+    return await commit.run(services, flow)
+
+
+def _plain(data: object) -> bool:
+    """Whether event data can be stored (the commit that failed may have failed on it)."""
+    try:
+        jsontext.stored(data)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return False
+    return True
 
 
 def _failed(flow: Flow, error: ToolgateError) -> Flow:

@@ -15,10 +15,13 @@ from gateway.errors import ExecutionError, ToolgateError
 from gateway.pipeline.probes import run_probes
 from gateway.pipeline.records import Flow, ToolResult
 from gateway.pipeline.services import Services
-from gateway.types import Outcome, SideEffect
+from gateway.types import Outcome, Phase, SideEffect
 
 UNCERTAIN = frozenset({"timeout", "adapter_crashed", "cancelled", "interrupted"})
 WRITES = (SideEffect.WRITE, SideEffect.EXTERNAL)
+NOT_STARTED = frozenset({"deadline_exceeded"})
+"""Failure codes of an adapter that refused before it began (with phase ``validate``: an
+argument it cannot use): nothing was attempted."""
 
 
 async def run(services: Services, flow: Flow) -> Flow:
@@ -59,7 +62,10 @@ async def run(services: Services, flow: Flow) -> Flow:
         absent = Outcome.CANCELLED if failure.code == "cancelled" else Outcome.FAILED
         return await reconcile(services, flow, base, failure, absent)
     outcome = Outcome.CANCELLED if failure.code == "cancelled" else Outcome.FAILED
-    effect = SideEffectReport(tool.side_effect in WRITES, False, "not committed")
+    if failure.phase is Phase.VALIDATE or failure.code in NOT_STARTED:
+        effect = SideEffectReport(False, False, "nothing was attempted")
+    else:
+        effect = SideEffectReport(tool.side_effect in WRITES, False, "not committed")
     return flow.but(result=replace(base, outcome=outcome, error=failure, side_effect=effect))
 
 

@@ -32,7 +32,7 @@ from gateway.adapters.database_errors import category
 from gateway.adapters.database_options import DatabaseOptions, check_tool
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue, load_declaration
-from gateway.errors import ConfigError, ExecutionError
+from gateway.errors import CallError, ConfigError, ExecutionError
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.types import Outcome
@@ -56,6 +56,20 @@ SLOW_SQL = {
     "postgresql": "SELECT pg_sleep(30) AS n",
     "mysql": "SELECT SUM(a.seq * b.seq) AS n FROM seq_1_to_1000000 a, seq_1_to_1000000 b",
 }
+SNEAKY = """\
+name: t.sneaky_write
+version: 1.0.0
+description: a read tool whose SQL writes
+adapter: database
+operation: query
+connection: shop
+risk: low
+side_effect: read
+input: {id: {type: integer, required: true}}
+sql: UPDATE items SET qty = 0 WHERE id = :id
+"""
+"""The start checks refuse it (test_a_read_tool_whose_sql_writes_fails_the_check); the
+fixture adds it after them, to test the read-only transaction behind that check."""
 TOOLS = """
 name: t.list_items
 version: 1.0.0
@@ -79,17 +93,6 @@ risk: low
 side_effect: read
 input: {{name: {{type: string, required: true}}}}
 sql: SELECT id, name, qty FROM items WHERE name = :name
----
-name: t.sneaky_write
-version: 1.0.0
-description: a read tool whose SQL writes
-adapter: database
-operation: query
-connection: shop
-risk: low
-side_effect: read
-input: {{id: {{type: integer, required: true}}}}
-sql: UPDATE items SET qty = 0 WHERE id = :id
 ---
 name: t.slow
 version: 1.0.0
@@ -275,6 +278,7 @@ def shop(shop_url: str, tmp_path: Path) -> Iterator[Shop]:
     tools_dir = write_tools(tmp_path / "tools.d", TOOLS.format(slow=SLOW_SQL[engine.dialect.name]))
     settings = shop_settings(tmp_path, tools_dir, shop_url)
     adapter = database.create(settings, settings.adapters["database"])
+    (tools_dir / "99.t.sneaky_write.yaml").write_text(SNEAKY)
     root = tmp_path / "ws"
     root.mkdir()
     try:
@@ -591,7 +595,7 @@ def test_unknown_connection_and_query_fail_the_start_naming_the_file(tmp_path: P
     first, second = caught.value.problems
     assert "00.t.list_items.yaml:6: connection: connection 'shopp' is not declared" in first
     assert "(declared: shop)" in first
-    assert "07.t.typo.yaml" in second and "query 'itme' is not declared" in second
+    assert "06.t.typo.yaml" in second and "query 'itme' is not declared" in second
 
 
 @pytest.mark.parametrize(
@@ -801,3 +805,176 @@ def test_api_timeout_is_reconciled_with_the_database(
         assert result["outcome"] == "failed", result
         assert result["side_effect"]["committed"] is False
         assert _paid_order(api) == order
+
+
+# -- values the database cannot hold ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [10**30, -(10**30), 2**63, -(2**63) - 1])
+async def test_an_integer_the_database_cannot_hold_is_a_clear_error(shop: Shop, value: int) -> None:
+    before = shop.state()
+    for tool, arguments in (
+        ("t.take", {"id": value, "n": 1}),
+        ("t.list_items", {"min_qty": value}),
+    ):
+        with pytest.raises(CallError) as caught:
+            await shop.adapter.execute(shop.call(tool, **arguments))
+        assert caught.value.code in ("invalid_arguments", "sql_error"), caught.value.message
+        assert str(value) not in caught.value.message or caught.value.code == "invalid_arguments"
+    take = shop.call("t.take", id=value, n=1)
+    for probe, params in (("row_version", {}), ("query", {"query": "qty"})):
+        with pytest.raises(CallError) as caught:
+            await shop.adapter.probe(probe, params, take)
+        assert caught.value.code in ("invalid_arguments", "sql_error"), caught.value.message
+    assert shop.state() == before
+
+
+async def test_a_string_the_driver_cannot_bind_is_a_clear_error(shop: Shop) -> None:
+    """Past the range check, whatever the driver cannot bind is mapped at the edge."""
+    before = shop.state()
+    for tool, arguments in (
+        ("t.find_item", {"name": "lone \ud800 surrogate"}),
+        ("t.add", {"id": 99, "name": "lone \ud800 surrogate"}),
+    ):
+        with pytest.raises(CallError) as caught:
+            await shop.adapter.execute(shop.call(tool, **arguments))
+        assert caught.value.code in ("invalid_arguments", "sql_error"), caught.value.message
+        assert "\ud800" not in caught.value.message
+    assert shop.state() == before
+
+
+def test_api_an_integer_wider_than_64_bits_ends_the_call_and_its_replays(
+    api: TestClient,
+) -> None:
+    """Issue 21 §1: was a 500 and an execution left running, replays 409 in flight."""
+    args = {"order_id": 10**30, "carrier": "dhl", "tracking": "TRK-WIDE-1"}
+    payload = {
+        "run_id": "run-wide",
+        "turn_id": "t1",
+        "call_id": "c-wide",
+        "tool": {"name": "db.mark_shipped"},
+        "arguments": args,
+        "workspace": {"id": "demo"},
+        "idempotency_key": "wide-1",
+    }
+    first = api.post("/v1/executions", json=payload, headers=ALICE)
+    assert first.status_code == 200, first.text
+    execution = first.json()
+    result = execution["result"]
+    assert execution["status"] == "completed" and result["outcome"] == "failed", result
+    assert result["error"]["type"] == "invalid_arguments"
+    assert result["side_effect"]["attempted"] is False
+    replay = api.post("/v1/executions", json=payload, headers=ALICE)
+    assert replay.status_code == 200, replay.text
+    assert replay.json()["id"] == execution["id"]
+    read = _call(api, "db.query_orders", {"status": "paid", "limit": 1, "after_id": 10**30})
+    assert read["outcome"] == "failed" and read["error"]["type"] in (
+        "invalid_arguments",
+        "sql_error",
+    ), read
+
+
+# -- a read tool's SQL is classified at load -------------------------------------------------
+
+READ_TOOL = """\
+name: t.{name}
+version: 1.0.0
+description: a read tool
+adapter: database
+operation: query
+connection: shop
+risk: low
+side_effect: read
+input: {{id: {{type: integer}}}}
+sql: "{sql}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("sql", "why"),
+    [
+        ("UPDATE items SET qty = 0 WHERE id = :id", "writes (it holds UPDATE)"),
+        (
+            "WITH gone AS (DELETE FROM items WHERE id = :id RETURNING id) SELECT * FROM gone",
+            "writes (it holds DELETE)",
+        ),
+        ("SELECT nextval('items_seq') AS n, :id AS id", "writes (it calls nextval()"),
+        ("SELECT lo_unlink(:id)", "writes (it calls lo_unlink()"),
+        ("SELECT qty FROM items WHERE id = :id FOR UPDATE", "writes (it holds UPDATE)"),
+        ("SELECT qty INTO TEMP copy FROM items WHERE id = :id", "writes (it holds INTO)"),
+        ("PRAGMA user_version = 3", "cannot be classified as a read"),
+    ],
+)
+def test_a_read_tool_whose_sql_writes_fails_the_check(
+    tmp_path: Path, shop_url: str, sql: str, why: str
+) -> None:
+    """Issue 21 §3: only the read-only transaction refused these, at run time (the check
+    reads the statement, not the engine: the same on SQLite, PostgreSQL and MariaDB)."""
+    tools_dir = tmp_path / "tools.d"
+    tools_dir.mkdir()
+    (tools_dir / "bad.yaml").write_text(READ_TOOL.format(name="bad", sql=sql))
+    settings = shop_settings(tmp_path, tools_dir, shop_url)
+    with pytest.raises(ConfigError) as caught:
+        database.create(settings, settings.adapters["database"])
+    [problem] = caught.value.problems
+    assert "bad.yaml:10: sql" in problem and "sql" in problem, problem
+    assert why in problem, problem
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT id, name FROM items WHERE id = :id",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < :id) "
+        "SELECT count(*) AS n FROM c",
+        "SELECT replace(name, 'DELETE', 'x') AS n FROM items WHERE id = :id -- UPDATE",
+        "(SELECT 1 AS one WHERE 1 = :id)",
+    ],
+)
+def test_a_read_tool_whose_sql_reads_passes_the_check(tmp_path: Path, sql: str) -> None:
+    tools_dir = tmp_path / "tools.d"
+    tools_dir.mkdir()
+    (tools_dir / "ok.yaml").write_text(READ_TOOL.format(name="ok", sql=sql))
+    settings = shop_settings(tmp_path, tools_dir, f"sqlite:///{tmp_path / 'shop.db'}")
+    database.create(settings, settings.adapters["database"]).connections["shop"].engine.dispose()
+
+
+def test_a_probe_query_that_writes_fails_the_check(tmp_path: Path) -> None:
+    tools_dir = write_tools(tmp_path / "tools.d", TOOLS.format(slow="SELECT 1"))
+    take = next(tools_dir.glob("*t.take.yaml"))
+    take.write_text(
+        take.read_text().replace(
+            "qty: SELECT qty FROM items WHERE id = :id",
+            "qty: SELECT setval('s', :id) AS qty",
+        )
+    )
+    settings = shop_settings(tmp_path, tools_dir, f"sqlite:///{tmp_path / 'shop.db'}")
+    with pytest.raises(ConfigError) as caught:
+        database.create(settings, settings.adapters["database"])
+    [problem] = caught.value.problems
+    assert take.name in problem and "queries.qty" in problem and "setval()" in problem, problem
+
+
+def test_toolgate_check_reports_a_read_tool_that_writes(project: Path) -> None:
+    """The same fault through the CLI, like every other declaration fault."""
+    import subprocess
+    import sys
+
+    (project / "tools.d" / "db.sneaky.yaml").write_text(
+        READ_TOOL.format(
+            name="sneaky", sql="UPDATE orders SET status = 'x' WHERE id = :id"
+        ).replace("connection: shop", "connection: orders")
+    )
+    if not (project / "examples").exists():
+        shutil.copytree(REPO / "examples", project / "examples")
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "--config", str(project / "toolgate.yaml"), "check"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
+    assert done.returncode != 0, done.stdout
+    out = done.stdout + done.stderr
+    assert "db.sneaky.yaml:10: sql" in out and "writes (it holds UPDATE)" in out, out

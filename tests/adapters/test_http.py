@@ -410,6 +410,44 @@ async def test_redirects_are_off_by_default_and_rechecked_per_hop(
         await adapter.execute(make_call(narrow))
 
 
+@pytest.mark.parametrize("location", ["javascript:alert(1)", "data:text/html,hi", "JavaScript:x"])
+async def test_a_redirect_to_another_scheme_is_refused_per_hop(
+    adapter: http.HttpAdapter, service: tuple[Starlette, str], tmp_path: Path, location: str
+) -> None:
+    url = f"{service[1]}/redirect?to={location}"
+    follow = _direct(tmp_path, url, networks="127.0.0.1/32", extra="redirects: 2\n")
+    with pytest.raises(EgressRefused, match="only http and https"):
+        await adapter.execute(make_call(follow))
+    # Not followed, the 302 is the answer: the Location is reported as it came.
+    off = _direct(tmp_path, url, networks="127.0.0.1/32")
+    out = await adapter.execute(make_call(off))
+    assert out.outcome is Outcome.FAILED and out.data["status"] == 302
+    assert out.error is not None and out.error.code == "http_redirect"
+    assert location in out.error.message
+
+
+@pytest.mark.parametrize(
+    "host", ["a.example.com/../", "a.example.com/..", "a.example.com/../../", "a..example.com"]
+)
+async def test_a_host_template_given_a_path_is_a_clear_egress_error(
+    adapter: http.HttpAdapter, tmp_path: Path, host: str
+) -> None:
+    tool = declare(
+        tmp_path,
+        HEAD
+        + """\
+side_effect: read
+input: {host: {type: string}}
+method: GET
+url: "https://{arguments.host}/x"
+egress: {allow_hosts: ["*.example.com"]}
+""",
+    )
+    with pytest.raises(EgressRefused) as info:
+        await adapter.execute(make_call(tool, {"host": host}))
+    assert info.value.code == "egress_refused" and info.value.retryable is False
+
+
 # --- failures -------------------------------------------------------------------------
 
 
@@ -849,3 +887,97 @@ def test_the_full_declaration_in_the_docs_loads(tmp_path: Path) -> None:
     }
     assert set(HttpOptions.model_fields) - {"base_url"} <= set(block.split()) | documented
     assert set(HttpOptions.model_fields) <= documented
+
+
+# --- a credential the upstream echoes back ---------------------------------------------------
+
+CANARY = "canary-Zx81-credential-7731"
+
+
+def _echoing_app() -> Starlette:
+    """An upstream that echoes the X-Api-Key it gets into every place a response has."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    def key(request: Request) -> str:
+        return request.headers.get("x-api-key", "")
+
+    async def echo_id(request: Request) -> Response:
+        k = key(request)
+        return JSONResponse({"id": k, "note": f"hello {k}"}, headers={"X-Request-Id": k})
+
+    async def fail(request: Request) -> Response:
+        k = key(request)
+        return JSONResponse({"id": k}, status_code=503, headers={"X-Request-Id": k})
+
+    async def moved(request: Request) -> Response:
+        return Response(status_code=302, headers={"Location": f"/elsewhere?token={key(request)}"})
+
+    return Starlette(
+        routes=[
+            Route("/id", echo_id, methods=["GET", "POST"]),
+            Route("/fail", fail, methods=["GET", "POST"]),
+            Route("/moved", moved, methods=["GET", "POST"]),
+        ]
+    )
+
+
+def _leaky_tool(name: str, path: str, base: str, extra: str = "") -> str:
+    return (
+        f"name: {name}\nversion: 1.0.0\ndescription: test\nadapter: http\noperation: request\n"
+        f"risk: low\nside_effect: external\nmethod: POST\nurl: {base}{path}\n"
+        "egress: {allow_networks: [127.0.0.1/32]}\n"
+        "credentials: [{header: X-Api-Key, env: T_CANARY_KEY}]\n"
+        "response_headers: [x-request-id, location]\n" + extra
+    )
+
+
+def test_a_secret_the_upstream_echoes_is_redacted_everywhere(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21 §2: the response id evidence held the raw secret."""
+    import logging
+
+    monkeypatch.setenv("T_CANARY_KEY", CANARY)
+    caplog.set_level(logging.DEBUG)
+    with serving(_echoing_app()) as base:
+        tools = project / "tools.d"
+        probe = "{probe: http_get, url: " + base + "/id, header: X-Request-Id, equals: nope}"
+        (tools / "t.leak_id.yaml").write_text(
+            _leaky_tool(
+                "t.leak_id",
+                "/id",
+                base,
+                f"response_id: {{header: X-Request-Id}}\nverify: [{probe}]\n",
+            )
+        )
+        (tools / "t.leak_json_id.yaml").write_text(
+            _leaky_tool("t.leak_json_id", "/fail", base, "response_id: {json_path: id}\n")
+        )
+        (tools / "t.leak_redirect.yaml").write_text(_leaky_tool("t.leak_redirect", "/moved", base))
+        (tools / "t.leak_reconcile.yaml").write_text(
+            _leaky_tool("t.leak_reconcile", "/fail", base, f"reconcile: [{probe}]\n")
+        )
+        settings = load_settings(
+            project / "toolgate.yaml", env={}, database_url=f"sqlite:///{tmp_path / 'gw.db'}"
+        )
+        texts: list[str] = []
+        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+            for tool in ("t.leak_id", "t.leak_json_id", "t.leak_redirect", "t.leak_reconcile"):
+                response = client.post("/v1/executions", json=body(tool, {}), headers=auth())
+                assert response.status_code == 200, response.text
+                execution = response.json()
+                assert execution["status"] == "completed", execution
+                texts.append(response.text)
+                texts.append(client.get(f"/v1/executions/{execution['id']}", headers=auth()).text)
+                texts.append(_events(client, execution))
+            first = json.loads(texts[0])["result"]
+    evidence = {e["kind"]: e for e in first["evidence"]}
+    assert evidence["http_response_id"]["ref"] == "[redacted]"
+    assert first["data"]["headers"]["x-request-id"] == "[redacted]"
+    probes = [e for e in first["evidence"] if e["kind"] == "probe"]
+    assert probes and probes[0]["observed"] == "[redacted]"
+    for text in texts:
+        assert CANARY not in text
+    assert CANARY not in caplog.text

@@ -440,13 +440,16 @@ async def test_cancel_while_waiting_for_locks_is_not_lost(
 async def test_a_failure_after_the_side_effect_is_settled_by_recovery(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:
-    from gateway.faults import Faults, InjectedFault
+    from gateway.errors import StoreError
+    from gateway.faults import Faults
     from gateway.recovery import recover
 
     adapter = FunctionAdapter(ok, sha_probe(hashlib.sha256(b"hi").hexdigest()))
     services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
-    faulty = replace(services, faults=Faults.parse("after_side_effect:raise"))
-    with pytest.raises(InjectedFault):
+    # The store fails after the side effect: nothing can be recorded, recovery settles it.
+    # (Any other exception there is settled by the call itself: tests/pipeline/test_catchall.)
+    faulty = replace(services, faults=Faults.parse("after_side_effect:store_unavailable"))
+    with pytest.raises(StoreError):
         await run_call(faulty, request())
     [left] = await store.unfinished([Status.RUNNING])
     settled = await recover(services)
@@ -454,3 +457,37 @@ async def test_a_failure_after_the_side_effect_is_settled_by_recovery(
     assert settled[0].outcome == "succeeded"  # the reconcile probe found the content
     assert settled[0].result is not None
     assert "recovered" in settled[0].result["side_effect"]["summary"]
+
+
+async def test_no_side_effect_starts_once_the_deadline_has_passed(
+    tmp_path: Path, store: Store, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20 §5: a call that passed validation with 1 ms left started its adapter and
+    ended ``timeout`` with something attempted. The clock the last check reads is moved past
+    the deadline once the locks are held: deterministic, no race with the real clock."""
+    import time
+
+    from gateway.pipeline import execute
+
+    adapter = FunctionAdapter(ok, sha_probe(hashlib.sha256(b"hi").hexdigest()))
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    deadline = int(time.time() * 1000) + 60_000
+    # raising=False: on the code before the fix the seam did not exist, and the test fails
+    # on its assertions, not on the patch.
+    monkeypatch.setattr(execute, "_now", lambda: deadline / 1000 + 0.001, raising=False)
+    record = await run_call(services, request(deadline_ms=deadline, idempotency_key="k"))
+    result = record.result
+    assert record.status is Status.COMPLETED and result is not None
+    assert result["outcome"] == "failed" and result["error"]["type"] == "deadline_exceeded"
+    assert result["error"]["phase"] == "execute" and result["error"]["retryable"] is True
+    assert result["side_effect"]["attempted"] is False
+    assert adapter.calls == []
+    assert await store.unfinished([Status.RUNNING]) == []
+    # With less than START_FLOOR left it does not start either; with more, it runs.
+    floor = getattr(execute, "START_FLOOR", 0.01)
+    monkeypatch.setattr(execute, "_now", lambda: deadline / 1000 - floor / 2, raising=False)
+    record = await run_call(services, request(call_id="c2", deadline_ms=deadline))
+    assert record.outcome == "failed" and adapter.calls == []
+    monkeypatch.setattr(execute, "_now", time.time, raising=False)
+    record = await run_call(services, request(call_id="c3", deadline_ms=deadline))
+    assert record.outcome == "succeeded" and len(adapter.calls) == 1
