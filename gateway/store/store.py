@@ -323,6 +323,7 @@ UPSERT_LOCK = Sql(
     "holder_call_id = excluded.holder_call_id, mode = excluded.mode, "
     "token = excluded.token, lease_until_ms = excluded.lease_until_ms"
 )
+WAITER_CANCELLED = Sql("SELECT 1 FROM executions WHERE id = ? AND status = 'cancelling'")
 RENEW_LOCKS = Sql("UPDATE locks SET lease_until_ms = ? WHERE holder = ?")
 RELEASE_LOCKS = Sql("DELETE FROM locks WHERE holder = ?")
 INSERT_APPROVAL = Sql(f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 16)})")
@@ -955,7 +956,9 @@ class Store:
                 )
                 busy = db.one(conflict, (req.key, holder))
                 if busy is not None:
-                    raise _Abort(LockBusy(req.key, busy[0], busy[1]))  # roll back the rest
+                    # A cancel from any process is seen here: the waiter polls anyway.
+                    cancelled = db.one(WAITER_CANCELLED, (holder,)) is not None
+                    raise _Abort(LockBusy(req.key, busy[0], busy[1], cancelled))  # roll back
                 token = int(db.one(NEXT_FENCE, (req.key,))[0])
                 db.run(
                     UPSERT_LOCK,
