@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.errors import ConfigError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
+from gateway.types import ApprovalStatus
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -313,9 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     approvals = sub.add_parser("approvals", help="list, show and decide approvals")
     asub = approvals.add_subparsers(dest="approvals_command", required=True)
     alist = asub.add_parser("list", help="approvals, optionally by --status")
-    alist.add_argument(
-        "--status", choices=["pending", "approved", "denied", "expired", "used", "withdrawn"]
-    )
+    alist.add_argument("--status", choices=[s.value for s in ApprovalStatus])
     ashow = asub.add_parser("show", help="one approval: tool, arguments, preview, reasons")
     ashow.add_argument("id")
     aapprove = asub.add_parser("approve", help="approve (the gateway then runs the call)")

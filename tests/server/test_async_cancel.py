@@ -82,7 +82,9 @@ def test_cancel_a_parked_call(client: TestClient, workspace_root: Path) -> None:
     item = cancelled.json()["items"][0]
     assert item["status"] == "completed" and item["result"]["outcome"] == "cancelled"
     late = client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB))
-    assert late.status_code == 409 and late.json()["code"] == "approval_moot"
+    assert late.status_code == 409 and late.json()["code"] == "approval_withdrawn"
+    approval = client.get(f"/v1/approvals/{parked['approval']['id']}", headers=auth(BOB)).json()
+    assert approval["status"] == "withdrawn"
     again = client.get(parked["links"]["self"] + "?wait=1", headers=auth()).json()
     assert again["result"]["outcome"] == "cancelled"
     assert (workspace_root / "keep.txt").exists()
