@@ -155,7 +155,8 @@ async def _cancel_the_waiter(client: httpx.AsyncClient, first: str, second: str)
         await anyio.sleep(0.01)
     assert seen["status"] == "running", seen
     cancel = await client.post(second + waiter["links"]["self"] + "/cancel")
-    assert cancel.status_code == 202 and cancel.json()["status"] == "cancelling"
+    # 202 cancelling, or 200 when the waiter already saw the cancel and closed the call.
+    assert cancel.status_code in (200, 202), cancel.text
     # Without the fix this ends lock_timeout at the tool's timeout (10 s).
     done = (await client.get(second + waiter["links"]["self"] + "?wait=30")).json()
     result = done["result"]

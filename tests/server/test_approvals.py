@@ -197,7 +197,7 @@ def _past(deadline_ms: int) -> None:
 def test_approving_a_call_past_its_deadline_is_refused(settings: Settings, doomed: Path) -> None:
     no_sweeper = settings.model_copy(update={"sweep_interval": 3600})
     with TestClient(create_app(no_sweeper)) as client:
-        deadline = int(time.time() * 1000) + 1000
+        deadline = int(time.time() * 1000) + 2000
         parked = _delete(client, deadline=deadline)
         assert parked["approval"]["expires_at_ms"] == deadline  # capped by the call's deadline
         _past(deadline)
@@ -220,7 +220,7 @@ def test_a_call_past_its_deadline_leaves_the_approval_inbox(
 ) -> None:
     no_sweeper = settings.model_copy(update={"sweep_interval": 3600})
     with TestClient(create_app(no_sweeper)) as client:
-        deadline = int(time.time() * 1000) + 1000
+        deadline = int(time.time() * 1000) + 2000
         parked = _delete(client, deadline=deadline)
         other = _delete(client, call_id="no-deadline", idempotency_key="del-2")
         pending = client.get("/v1/approvals?status=pending", headers=auth(BOB)).json()["items"]
