@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.errors import ConfigError, RequestError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
+from gateway.types import ApprovalStatus
 
 if TYPE_CHECKING:
     import httpx
@@ -388,9 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     approvals = sub.add_parser("approvals", help="list, show and decide approvals")
     asub = approvals.add_subparsers(dest="approvals_command", required=True)
     alist = asub.add_parser("list", help="approvals, optionally by --status")
-    alist.add_argument(
-        "--status", choices=["pending", "approved", "denied", "expired", "used", "withdrawn"]
-    )
+    alist.add_argument("--status", choices=[s.value for s in ApprovalStatus])
     ashow = asub.add_parser("show", help="one approval: tool, arguments, preview, reasons")
     ashow.add_argument("id")
     aapprove = asub.add_parser("approve", help="approve (the gateway then runs the call)")

@@ -22,6 +22,20 @@ class Status(enum.StrEnum):
     COMPLETED = "completed"
 
 
+class ApprovalStatus(enum.StrEnum):
+    """The statuses of an approval (docs/api.md lists them). Only a pending one can be
+    decided; a decision on any other is refused with the code ``approval_<status>``."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    USED = "used"
+    """approved, and spent by the call it was for"""
+    WITHDRAWN = "withdrawn"
+    """the call it was for was cancelled (or ended) before anyone decided"""
+
+
 class Outcome(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"

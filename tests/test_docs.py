@@ -23,7 +23,7 @@ from gateway.pipeline import authorize
 from gateway.pipeline.records import Flow, ToolExecutionRequest
 from gateway.server.app import create_app
 from gateway.settings import _ENV, Settings
-from gateway.types import Outcome, Status
+from gateway.types import ApprovalStatus, Outcome, Status
 from gateway.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -238,6 +238,25 @@ def test_every_status_is_in_api_md() -> None:
     assert not missing, (
         f"docs/api.md 'The execution resource' has no row for the statuses {missing}"
     )
+
+
+def test_every_approval_status_and_its_refusal_code_is_in_api_md() -> None:
+    """One table of approval statuses in api.md, a row for each naming the 409 code a decision
+    on it gets (``approval_<status>``), and those codes listed with approve and deny."""
+    statuses = {s.value for s in ApprovalStatus}
+    api = doc("api.md")
+    table = section(api, "#### GET /v1/approvals/{approval_id}")
+    listed = table_keys(table)
+    assert listed == statuses, (
+        f"docs/api.md's approval statuses: missing {sorted(statuses - listed)}, "
+        f"not statuses of ApprovalStatus {sorted(listed - statuses)}"
+    )
+    decide = section(api, "#### POST /v1/approvals/{approval_id}/approve and /deny")
+    for status in statuses - {"pending"}:
+        code = f"approval_{status}"
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{status}` |"))
+        assert mentioned(code, row), f"docs/api.md: the row of `{status}` does not name `{code}`"
+        assert mentioned(code, decide), f"docs/api.md: approve and deny do not list `{code}`"
 
 
 def test_every_outcome_is_in_the_result_table_of_api_md() -> None:

@@ -2,11 +2,15 @@
 
 Approve resumes the parked execution (the gateway runs it, re-checking validation and
 policy), or, with ``resume: false``, hands the agent a signed single-use approval token and
-closes the parked execution as cancelled. Deny and expiry close it as failed in ``policy``.
+closes the parked execution as cancelled. Deny and expiry close it as failed in ``policy``;
+an approval expires at the call's deadline when that comes first, and its call then fails
+``deadline_exceeded``. A decision on an approval that is not pending is refused with
+``approval_<status>`` (one code per ``ApprovalStatus``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -14,11 +18,18 @@ from typing import Any
 
 from gateway.adapters.base import SideEffectReport
 from gateway.approvals import tokens
-from gateway.errors import Conflict, Forbidden, NotFound, PolicyDenied, ToolgateError
+from gateway.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    PolicyDenied,
+    ToolgateError,
+    ValidationError,
+)
 from gateway.pipeline.closing import close_execution
 from gateway.pipeline.services import Services
 from gateway.store.records import ApprovalRecord, ExecutionRecord
-from gateway.types import Outcome
+from gateway.types import ApprovalStatus, Outcome
 
 log = logging.getLogger("toolgate.approvals")
 
@@ -72,25 +83,11 @@ async def decide(
     if approval is None:
         raise NotFound("no such approval")
     check_approver(services, approval, approver)
-    parked = await services.store.get_execution(approval.execution_id)
-    if parked is None or parked.terminal:
-        raise Conflict(
-            "the call waiting for this approval has already ended "
-            f"({parked.outcome if parked else 'gone'})",
-            code="approval_moot",
-            retryable=False,
-        )
     decided = await services.store.decide_approval(
         approval_id, "approved" if approve else "denied", approver, comment
     )
     if isinstance(decided, str):
-        if decided == "expired":
-            await close_expired(services, replace(approval, status="expired"))
-        raise Conflict(
-            f"the approval is {decided}; it can no longer be decided",
-            code=f"approval_{decided}",
-            retryable=False,
-        )
+        raise await _refusal(services, replace(approval, status=decided))
     if not approve:
         why = f"denied by {approver}" + (f": {comment}" if comment else "")
         await close_parked(services, decided, PolicyDenied(why, code="approval_denied"))
@@ -100,6 +97,36 @@ async def decide(
     token = tokens.sign(tokens.claims_for(decided), services.approval_key)
     await close_parked(services, decided, None, release_key=True)
     return Verdict(decided, token=token)
+
+
+REFUSALS: dict[str, str] = {
+    ApprovalStatus.APPROVED: "it was already approved",
+    ApprovalStatus.DENIED: "it was already denied",
+    ApprovalStatus.USED: "it was approved and its call has run",
+    ApprovalStatus.WITHDRAWN: "the call waiting for it was cancelled or has ended",
+}
+"""Why an approval that is not pending can no longer be decided (``expired``: below)."""
+
+
+async def _refusal(services: Services, approval: ApprovalRecord) -> ToolgateError:
+    """The answer to a decision on an approval that is no longer pending: 409
+    ``approval_<status>`` (``not_found`` if it vanished)."""
+    if approval.status == "not_found":
+        return NotFound("no such approval")
+    if approval.status == ApprovalStatus.EXPIRED:
+        closed_with = await close_expired(services, approval)
+        why = (
+            "the call's deadline passed before anyone decided, and the approval expired with it"
+            if closed_with is not None and closed_with.code == "deadline_exceeded"
+            else "it expired before anyone decided"
+        )
+    else:
+        why = REFUSALS.get(approval.status, approval.status)
+    return Conflict(
+        f"approval {approval.id} can no longer be decided: {why}",
+        code=f"approval_{approval.status}",
+        retryable=False,
+    )
 
 
 async def close_parked(
@@ -113,6 +140,16 @@ async def close_parked(
     record = await services.store.get_execution(approval.execution_id)
     if record is None:
         return None
+    return await _close(services, record, approval, error, release_key)
+
+
+async def _close(
+    services: Services,
+    record: ExecutionRecord,
+    approval: ApprovalRecord,
+    error: ToolgateError | None,
+    release_key: bool = False,
+) -> ExecutionRecord:
     summary = (
         "nothing was attempted"
         if error
@@ -135,12 +172,32 @@ async def close_parked(
     )
 
 
-async def close_expired(services: Services, approval: ApprovalRecord) -> None:
-    error = PolicyDenied(
+async def close_expired(services: Services, approval: ApprovalRecord) -> ToolgateError | None:
+    """End the execution of an expired approval, failed; returns the error it ends with
+    (None when the execution is gone). An approval expires at the call's deadline when that
+    comes first (see ``expiry_error``)."""
+    record = await services.store.get_execution(approval.execution_id)
+    if record is None:
+        return None
+    error = expiry_error(record, approval)
+    await _close(services, record, approval, error)
+    return error
+
+
+def expiry_error(record: ExecutionRecord, approval: ApprovalRecord) -> ToolgateError:
+    """Why the call of an expired approval failed: its deadline passed (the approval's expiry
+    is capped by it when it is requested), or nobody decided within ``approval_ttl``."""
+    deadline_ms = json.loads(record.request_json).get("deadline_ms")
+    if isinstance(deadline_ms, int) and deadline_ms <= approval.expires_ms:
+        return ValidationError(
+            "the call's deadline passed while it waited for approval; nothing was attempted "
+            "(send it again with a later deadline)",
+            code="deadline_exceeded",
+        )
+    return PolicyDenied(
         "the approval expired before anyone decided; request the call again",
         code="approval_expired",
     )
-    await close_parked(services, approval, error)
 
 
 async def sweep(services: Services) -> None:

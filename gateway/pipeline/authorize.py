@@ -124,6 +124,9 @@ def _approval(
 ) -> ApprovalRecord:
     assert flow.tool is not None and flow.workspace is not None
     now = int(time.time() * 1000)
+    expires_ms = now + int(services.settings.approval_ttl * 1000)
+    if flow.request.deadline_ms is not None:  # past its deadline the call can no longer run
+        expires_ms = min(expires_ms, flow.request.deadline_ms)
     return ApprovalRecord(
         id=f"ap_{uuid.uuid4().hex}",
         execution_id=flow.execution_id,
@@ -137,5 +140,5 @@ def _approval(
         arguments=dict(flow.arguments or {}),
         preview=preview,
         requested_ms=now,
-        expires_ms=now + int(services.settings.approval_ttl * 1000),
+        expires_ms=expires_ms,
     )

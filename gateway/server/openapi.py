@@ -193,7 +193,10 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _resp("approved; approval_token returned", {"type": "object"}),
                     "202": _resp("approved; the call resumes", {"type": "object"}),
-                    "409": _resp("already decided, expired or moot"),
+                    "409": _resp(
+                        "not pending: approval_<status> (approved, denied, expired, "
+                        "used, withdrawn)"
+                    ),
                     **_ERRORS,
                 },
             }
@@ -203,7 +206,11 @@ def _paths() -> dict[str, Any]:
                 "summary": "Deny: the parked call ends failed in phase policy",
                 "parameters": [_APPROVAL_PARAM],
                 "requestBody": _json_body({"comment": {"type": "string"}}),
-                "responses": {"200": _resp("denied", {"type": "object"}), **_ERRORS},
+                "responses": {
+                    "200": _resp("denied", {"type": "object"}),
+                    "409": _resp("not pending: approval_<status>, as for approve"),
+                    **_ERRORS,
+                },
             }
         },
         "/v1/artifacts/{artifact_id}": {

@@ -27,7 +27,7 @@ from gateway.pipeline.services import Services
 from gateway.server import render
 from gateway.server.auth import authenticate
 from gateway.store.records import ApprovalRecord, ExecutionRecord
-from gateway.types import Status
+from gateway.types import ApprovalStatus, Status
 
 APPROVER_ROLE = "approver"
 log = logging.getLogger("toolgate.server")
@@ -237,7 +237,7 @@ async def get_tool(request: Request) -> Response:
     return JSONResponse(render.tool_detail(tool, versions))
 
 
-APPROVAL_STATES = ("pending", "approved", "denied", "expired", "used", "withdrawn")
+APPROVAL_STATES = tuple(s.value for s in ApprovalStatus)
 
 
 def _require_approver(services: Services, principal: str) -> None:

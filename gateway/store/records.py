@@ -62,11 +62,13 @@ class LockRequest:
 
 @dataclass(frozen=True, slots=True)
 class LockBusy:
-    """A lock could not be taken now; ``holder_call_id`` says who has it."""
+    """A lock could not be taken now; ``holder_call_id`` says who has it.
+    ``waiter_cancelled``: the execution that asked was cancelled meanwhile (it stops waiting)."""
 
     key: str
     holder: str
     holder_call_id: str
+    waiter_cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -330,6 +330,7 @@ UPSERT_LOCK = Sql(
     "holder_call_id = excluded.holder_call_id, mode = excluded.mode, "
     "token = excluded.token, lease_until_ms = excluded.lease_until_ms"
 )
+WAITER_CANCELLED = Sql("SELECT 1 FROM executions WHERE id = ? AND status = 'cancelling'")
 RENEW_LOCKS = Sql("UPDATE locks SET lease_until_ms = ? WHERE holder = ?")
 RELEASE_LOCKS = Sql("DELETE FROM locks WHERE holder = ?")
 INSERT_APPROVAL = Sql(f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 16)})")
@@ -346,6 +347,11 @@ DECIDE_APPROVAL = Sql(
 RESUME_EXECUTION = Sql(
     "UPDATE executions SET status = 'running', owner = ?, updated_ms = ? "
     "WHERE id = ? AND status = 'awaiting_approval'"
+)
+# Takes the parked execution's row (PostgreSQL waits for a cancel writing it): an approval
+# is decided only while its call still waits for it.
+STILL_PARKED = Sql(
+    "UPDATE executions SET updated_ms = ? WHERE id = ? AND status = 'awaiting_approval'"
 )
 EXPIRED_APPROVALS = Sql(f"{_SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
 SCHEMA_VERSION_ROW = Sql("SELECT version FROM schema_version WHERE id = 1")
@@ -972,7 +978,9 @@ class Store:
                 )
                 busy = db.one(conflict, (req.key, holder))
                 if busy is not None:
-                    raise _Abort(LockBusy(req.key, busy[0], busy[1]))  # roll back the rest
+                    # A cancel from any process is seen here: the waiter polls anyway.
+                    cancelled = db.one(WAITER_CANCELLED, (holder,)) is not None
+                    raise _Abort(LockBusy(req.key, busy[0], busy[1], cancelled))  # roll back
                 token = int(db.one(NEXT_FENCE, (req.key,))[0])
                 db.run(
                     UPSERT_LOCK,
@@ -1010,7 +1018,9 @@ class Store:
     async def decide_approval(
         self, approval_id: str, verdict: str, by: str, comment: str | None
     ) -> ApprovalRecord | str:
-        """pending → ``verdict`` (approved|denied); else the reason it cannot be decided."""
+        """pending → ``verdict`` (approved|denied); else why it cannot be decided: its
+        status (a pending one past its expiry becomes ``expired``; one whose call no longer
+        waits for it, ``withdrawn``), or ``not_found``."""
 
         def run(db: Db) -> ApprovalRecord | str:
             row = db.one(APPROVAL_BY_ID, (approval_id,))
@@ -1018,18 +1028,22 @@ class Store:
                 return "not_found"
             found = _approval(row)
             now = now_ms()
-            if found.status == "pending" and found.expires_ms <= now:
-                db.run(SET_APPROVAL, ("expired", approval_id, "pending"))
-                return "expired"
             if found.status != "pending":
                 return found.status
-            db.run(DECIDE_APPROVAL, (verdict, by, now, comment, approval_id, "pending"))
-            return _approval(db.one(APPROVAL_BY_ID, (approval_id,)))
+            if found.expires_ms <= now:
+                db.run(SET_APPROVAL, ("expired", approval_id, "pending"))
+                return "expired"
+            if not db.run(STILL_PARKED, (now, found.execution_id)):
+                db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
+                return "withdrawn"
+            decided = db.run(DECIDE_APPROVAL, (verdict, by, now, comment, approval_id, "pending"))
+            after = _approval(db.one(APPROVAL_BY_ID, (approval_id,)))
+            return after if decided else after.status  # another decision came first
 
         return await self._write(run)
 
     async def withdraw_approval(self, approval_id: str) -> bool:
-        """pending → withdrawn: the call it was for was cancelled."""
+        """pending → withdrawn: the call it was for was cancelled (or has ended)."""
         changed = await self._write(
             lambda db: db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
         )

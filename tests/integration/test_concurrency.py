@@ -4,6 +4,7 @@
   the identical committed result or 409; none is a 5xx.
 - 20 concurrent read-modify-write increments guarded by expected_state: no lost update.
 - Both again with the requests spread over two gateway processes sharing the database.
+- A call waiting for a lock, cancelled through the other gateway, ends the wait at once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import anyio
 import httpx
 import pytest
 
+from gateway.store.records import LockBusy, LockRequest
+from gateway.store.store import Store
+from gateway.types import LockMode
 from tests.conftest import ALICE
 from tests.integration.gateways import gateway, make_project
 
@@ -112,3 +116,50 @@ async def test_two_gateways_share_one_store(tmp_path: Path, database_url: str) -
     with gateway(config) as first, gateway(config) as second:
         await _one_key_many_requests([first, second], workspace)
         await _increments([first, second], workspace)
+
+
+async def test_a_cancel_through_another_gateway_ends_a_lock_wait(
+    tmp_path: Path, database_url: str
+) -> None:
+    config = make_project(tmp_path, database_url)
+    key = "ws:demo:file:held.txt"
+    store = Store(database_url)
+    await store.open()
+    try:
+        held = await store.try_acquire(
+            "ex_holder", "holder", [LockRequest(key, LockMode.EXCLUSIVE)], 600
+        )
+        assert not isinstance(held, LockBusy)
+        with gateway(config) as first, gateway(config) as second:
+            async with httpx.AsyncClient(headers=HEADERS, timeout=60) as client:
+                await _cancel_the_waiter(client, first, second)
+            still = await store.try_acquire(
+                "ex_other", "other", [LockRequest(key, LockMode.EXCLUSIVE)], 1
+            )
+            assert isinstance(still, LockBusy) and still.holder == "ex_holder"  # held throughout
+    finally:
+        await store.aclose()
+    assert not (tmp_path / "var" / "workspaces" / "demo" / "held.txt").exists()
+
+
+async def _cancel_the_waiter(client: httpx.AsyncClient, first: str, second: str) -> None:
+    """Start a write on ``first`` that waits for its lock, cancel it through ``second``."""
+    body = _body("fs.write_file", {"path": "held.txt", "content": "never"})
+    waiter = (
+        await client.post(first + "/v1/executions", json=body, headers={"Prefer": "respond-async"})
+    ).json()
+    for _ in range(500):  # a worker of the first gateway took it: it waits for the lock
+        seen = (await client.get(first + waiter["links"]["self"])).json()
+        if seen["status"] == "running":
+            break
+        await anyio.sleep(0.01)
+    assert seen["status"] == "running", seen
+    cancel = await client.post(second + waiter["links"]["self"] + "/cancel")
+    # 202 cancelling, or 200 when the waiter already saw the cancel and closed the call.
+    assert cancel.status_code in (200, 202), cancel.text
+    # Without the fix this ends lock_timeout at the tool's timeout (10 s).
+    done = (await client.get(second + waiter["links"]["self"] + "?wait=30")).json()
+    result = done["result"]
+    assert done["status"] == "completed", done
+    assert result["outcome"] == "cancelled" and result["error"]["type"] == "cancelled"
+    assert result["side_effect"]["attempted"] is False

@@ -21,7 +21,9 @@ from tests.server.conftest import auth, body
 
 
 def _delete(client: TestClient, key: str | None = None, **extra: Any) -> dict[str, Any]:
-    payload = body("fs.delete_file", {"path": "doomed.txt"}, idempotency_key="del-1", **extra)
+    payload = body(
+        "fs.delete_file", {"path": "doomed.txt"}, **{"idempotency_key": "del-1", **extra}
+    )
     if key == CAROL:
         payload["actor"] = {"user_id": "carol", "agent_id": "x"}
     response = client.post("/v1/executions", json=payload, headers=auth(key) if key else auth())
@@ -66,7 +68,7 @@ def test_approve_resumes_and_deletes_once(client: TestClient, doomed: Path) -> N
     assert types.count("tool.started") == 1
     assert "approval.requested" in types and "approval.resolved" in types
     again = client.post(f"/v1/approvals/{approval_id}/approve", headers=auth(BOB))
-    assert again.status_code == 409
+    assert again.status_code == 409 and again.json()["code"] == "approval_used", again.text
     # The same idempotency key now replays the committed result.
     replay = client.post(
         "/v1/executions",
@@ -88,6 +90,8 @@ def test_deny_changes_nothing(client: TestClient, doomed: Path) -> None:
     assert done["result"]["error"]["type"] == "approval_denied"
     assert "no" in done["result"]["error"]["message"]
     assert doomed.read_text() == "bye"
+    again = client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB))
+    assert again.status_code == 409 and again.json()["code"] == "approval_denied", again.text
 
 
 def test_only_approvers_decide_and_never_their_own(client: TestClient, doomed: Path) -> None:
@@ -182,7 +186,7 @@ def test_pending_approval_expires(settings: Settings, doomed: Path) -> None:
         assert done["result"]["outcome"] == "failed"
         assert done["result"]["error"]["type"] == "approval_expired"
         late = client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB))
-        assert late.status_code == 409
+        assert late.status_code == 409 and late.json()["code"] == "approval_expired"
         expired = client.get("/v1/approvals?status=expired", headers=auth(BOB)).json()["items"]
         assert parked["approval"]["id"] in [a["id"] for a in expired]
     assert doomed.exists()
@@ -258,4 +262,56 @@ def test_a_token_with_malformed_claims_is_invalid_not_an_internal_error(
     assert response.status_code == 200, response.text
     error = response.json()["result"]["error"]
     assert error["type"] == "approval_token_invalid", error
+
+
+def _past(deadline_ms: int) -> None:
+    """Sleep until ``deadline_ms`` (epoch ms) has passed."""
+    while time.time() * 1000 <= deadline_ms:
+        time.sleep(max(deadline_ms / 1000 - time.time(), 0) + 0.01)
+
+
+def test_approving_a_call_past_its_deadline_is_refused(settings: Settings, doomed: Path) -> None:
+    no_sweeper = settings.model_copy(update={"sweep_interval": 3600})
+    with TestClient(create_app(no_sweeper)) as client:
+        deadline = int(time.time() * 1000) + 2000
+        parked = _delete(client, deadline=deadline)
+        assert parked["approval"]["expires_at_ms"] == deadline  # capped by the call's deadline
+        _past(deadline)
+        late = client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB))
+        assert late.status_code == 409, late.text
+        assert late.json()["code"] == "approval_expired" and "deadline" in late.json()["detail"]
+        done = _wait(client, parked)
+        result = done["result"]
+        assert result["outcome"] == "failed" and result["error"]["type"] == "deadline_exceeded"
+        assert result["side_effect"]["attempted"] is False
+        types = [
+            e["type"] for e in client.get(parked["links"]["events"], headers=auth()).json()["items"]
+        ]
+        assert "tool.started" not in types
+    assert doomed.exists()
+
+
+def test_a_call_past_its_deadline_leaves_the_approval_inbox(
+    settings: Settings, doomed: Path
+) -> None:
+    no_sweeper = settings.model_copy(update={"sweep_interval": 3600})
+    with TestClient(create_app(no_sweeper)) as client:
+        deadline = int(time.time() * 1000) + 2000
+        parked = _delete(client, deadline=deadline)
+        other = _delete(client, call_id="no-deadline", idempotency_key="del-2")
+        pending = client.get("/v1/approvals?status=pending", headers=auth(BOB)).json()["items"]
+        assert {parked["approval"]["id"], other["approval"]["id"]} <= {a["id"] for a in pending}
+        _past(deadline)
+        pending = client.get("/v1/approvals?status=pending", headers=auth(BOB)).json()["items"]
+        assert [a["id"] for a in pending] == [other["approval"]["id"]]
+        approval = client.get(f"/v1/approvals/{parked['approval']['id']}", headers=auth(BOB))
+        assert approval.json()["status"] == "expired"
+        done = client.get(parked["links"]["self"], headers=auth()).json()
+        assert done["status"] == "completed"  # closed by the sweep, not by a decision
+        result = done["result"]
+        assert result["outcome"] == "failed" and result["error"]["type"] == "deadline_exceeded"
+        assert result["side_effect"]["attempted"] is False
+        assert client.get(other["links"]["self"], headers=auth()).json()["status"] == (
+            "awaiting_approval"
+        )
     assert doomed.exists()

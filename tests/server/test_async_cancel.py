@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import anyio
 from starlette.testclient import TestClient
 
+from gateway.settings import Settings
+from gateway.store.records import LockBusy, LockRequest
+from gateway.store.store import Store
+from gateway.types import LockMode
 from tests.conftest import BOB
 from tests.server.conftest import auth, body
+
+HOLDER = "ex_lock_holder"
+
+
+def lock_as(url: str, holder: str, key: str) -> dict[str, int] | LockBusy:
+    """One attempt, through the store, to take ``key`` for ``holder`` (held for 10 min)."""
+
+    async def attempt() -> dict[str, int] | LockBusy:
+        store = Store(url)
+        await store.open()
+        try:
+            request = LockRequest(key, LockMode.EXCLUSIVE)
+            return await store.try_acquire(holder, "holder-call", [request], 600)
+        finally:
+            await store.aclose()
+
+    return anyio.run(attempt)
+
+
+def wait_for_status(client: TestClient, url: str, status: str) -> None:
+    for _ in range(200):
+        if client.get(url, headers=auth()).json()["status"] == status:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{url} never became {status}")
 
 
 def test_respond_async_then_long_poll(client: TestClient, workspace_root: Path) -> None:
@@ -51,7 +82,9 @@ def test_cancel_a_parked_call(client: TestClient, workspace_root: Path) -> None:
     item = cancelled.json()["items"][0]
     assert item["status"] == "completed" and item["result"]["outcome"] == "cancelled"
     late = client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB))
-    assert late.status_code == 409 and late.json()["code"] == "approval_moot"
+    assert late.status_code == 409 and late.json()["code"] == "approval_withdrawn"
+    approval = client.get(f"/v1/approvals/{parked['approval']['id']}", headers=auth(BOB)).json()
+    assert approval["status"] == "withdrawn"
     again = client.get(parked["links"]["self"] + "?wait=1", headers=auth()).json()
     assert again["result"]["outcome"] == "cancelled"
     assert (workspace_root / "keep.txt").exists()
@@ -70,3 +103,27 @@ def test_resolve_needs_an_unknown_outcome_and_an_approver(client: TestClient) ->
     assert forbidden.status_code == 403
     conflict = client.post(url, json={"outcome": "failed", "note": "n"}, headers=auth(BOB))
     assert conflict.status_code == 409 and conflict.json()["code"] == "not_unknown"
+
+
+def test_cancel_ends_a_lock_wait_while_the_holder_still_holds_it(
+    client: TestClient, settings: Settings, workspace_root: Path
+) -> None:
+    key = "ws:demo:file:locked.txt"
+    assert not isinstance(lock_as(settings.database_url, HOLDER, key), LockBusy)
+    waiter = client.post(
+        "/v1/executions",
+        json=body("fs.write_file", {"path": "locked.txt", "content": "never"}),
+        headers={**auth(), "Prefer": "respond-async"},
+    ).json()
+    wait_for_status(client, waiter["links"]["self"], "running")  # a worker took it: it waits
+    cancel = client.post(waiter["links"]["self"] + "/cancel", headers=auth())
+    assert cancel.status_code in (200, 202), cancel.text
+    # Without the cancel ending the wait, this ends lock_timeout at the tool's 10 s timeout.
+    done = client.get(waiter["links"]["self"] + "?wait=30", headers=auth()).json()
+    assert done["status"] == "completed", done
+    result = done["result"]
+    assert result["outcome"] == "cancelled" and result["error"]["type"] == "cancelled", result
+    assert result["side_effect"]["attempted"] is False
+    still = lock_as(settings.database_url, "ex_someone_else", key)
+    assert isinstance(still, LockBusy) and still.holder == HOLDER  # never released meanwhile
+    assert not (workspace_root / "locked.txt").exists()
