@@ -67,7 +67,7 @@ def test_the_shipped_policy_is_cached_by_the_fields_it_reads(policy: EmbeddedPol
         "actor": {"user_id": None},
         "approval": {"approved_by": None, "present": None},
         "paths": None,
-        "tool": {"name": None, "reversible": None, "risk": None, "side_effect": None},
+        "tool": {"name": None, "reversible": None, "risk": None, "side_effect": None, "tags": None},
         "workspace": {"id": None},
     }
 
