@@ -93,11 +93,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     loaded = load_sources(settings)
     workspaces_from_policy(loaded.sources.data, settings.base_dir)
     anyio.run(check_adapters, settings)
+    _warn(loaded.sources.warnings)
     print(
         f"ok: {len(loaded.catalogue)} tool versions, {len(loaded.sources.modules)} policy "
         f"modules, {len(loaded.sources.test_modules)} policy test modules"
+        + (f", {_count(loaded.sources.warnings, 'warning')}" if loaded.sources.warnings else "")
     )
     return 0
+
+
+def _count(items: Sequence[object], noun: str) -> str:
+    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    """Policy warnings (docs/policies.md#what-the-load-checks-catch), one line each."""
+    for warning in warnings:
+        print(f"toolgate: warning: {warning}", file=sys.stderr)
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
@@ -125,6 +137,7 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
     sources = load_policy_sources(
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
     )
+    _warn(sources.warnings)
     report = run_policy_tests(sources, args.filter)
     print(format_report(report, verbose=args.verbose))
     return 0 if all(r.passed for r in report) and report else 1

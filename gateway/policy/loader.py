@@ -56,6 +56,9 @@ class PolicySources:
     modules: tuple[Module, ...]
     test_modules: tuple[Module, ...]
     data: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    """Faults that do not stop the gateway: a ``data.toolgate.*`` key the modules read that
+    the data lacks (``file:line: ...``); ``toolgate check`` lists them."""
 
     def data_json(self) -> str:
         """The whole data document (``{"toolgate": data}``) as JSON."""
@@ -93,12 +96,12 @@ def _load_policy_sources(rego_dir: Path, policies_dir: Path) -> PolicySources:
     problems = rego_problems + data_problems
     if modules and not rego_problems:
         clean = {} if data_problems else data  # faulty data could make compiling fail too
-        found, core = _check_modules(modules, test_modules, clean, key_lines)
+        found, core, warnings = _check_modules(modules, test_modules, clean, key_lines)
         problems.extend(found)
         modules = core_first(modules, core)
     if problems:
         raise ConfigError(problems)
-    return PolicySources(tuple(modules), tuple(test_modules), data)
+    return PolicySources(tuple(modules), tuple(test_modules), data, tuple(warnings))
 
 
 def core_first(modules: list[Module], core: set[str]) -> list[Module]:
@@ -306,7 +309,9 @@ def _json_problems(value: Any, loc: tuple[str | int, ...], lines: Lines) -> Iter
 def _check_modules(
     modules: list[Module], tests: list[Module], data: dict[str, Any], key_lines: dict[str, str]
 ) -> tuple[list[str], set[str]]:
-    """The problems, and the files that define the decision."""
+    """The problems, the files that define the decision, and the warnings."""
+    from gateway.policy.reads import data_reads, missing_data  # reads imports this module
+
     engine = regorus.Engine()
     problems = [
         f"{name}: does not parse: {exc}"
@@ -314,20 +319,26 @@ def _check_modules(
         if (exc := _add_policy(engine, name, text)) is not None
     ]
     if problems:
-        return problems, set()
+        return problems, set(), []
     try:
-        rules = list_rules(engine)
+        tree = syntax_tree(engine)
     except EngineError as exc:
-        return [f"{modules[0][0]}: cannot read the syntax tree: {exc}"], set()
+        return [f"{modules[0][0]}: cannot read the syntax tree: {exc}"], set(), []
+    rules = rules_in_ast(tree)
     policy_files = {name for name, _ in modules}
     policy_rules = [r for r in rules if r.file in policy_files]
+    defined = {r.path for r in rules} | {
+        ".".join(["data", *ref_path(m["ast"]["package"]["refr"])]) for m in tree
+    }
+    policy_tree = [m for m in tree if m["source"]["file"] in policy_files]
+    warnings = missing_data(data_reads(policy_tree), data, DATA_ROOT, defined)
     problems.extend(_data_conflicts(policy_rules, key_lines))
     core = {r.file for r in policy_rules if r.path == DECISION_RULE}
     if not core:
         problems.append(f"{modules[0][0]}: no module defines {DECISION_RULE}")
     data_json = json.dumps({DATA_ROOT: data})
     problems.extend(_compile_problems(core_first(modules, core), data_json, policy_rules))
-    return problems, core
+    return problems, core, warnings
 
 
 def _add_policy(engine: Any, name: str, text: str) -> str | None:

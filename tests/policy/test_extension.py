@@ -167,3 +167,35 @@ def test_a_module_that_does_not_compile_gives_a_clear_message_and_no_backtrace(
     assert expect in done.stderr
     for noise in ("panicked", "backtrace", "Traceback", "stack", "RUST_"):
         assert noise not in done.stderr
+
+
+def test_a_misspelt_data_key_is_a_warning_with_file_and_line(tmp_path: Path) -> None:
+    misspelt = EXTENSION.replace("data.toolgate.secret_files.", "data.toolgate.secret_file.")
+    root = project_copy(tmp_path, {"secrets.rego": misspelt}, {"secrets.yaml": SECRET_DATA})
+    sources = load_policy_sources(root / "rego", root / "policies")
+    assert sources.warnings == (
+        f"{root / 'rego' / 'secrets.rego'}:6: data.toolgate.secret_file.suffixes: no key "
+        "'secret_file' at the top level of the policy data (policies/*.yaml); a misspelling? "
+        "the rule never sees a value there",
+    )
+    done = toolgate(root, "check")
+    assert done.returncode == 0, done.stderr
+    assert "toolgate: warning: " in done.stderr and "secrets.rego:6: " in done.stderr
+    assert done.stdout.strip().endswith(", 1 warning")
+
+
+def test_a_misspelt_nested_key_is_named_where_it_goes_wrong(tmp_path: Path) -> None:
+    rego = (
+        'package toolgate\n\ndeny_reasons contains "x" if {\n'
+        "\tdata.toolgate.approvers.by_rsk[call.risk]\n}\n"
+    )
+    root = project_copy(tmp_path, {"x.rego": rego})
+    (warning,) = load_policy_sources(root / "rego", root / "policies").warnings
+    assert warning.endswith(
+        "x.rego:4: data.toolgate.approvers.by_rsk: no key 'by_rsk' at approvers of the policy "
+        "data (policies/*.yaml); a misspelling? the rule never sees a value there"
+    )
+
+
+def test_the_shipped_policy_reads_only_data_that_exists() -> None:
+    assert load_policy_sources(REPO / "rego", REPO / "policies").warnings == ()
