@@ -308,7 +308,7 @@ def _json_problems(value: Any, loc: tuple[str | int, ...], lines: Lines) -> Iter
 
 def _check_modules(
     modules: list[Module], tests: list[Module], data: dict[str, Any], key_lines: dict[str, str]
-) -> tuple[list[str], set[str]]:
+) -> tuple[list[str], set[str], list[str]]:
     """The problems, the files that define the decision, and the warnings."""
     from gateway.policy.reads import data_reads, missing_data  # reads imports this module
 
