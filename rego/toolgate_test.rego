@@ -21,6 +21,7 @@ base := {
 	"request": {
 		"run_id": "r1", "turn_id": "t1", "call_id": "c1",
 		"deadline_ms_left": 9000, "idempotency_key_present": true,
+		"time_ms": 1764579600000,
 	},
 	"approval": {"present": false, "approved_by": null},
 	"usage": {},

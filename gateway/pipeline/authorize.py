@@ -12,6 +12,7 @@ from gateway.pipeline.context import adapter_call, adapter_of
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
 from gateway.pipeline.validate import check_state_guards
+from gateway.policy.inputs import recorded_input
 from gateway.store.records import ApprovalRecord
 from gateway.types import JSON, DecisionResult
 
@@ -20,7 +21,8 @@ def policy_input(flow: Flow) -> dict[str, Any]:
     """The stable policy input document (documented in docs/policies.md)."""
     assert flow.tool is not None and flow.workspace is not None
     req, tool = flow.request, flow.tool
-    left = None if req.deadline_ms is None else int(req.deadline_ms - time.time() * 1000)
+    now_ms = int(time.time() * 1000)
+    left = None if req.deadline_ms is None else int(req.deadline_ms - now_ms)
     return {
         "tool": {
             "name": tool.name,
@@ -43,6 +45,7 @@ def policy_input(flow: Flow) -> dict[str, Any]:
             "call_id": req.call_id,
             "deadline_ms_left": left,
             "idempotency_key_present": bool(req.idempotency_key),
+            "time_ms": now_ms,  # of this decision; a policy that never reads it keeps its cache
         },
         "approval": {
             "present": flow.approval is not None,
@@ -59,12 +62,16 @@ async def run(services: Services, flow: Flow) -> Flow:
         raise PolicyDenied(
             "the approval was given for other arguments than this call", code="approval_mismatch"
         )
-    decision = await services.policy.decide(policy_input(flow))
+    document = policy_input(flow)
+    decision = await services.policy.decide(document)
+    recorded, truncated = recorded_input(document)
     flow = flow.but_emit(
         {"decision": decision},
         "policy.decided",
         result=decision.result.value,
         reasons=list(decision.reasons),
+        input=recorded,
+        input_truncated=truncated,
     )
     if decision.result is DecisionResult.DENY:
         raise PolicyDenied(

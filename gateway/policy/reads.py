@@ -66,6 +66,8 @@ DETERMINISTIC_BUILTINS = frozenset(
         "semver.compare semver.is_valid",
         "strings.any_prefix_match strings.any_suffix_match strings.count strings.replace_n",
         "strings.reverse",
+        "time.add_date time.clock time.date time.diff time.format time.parse_duration_ns",
+        "time.parse_ns time.parse_rfc3339_ns time.weekday",
         "units.parse units.parse_bytes",
         "urlquery.decode urlquery.decode_object urlquery.encode urlquery.encode_object",
         "uuid.parse",
@@ -74,8 +76,10 @@ DETERMINISTIC_BUILTINS = frozenset(
     for name in names.split()
 )
 """Builtins whose value depends on their arguments only. Deliberately absent, so that a policy
-that calls them is not cached: ``time.now_ns`` (and the rest of ``time.*``, whose ``"Local"``
-zone reads the machine), ``rand.intn``, ``uuid.rfc4122``, ``http.send``, ``opa.runtime``,
+that calls them is not cached: ``time.now_ns`` (read the time of the call from
+``input.request.time_ms`` instead; the ``time.*`` functions of a given time are listed above:
+their ``"Local"`` zone is the process's, fixed for the life of a backend and its cache),
+``rand.intn``, ``uuid.rfc4122``, ``http.send``, ``opa.runtime``,
 ``net.lookup_ip_addr``, ``io.jwt.*`` (``decode_verify`` reads the clock, ``encode_sign`` may use
 randomness), ``crypto.x509.*`` (validity against the clock), and ``print``/``trace`` (their
 output would be skipped on a cached decision)."""

@@ -76,7 +76,7 @@ def test_fields_the_policy_does_not_read_share_one_entry(policy: EmbeddedPolicy)
     first = policy.decide_sync(make_input())
     second = policy.decide_sync(
         make_input(
-            request={"call_id": "c2", "deadline_ms_left": 5},
+            request={"call_id": "c2", "deadline_ms_left": 5, "time_ms": 1764615600000},
             arguments={"path": "notes/a.txt", "content": "other"},
             arguments_sha256="ffff",
             actor={"agent_id": "someone-else", "roles": ["admin"]},

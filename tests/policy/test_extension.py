@@ -199,3 +199,24 @@ def test_a_misspelt_nested_key_is_named_where_it_goes_wrong(tmp_path: Path) -> N
 
 def test_the_shipped_policy_reads_only_data_that_exists() -> None:
     assert load_policy_sources(REPO / "rego", REPO / "policies").warnings == ()
+
+
+def test_the_shipped_proc_python_needs_approval_under_the_shipped_policy() -> None:
+    from gateway.declarations.loader import load_catalogue
+
+    tool = load_catalogue(REPO / "tools.d").resolve("proc.python", None)
+    assert "runs_agent_code" in tool.tags
+    document = make_input(
+        tool={
+            "name": tool.name,
+            "risk": tool.risk.value,
+            "side_effect": tool.side_effect.value,
+            "reversible": tool.reversible,
+            "adapter": tool.adapter,
+            "tags": list(tool.tags),
+        },
+        paths=[{"argument": "script", "relative": "s.py", "inside_workspace": True}],
+    )
+    result, reasons = decide(REPO, document)
+    assert result == "require_approval"
+    assert any("(rule: approval_tags.runs_agent_code)" in r for r in reasons)
