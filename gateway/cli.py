@@ -131,15 +131,17 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
     from gateway.policy.loader import load_policy_sources
-    from gateway.policy.testing import format_report, run_policy_tests
+    from gateway.policy.testing import format_report, run_with_coverage
 
     settings = _settings(args)
     sources = load_policy_sources(
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
     )
     _warn(sources.warnings)
-    report = run_policy_tests(sources, args.filter)
+    report, coverage = run_with_coverage(sources, args.filter, coverage=args.coverage)
     print(format_report(report, verbose=args.verbose))
+    for line in coverage:
+        print(line)
     return 0 if all(r.passed for r in report) and report else 1
 
 
@@ -358,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     ptest = psub.add_parser("test", help="run rego/*_test.rego")
     ptest.add_argument("--filter", default=None, help="only tests whose name contains this")
     ptest.add_argument("-v", "--verbose", action="store_true")
+    ptest.add_argument(
+        "--coverage", action="store_true", help="then the lines of each policy module tested"
+    )
     ptest.set_defaults(fn=cmd_policy_test)
     peval = psub.add_parser("eval", help="print the decision for an input document")
     peval.add_argument(
