@@ -116,14 +116,17 @@ def test_policy_input_shows_what_the_policy_saw(tmp_path: Path) -> None:
     (tmp_path / "var/workspaces/demo").mkdir(parents=True, exist_ok=True)
     with gateway(config) as url:
         ids = {}
-        for call_id, content in (("short", "hi"), ("long", "x" * 5000)):
+        for call_id, content in (("short", "hi"), ("long", "x" * 5000), ("denied", "x")):
             response = httpx.post(
                 f"{url}/v1/executions",
                 json={
                     "run_id": "policy-input",
                     "call_id": call_id,
                     "tool": {"name": "fs.write_file"},
-                    "arguments": {"path": f"notes/{call_id}.txt", "content": content},
+                    "arguments": {
+                        "path": ".git/config" if call_id == "denied" else f"notes/{call_id}.txt",
+                        "content": content,
+                    },
                     "workspace": {"id": "demo"},
                 },
                 headers={"Authorization": f"Bearer {ALICE}"},
@@ -169,6 +172,31 @@ def test_policy_input_shows_what_the_policy_saw(tmp_path: Path) -> None:
         content = json.loads(long.stdout)["arguments"]["content"]
         assert content == "x" * 1024 + "…[cut: 5000 characters]"
         assert "long arguments were cut" in long.stderr
+        denied = toolgate(
+            "--config",
+            str(config),
+            "policy",
+            "input",
+            ids["denied"],
+            "--url",
+            url,
+            cwd=tmp_path,
+            key=ALICE,
+        )  # a denial is recorded too (its policy.decided event was lost before)
+        assert denied.returncode == 0, denied.stderr
+        replayed = toolgate(
+            "--config",
+            str(config),
+            "policy",
+            "eval",
+            "--input",
+            "-",
+            cwd=tmp_path,
+            stdin=denied.stdout,
+        )
+        decision = json.loads(replayed.stdout)
+        assert decision["result"] == "deny"
+        assert any("protected path '.git/'" in r for r in decision["reasons"])
         unknown = toolgate(
             "--config",
             str(config),
