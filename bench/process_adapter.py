@@ -61,6 +61,8 @@ def project(base: Path) -> Settings:
     rules = base / "policies" / "rules.yaml"  # the shipped quota would stop the bench at 60/min
     data = yaml.safe_load(rules.read_text())
     data["quotas"]["calls_per_minute"] = {k: 1_000_000 for k in data["quotas"]["calls_per_minute"]}
+    # proc.python runs agent code: the shipped policy asks for approval (approval_tags)
+    data["tool_overrides"]["proc.python"] = {"approval": False}
     rules.write_text(yaml.safe_dump(data))
     return load_settings(
         base / "toolgate.yaml", env={}, database_url=f"sqlite:///{base / 'var' / 'tg.db'}"

@@ -30,7 +30,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.integration.gateways import free_port, make_project, wait_healthy
+from tests.integration.gateways import (
+    free_port,
+    make_project,
+    run_agent_code_without_approval,
+    wait_healthy,
+)
 
 HEADERS = {"Authorization": "Bearer tg_dev_alice", "Prefer": "respond-async"}
 
@@ -81,6 +86,7 @@ def main() -> None:
         root = Path(tmp)
         db = root / "var" / "toolgate.db"
         config = make_project(root, f"sqlite:///{db}")
+        run_agent_code_without_approval(root)  # proc.python needs approval under the shipped policy
         data = yaml.safe_load(config.read_text())
         data["workers"] = n
         config.write_text(yaml.safe_dump(data))

@@ -1,4 +1,4 @@
-"""The ``toolgate`` command line: serve, check, tools, call, policy test|eval, keys, schema."""
+"""The ``toolgate`` command line: serve, check, tools, call, policy, approvals, keys, schema."""
 
 from __future__ import annotations
 
@@ -105,6 +105,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     problems: list[str] = []  # every check runs, so that one run lists every fault
+    loaded = None
     try:
         loaded = load_sources(settings)
         workspaces_from_policy(loaded.sources.data, settings.base_dir)
@@ -116,11 +117,24 @@ def cmd_check(args: argparse.Namespace) -> int:
         problems.extend(exc.problems)
     if problems:
         raise ConfigError(problems)
+    assert loaded is not None
+    _warn(loaded.sources.warnings)
     print(
         f"ok: {len(loaded.catalogue)} tool versions, {len(loaded.sources.modules)} policy "
         f"modules, {len(loaded.sources.test_modules)} policy test modules"
+        + (f", {_count(loaded.sources.warnings, 'warning')}" if loaded.sources.warnings else "")
     )
     return 0
+
+
+def _count(items: Sequence[object], noun: str) -> str:
+    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    """Policy warnings (docs/policies.md#what-the-load-checks-catch), one line each."""
+    for warning in warnings:
+        print(f"toolgate: warning: {warning}", file=sys.stderr)
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
@@ -142,14 +156,17 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
     from gateway.policy.loader import load_policy_sources
-    from gateway.policy.testing import format_report, run_policy_tests
+    from gateway.policy.testing import format_report, run_with_coverage
 
     settings = _settings(args)
     sources = load_policy_sources(
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
     )
-    report = run_policy_tests(sources, args.filter)
+    _warn(sources.warnings)
+    report, coverage = run_with_coverage(sources, args.filter, coverage=args.coverage)
     print(format_report(report, verbose=args.verbose))
+    for line in coverage:
+        print(line)
     return 0 if all(r.passed for r in report) and report else 1
 
 
@@ -161,12 +178,52 @@ def cmd_policy_eval(args: argparse.Namespace) -> int:
     sources = load_policy_sources(
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
     )
+    source = "standard input" if args.input in (None, "-") else args.input
     try:
-        document = json.loads(Path(args.input).read_text(encoding="utf-8"))
+        text = sys.stdin.read() if source == "standard input" else Path(source).read_text("utf-8")
+        document = json.loads(text)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{args.input}: cannot read a JSON input document: {exc}") from exc
+        raise UsageError(f"{source}: cannot read a JSON input document: {exc}") from exc
+    if not isinstance(document, dict):
+        raise UsageError(f"{source}: the input document must be a JSON object")
     decision = EmbeddedPolicy(sources).decide_sync(document)
     print(json.dumps(decision.to_json(), indent=2))
+    return 0
+
+
+def cmd_policy_input(args: argparse.Namespace) -> int:
+    """Print the policy input of an execution's last decision (its ``policy.decided`` event)."""
+    import httpx
+
+    settings = _settings(args)
+    url, key = _client_target(args, settings)
+    try:
+        response = httpx.get(
+            f"{url}/v1/executions/{args.id}/events",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=args.timeout,
+        )
+    except httpx.HTTPError as exc:
+        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
+        return 3
+    if response.status_code >= 400:
+        print(json.dumps(response.json(), indent=2))
+        return 1
+    decided = [
+        e
+        for e in response.json().get("items", [])
+        if e.get("type") == "policy.decided" and "input" in e.get("data", {})
+    ]
+    if not decided:
+        print(f"toolgate: execution {args.id} has no recorded policy input", file=sys.stderr)
+        return 1
+    data = decided[-1]["data"]
+    if data.get("input_truncated"):
+        print(
+            "toolgate: note: long arguments were cut in this record (docs/policies.md)",
+            file=sys.stderr,
+        )
+    print(json.dumps(data["input"], indent=2))
     return 0
 
 
@@ -381,10 +438,21 @@ def build_parser() -> argparse.ArgumentParser:
     ptest = psub.add_parser("test", help="run rego/*_test.rego")
     ptest.add_argument("--filter", default=None, help="only tests whose name contains this")
     ptest.add_argument("-v", "--verbose", action="store_true")
+    ptest.add_argument(
+        "--coverage", action="store_true", help="then the lines of each policy module tested"
+    )
     ptest.set_defaults(fn=cmd_policy_test)
     peval = psub.add_parser("eval", help="print the decision for an input document")
-    peval.add_argument("--input", required=True, help="JSON file with the policy input")
+    peval.add_argument(
+        "--input", help="JSON file with the policy input ('-' or none: standard input)"
+    )
     peval.set_defaults(fn=cmd_policy_eval)
+    pinput = psub.add_parser(
+        "input", help="print the policy input of an execution (from a running gateway)"
+    )
+    pinput.add_argument("id", help="execution id")
+    _client_options(pinput)
+    pinput.set_defaults(fn=cmd_policy_input)
 
     approvals = sub.add_parser("approvals", help="list, show and decide approvals")
     asub = approvals.add_subparsers(dest="approvals_command", required=True)

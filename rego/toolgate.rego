@@ -4,33 +4,35 @@
 #                                   "reasons": [string, ...]}
 # plus "approver_roles" (who may approve) when the result is require_approval.
 #
-# Input (built by the gateway, documented in docs/): tool {name, version, risk, side_effect,
-# reversible, adapter, tags}, arguments, arguments_sha256, paths [{argument, relative,
-# inside_workspace}], actor {user_id, agent_id, roles}, workspace {id, root}, request {...},
-# approval {present, approved_by}, usage {...}.
+# Input (built by the gateway, documented in docs/policies.md): tool {name, version, risk,
+# side_effect, reversible, adapter, operation, tags}, arguments, arguments_sha256, paths
+# [{argument, relative, inside_workspace}], actor {user_id, agent_id, roles}, workspace {id,
+# root}, request {..., time_ms}, approval {present, approved_by}, usage {...}.
 # Data (policies/*.yaml, merged under data.toolgate): actors, workspaces, protected_paths,
-# risk_rules, tool_overrides, approvers, quotas (quotas are enforced by the gateway, not here).
+# risk_rules, tool_overrides, approval_tags, approvers, quotas (quotas are enforced by the
+# gateway, not here).
 #
-# How it reads: each check that can refuse is one set comprehension in `deny_reasons` that yields
-# a message when the check fails; each rule that wants a person adds a message to
-# `approval_reasons`; `decision` applies deny > require_approval > allow. Every message names
-# the data rule behind it.
+# How it reads, and how to extend it: `deny_reasons` and `approval_reasons` are partial sets.
+# Each check that can refuse is one `deny_reasons contains msg if { ... }` rule; each rule that
+# wants a person is one `approval_reasons contains msg if { ... }` rule; `decision` applies
+# deny > require_approval > allow. Any module of package `toolgate` (any other file in rego/)
+# may add definitions to both sets without touching this file (docs/tasks/first-rule.md).
+# Every message names the data rule behind it.
 #
 # Fail closed: a missing or malformed input field never allows. Checks are written so that an
 # undefined value makes their `not ...` true, and messages use the placeholders of `call`.
 #
 # Cost: the embedded engine (the regorus interpreter) pays about a microsecond for every builtin
-# call, data lookup or comprehension, and a few for every rule it evaluates (more for `default`
-# rules and for each definition of a partial rule). Hence: one `deny_reasons` rule made of
-# comprehensions rather than one partial rule per check, the facts shared by several checks
-# computed once in `call`, and within a check the cheapest condition first. Only the helpers
-# `call`, `tool_override`, `rule` and `rule_source` are shared.
+# call, data lookup or comprehension, and a few for every rule definition it evaluates. Hence
+# the facts shared by several checks are computed once in `call`, and within a check the
+# cheapest condition comes first. Only the helpers `call`, `tool_override`, `rule` and
+# `rule_source` are shared; an extension module may use them too.
 #
 # Caching: the gateway caches decisions by the parts of `input` that these modules can read
 # (docs/policies.md). Read input through fixed paths (`input.tool.name`, `input.paths[_]`,
 # `object.get(input, ["actor", "user_id"], ...)`); reading `input` as a whole or by a computed
 # key, or calling a non-deterministic builtin (time.now_ns, rand.intn, ...), turns the cache
-# off.
+# off. For the time of the call read `input.request.time_ms`.
 #
 # Never read `data.toolgate` as a whole: it contains this package's own rules (a recursion).
 package toolgate
@@ -85,22 +87,28 @@ rule_source(key) := sprintf("tool_overrides.%v.%v", [call.tool, key]) if {
 	key in object.keys(tool_override)
 } else := sprintf("risk_rules.%v.%v", [call.risk, key])
 
-# --- the checks that refuse -----------------------------------------------------------------
+# --- the checks that refuse (partial: any module of package toolgate may add one) ----
 
-deny_reasons := {msg |
+deny_reasons contains msg if {
 	# who: an actor missing from the data
 	not data.toolgate.actors[call.actor]
 	msg := sprintf("actor '%v' is unknown (rule: actors)", [call.actor])
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# who: an actor listed without roles
 	count(call.roles) == 0
 	data.toolgate.actors[call.actor]
 	msg := sprintf("actor '%v' has no roles (rule: actors.%v.roles)", [call.actor, call.actor])
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# where: a workspace missing from the data
 	not data.toolgate.workspaces[call.workspace]
 	msg := sprintf("workspace '%v' is unknown (rule: workspaces)", [call.workspace])
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# where: an actor who is not a member (a workspace without a members list admits nobody)
 	workspace := data.toolgate.workspaces[call.workspace]
 	not call.actor in object.get(workspace, "members", [])
@@ -108,7 +116,9 @@ deny_reasons := {msg |
 		"actor '%v' is not a member of workspace '%v' (rule: workspaces.%v.members)",
 		[call.actor, call.workspace, call.workspace],
 	)
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# where: every path argument must resolve inside the workspace, whatever the tool does
 	some p in input.paths
 	not p.inside_workspace == true
@@ -116,7 +126,9 @@ deny_reasons := {msg |
 		"argument '%v' points outside the workspace (rule: paths.inside_workspace)",
 		[object.get(p, "argument", "?")],
 	)
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# where: without a relative path the protected-path check could not see the path at all
 	some p in input.paths
 	not is_string(p.relative)
@@ -124,7 +136,9 @@ deny_reasons := {msg |
 		"argument '%v' has no workspace-relative path (rule: paths.relative)",
 		[object.get(p, "argument", "?")],
 	)
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# where: tools that write (or act on the outside world) may not touch protected paths. An
 	# entry matches as whole path components anywhere in the path: ".git/" protects ".git",
 	# ".git/config" and "sub/.git/HEAD" (nested repositories), but not "my.git/x".
@@ -137,11 +151,15 @@ deny_reasons := {msg |
 		"argument '%v' writes to protected path '%v' (rule: protected_paths)",
 		[object.get(p, "argument", "?"), entry],
 	)
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# what: a tool risk without a rule
 	not data.toolgate.risk_rules[call.risk]
 	msg := sprintf("no rule for risk '%v' of tool %v (rule: risk_rules)", [call.risk, call.tool])
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# what: the actor needs one of the roles of the rule (an actor without roles is denied above)
 	count(call.roles) > 0
 	count({r | some r in rule.roles; r in call.roles}) == 0
@@ -149,7 +167,9 @@ deny_reasons := {msg |
 		"no role of actor '%v' may call %v-risk tool %v (rule: %v)",
 		[call.actor, call.risk, call.tool, rule_source("roles")],
 	)
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# what: a critical action that cannot be undone, unless the data explicitly allows it
 	call.risk == "critical"
 	not input.tool.reversible == true
@@ -158,7 +178,9 @@ deny_reasons := {msg |
 		"critical irreversible tool %v is denied (rule: %v)",
 		[call.tool, rule_source("allow_irreversible")],
 	)
-} | {msg |
+}
+
+deny_reasons contains msg if {
 	# approval: an approval that does not count, for a call that needs one, refuses the call
 	# outright rather than asking again: the approvals module should not have accepted it.
 	input.approval.present == true
@@ -171,6 +193,16 @@ deny_reasons := {msg |
 approval_reasons contains msg if {
 	rule.approval == true
 	msg := sprintf("tool %v requires approval (rule: %v)", [call.tool, rule_source("approval")])
+}
+
+# A tag of the tool (tools.d) listed in approval_tags needs approval whatever the tool's risk
+# (shipped: runs_agent_code, a tool that runs code the agent supplies), unless the tool's
+# overrides say `approval: false`.
+approval_reasons contains msg if {
+	some tag in input.tool.tags
+	why := data.toolgate.approval_tags[tag]
+	not tool_override.approval == false
+	msg := sprintf("tool %v is tagged %v: %v (rule: approval_tags.%v)", [call.tool, tag, why, tag])
 }
 
 # Who may approve a call of this risk: by_risk[risk] if listed, else default.

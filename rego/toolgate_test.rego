@@ -21,6 +21,7 @@ base := {
 	"request": {
 		"run_id": "r1", "turn_id": "t1", "call_id": "c1",
 		"deadline_ms_left": 9000, "idempotency_key_present": true,
+		"time_ms": 1764579600000,
 	},
 	"approval": {"present": false, "approved_by": null},
 	"usage": {},
@@ -93,6 +94,36 @@ test_high_risk_requires_approval if {
 test_override_can_lift_approval if {
 	d := toolgate.decision with input as call([delete_file])
 		with data.toolgate.tool_overrides as {"fs.delete_file": {"approval": false}}
+	d.result == "allow"
+}
+
+# A tool that runs code the agent supplies (proc.python), tagged runs_agent_code in tools.d.
+agent_code := {"tool": {
+	"name": "proc.python", "adapter": "process", "side_effect": "write",
+	"tags": ["process", "runs_agent_code"],
+}}
+
+test_a_tool_that_runs_agent_code_requires_approval if {
+	d := toolgate.decision with input as call([agent_code, {"paths": []}])
+	d.result == "require_approval"
+	reasons_mention(d, "rule: approval_tags.runs_agent_code")
+}
+
+test_agent_code_approved_by_an_approver_runs if {
+	d := toolgate.decision with input as call([agent_code, {"paths": []}, approved_by("bob")])
+	d.result == "allow"
+	reasons_mention(d, "approved by 'bob'")
+}
+
+test_tool_override_lifts_the_agent_code_approval if {
+	d := toolgate.decision with input as call([agent_code, {"paths": []}])
+		with data.toolgate.tool_overrides as {"proc.python": {"approval": false}}
+	d.result == "allow"
+}
+
+test_without_approval_tags_the_risk_rule_alone_decides if {
+	d := toolgate.decision with input as call([agent_code, {"paths": []}])
+		with data.toolgate.approval_tags as {}
 	d.result == "allow"
 }
 

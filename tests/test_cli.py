@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import ALICE, BOB
@@ -16,7 +17,9 @@ from tests.declarations.test_faults_at_once import assert_all_reported, write_fa
 from tests.integration.gateways import free_port, gateway, make_project
 
 
-def toolgate(*args: str, cwd: Path, key: str | None = None) -> subprocess.CompletedProcess[str]:
+def toolgate(
+    *args: str, cwd: Path, key: str | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RUST_LIB_BACKTRACE": "0"}
     env.pop("TOOLGATE_CONFIG", None)
     if key:
@@ -25,6 +28,7 @@ def toolgate(*args: str, cwd: Path, key: str | None = None) -> subprocess.Comple
         [sys.executable, "-m", "gateway.cli", *args],
         cwd=cwd,
         env=env,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=120,
@@ -164,6 +168,115 @@ def test_policy_test_and_eval(project: Path, tmp_path: Path) -> None:
     evaluated = toolgate("policy", "eval", "--input", str(tmp_path / "in.json"), cwd=project)
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout)["result"] == "allow"
+    denied = {**doc, "actor": {"user_id": "mallory"}}
+    for args in (("--input", "-"), ()):
+        piped = toolgate("policy", "eval", *args, cwd=project, stdin=json.dumps(denied))
+        assert piped.returncode == 0, piped.stderr
+        assert json.loads(piped.stdout)["result"] == "deny"
+    garbage = toolgate("policy", "eval", cwd=project, stdin="{not json")
+    assert garbage.returncode == 2
+    assert garbage.stderr.startswith("toolgate: standard input: cannot read a JSON input")
+    assert "Traceback" not in garbage.stderr
+
+
+def test_policy_input_shows_what_the_policy_saw(tmp_path: Path) -> None:
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    (tmp_path / "var/workspaces/demo").mkdir(parents=True, exist_ok=True)
+    with gateway(config) as url:
+        ids = {}
+        for call_id, content in (("short", "hi"), ("long", "x" * 5000), ("denied", "x")):
+            response = httpx.post(
+                f"{url}/v1/executions",
+                json={
+                    "run_id": "policy-input",
+                    "call_id": call_id,
+                    "tool": {"name": "fs.write_file"},
+                    "arguments": {
+                        "path": ".git/config" if call_id == "denied" else f"notes/{call_id}.txt",
+                        "content": content,
+                    },
+                    "workspace": {"id": "demo"},
+                },
+                headers={"Authorization": f"Bearer {ALICE}"},
+                timeout=60,
+            )
+            assert response.status_code == 200, response.text
+            ids[call_id] = response.json()["id"]
+        shown = toolgate(
+            "--config",
+            str(config),
+            "policy",
+            "input",
+            ids["short"],
+            "--url",
+            url,
+            cwd=tmp_path,
+            key=ALICE,
+        )
+        assert shown.returncode == 0, shown.stderr
+        document = json.loads(shown.stdout)
+        assert document["tool"]["name"] == "fs.write_file"
+        assert document["arguments"]["content"] == "hi"  # normalised: defaults filled in
+        assert document["paths"] == [
+            {"argument": "path", "relative": "notes/short.txt", "inside_workspace": True}
+        ]
+        assert isinstance(document["request"]["time_ms"], int)
+        again = toolgate(
+            "--config", str(config), "policy", "eval", cwd=tmp_path, stdin=shown.stdout
+        )
+        assert json.loads(again.stdout)["result"] == "allow", again.stdout + again.stderr
+        long = toolgate(
+            "--config",
+            str(config),
+            "policy",
+            "input",
+            ids["long"],
+            "--url",
+            url,
+            cwd=tmp_path,
+            key=ALICE,
+        )
+        assert long.returncode == 0, long.stderr
+        content = json.loads(long.stdout)["arguments"]["content"]
+        assert content == "x" * 1024 + "…[cut: 5000 characters]"
+        assert "long arguments were cut" in long.stderr
+        denied = toolgate(
+            "--config",
+            str(config),
+            "policy",
+            "input",
+            ids["denied"],
+            "--url",
+            url,
+            cwd=tmp_path,
+            key=ALICE,
+        )  # a denial is recorded too (its policy.decided event was lost before)
+        assert denied.returncode == 0, denied.stderr
+        replayed = toolgate(
+            "--config",
+            str(config),
+            "policy",
+            "eval",
+            "--input",
+            "-",
+            cwd=tmp_path,
+            stdin=denied.stdout,
+        )
+        decision = json.loads(replayed.stdout)
+        assert decision["result"] == "deny"
+        assert any("protected path '.git/'" in r for r in decision["reasons"])
+        unknown = toolgate(
+            "--config",
+            str(config),
+            "policy",
+            "input",
+            "ex_nope",
+            "--url",
+            url,
+            cwd=tmp_path,
+            key=ALICE,
+        )
+        assert unknown.returncode == 1 and "Traceback" not in unknown.stderr
 
 
 def test_tools_keys_and_schema(project: Path) -> None:

@@ -6,21 +6,24 @@ import time
 import uuid
 from typing import Any, cast
 
+from gateway.adapters.base import SideEffectReport
 from gateway.approvals import tokens
-from gateway.errors import PolicyDenied, ToolgateError
+from gateway.errors import CallError, PolicyDenied, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of
-from gateway.pipeline.records import Flow
+from gateway.pipeline.records import Flow, ToolResult
 from gateway.pipeline.services import Services
 from gateway.pipeline.validate import check_state_guards
+from gateway.policy.inputs import recorded_input
 from gateway.store.records import ApprovalRecord
-from gateway.types import JSON, DecisionResult
+from gateway.types import JSON, Decision, DecisionResult, Outcome, Phase
 
 
 def policy_input(flow: Flow) -> dict[str, Any]:
     """The stable policy input document (documented in docs/policies.md)."""
     assert flow.tool is not None and flow.workspace is not None
     req, tool = flow.request, flow.tool
-    left = None if req.deadline_ms is None else int(req.deadline_ms - time.time() * 1000)
+    now_ms = int(time.time() * 1000)
+    left = None if req.deadline_ms is None else int(req.deadline_ms - now_ms)
     return {
         "tool": {
             "name": tool.name,
@@ -43,6 +46,7 @@ def policy_input(flow: Flow) -> dict[str, Any]:
             "call_id": req.call_id,
             "deadline_ms_left": left,
             "idempotency_key_present": bool(req.idempotency_key),
+            "time_ms": now_ms,  # of this decision; a policy that never reads it keeps its cache
         },
         "approval": {
             "present": flow.approval is not None,
@@ -59,13 +63,25 @@ async def run(services: Services, flow: Flow) -> Flow:
         raise PolicyDenied(
             "the approval was given for other arguments than this call", code="approval_mismatch"
         )
-    decision = await services.policy.decide(policy_input(flow))
+    document = policy_input(flow)
+    decision = await services.policy.decide(document)
+    recorded, truncated = recorded_input(document)
     flow = flow.but_emit(
         {"decision": decision},
         "policy.decided",
         result=decision.result.value,
         reasons=list(decision.reasons),
+        input=recorded,
+        input_truncated=truncated,
     )
+    try:
+        return await _follow(services, flow, decision)
+    except CallError as exc:  # failed here, the call keeps its policy.decided event
+        return _failed(flow, exc)
+
+
+async def _follow(services: Services, flow: Flow, decision: Decision) -> Flow:
+    """Act on the decision: refuse, park for approval, or go on."""
     if decision.result is DecisionResult.DENY:
         raise PolicyDenied(
             "denied by policy: " + ("; ".join(decision.reasons) or "no reason given"),
@@ -81,6 +97,22 @@ async def run(services: Services, flow: Flow) -> Flow:
         preview = await _preview(services, flow)
         return flow.but(awaiting=_approval(services, flow, decision.reasons, preview))
     return flow
+
+
+def _failed(flow: Flow, error: CallError) -> Flow:
+    """What the runner makes of a CallError raised by a stage (runner._failed), but from the
+    flow after the decision: the runner would start from the flow before this stage and lose
+    its policy.decided event (a denied call had none)."""
+    if error.phase in (Phase.RESOLVE, Phase.VALIDATE):
+        flow = flow.emit("tool.validation_failed", **error.to_json())
+    result = ToolResult(
+        call_id=flow.request.call_id,
+        tool_version=str(flow.tool.version) if flow.tool else None,
+        outcome=Outcome.FAILED,
+        error=error,
+        side_effect=SideEffectReport(False, False, "nothing was attempted"),
+    )
+    return flow.but(result=result)
 
 
 async def _approval_from_token(services: Services, flow: Flow) -> ApprovalRecord:

@@ -44,7 +44,6 @@ import copy
 import itertools
 import json
 import math
-import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -63,8 +62,6 @@ from gateway.policy.loader import (
 )
 from gateway.policy.reads import InputReads, Tree, input_reads, path_tree, project
 from gateway.types import JSON, Decision, DecisionResult
-
-os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
 
 UNDEFINED = "<undefined>"
 """What regorus returns, as JSON, for an undefined rule (pass it to parse_decision)."""

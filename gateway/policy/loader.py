@@ -25,7 +25,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -34,9 +37,6 @@ import regorus
 
 from gateway.errors import ConfigError
 from gateway.yamlsrc import Lines, load_yaml
-
-# With RUST_BACKTRACE=1 set, regorus would capture a backtrace for every error it builds.
-os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
 
 DATA_ROOT = "toolgate"
 """Policy data is mounted at ``data.toolgate``; the Rego package is ``toolgate`` too."""
@@ -56,6 +56,9 @@ class PolicySources:
     modules: tuple[Module, ...]
     test_modules: tuple[Module, ...]
     data: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    """Faults that do not stop the gateway: a ``data.toolgate.*`` key the modules read that
+    the data lacks (``file:line: ...``); ``toolgate check`` lists them."""
 
     def data_json(self) -> str:
         """The whole data document (``{"toolgate": data}``) as JSON."""
@@ -63,7 +66,11 @@ class PolicySources:
 
 
 class EngineError(Exception):
-    """A regorus call failed: an error it reported, or a panic."""
+    """A regorus call failed: an error it reported, or a panic (``panicked``)."""
+
+    def __init__(self, message: str, *, panicked: bool = False) -> None:
+        super().__init__(message)
+        self.panicked = panicked
 
 
 class RuleInfo(NamedTuple):
@@ -77,6 +84,11 @@ class RuleInfo(NamedTuple):
 
 def load_policy_sources(rego_dir: Path, policies_dir: Path) -> PolicySources:
     """Read and check ``rego_dir/*.rego`` and ``policies_dir/*.yaml``; raise ConfigError."""
+    with quiet_panics():
+        return _load_policy_sources(rego_dir, policies_dir)
+
+
+def _load_policy_sources(rego_dir: Path, policies_dir: Path) -> PolicySources:
     rego_problems: list[str] = []
     modules, test_modules = _read_modules(rego_dir, rego_problems)
     data_problems: list[str] = []
@@ -84,10 +96,25 @@ def load_policy_sources(rego_dir: Path, policies_dir: Path) -> PolicySources:
     problems = rego_problems + data_problems
     if modules and not rego_problems:
         clean = {} if data_problems else data  # faulty data could make compiling fail too
-        problems.extend(_check_modules(modules, test_modules, clean, key_lines))
+        found, core, warnings = _check_modules(modules, test_modules, clean, key_lines)
+        problems.extend(found)
+        modules = core_first(modules, core)
     if problems:
         raise ConfigError(problems)
-    return PolicySources(tuple(modules), tuple(test_modules), data)
+    return PolicySources(tuple(modules), tuple(test_modules), data, tuple(warnings))
+
+
+def core_first(modules: list[Module], core: set[str]) -> list[Module]:
+    """The modules that define the decision first, then the others, each group by name.
+
+    Works around a regorus 0.13 fault: under ``with input as ...`` (every Rego unit test) it
+    evaluates some rule bodies with the loop plans of the engine's first module, so an extra
+    ``package toolgate`` module whose name sorted before ``toolgate.rego`` (``aa.rego`` with
+    ``foo := 1``) made every shipped test undefined. With the decision's module first the
+    result no longer depends on file names; every engine (gateway, tests, compile check) loads
+    the modules in this order.
+    """
+    return sorted(modules, key=lambda m: (m[0] not in core, m[0]))
 
 
 def engine_call(fn: Callable[..., T], *args: Any) -> T:
@@ -96,21 +123,76 @@ def engine_call(fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
-    except BaseException as exc:  # a Rust panic is a BaseException (PanicException)
+    except Exception as exc:
         raise EngineError(compact_message(exc)) from exc
+    except BaseException as exc:  # a Rust panic is a BaseException (PanicException)
+        raise EngineError(compact_message(exc), panicked=True) from exc
+
+
+@contextmanager
+def quiet_panics() -> Iterator[None]:
+    """Keep Rust's panic report off stderr while regorus is used (load time, the CLI).
+
+    The panic itself reaches Python as an exception and becomes a clear message
+    (``engine_call``); the hook's own lines would only repeat it, once per attempt. File
+    descriptor 2 goes to a temporary file meanwhile, and whatever else was written there is
+    copied back afterwards: nothing is lost, only delayed. Not for the decision path, which
+    runs while other threads may write.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as spool:
+        os.dup2(spool.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            spool.seek(0)
+            rest = _without_panic_reports(spool.read().decode("utf-8", "replace"))
+            if rest.strip():
+                sys.stderr.write(rest)
+                sys.stderr.flush()
+
+
+def _without_panic_reports(text: str) -> str:
+    """``text`` without the reports of Rust's default panic hook (from "thread ... panicked"
+    to its "note: ..." line)."""
+    kept: list[str] = []
+    in_report = after_report = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("thread '") and " panicked at " in line:
+            in_report = True
+        elif in_report and line.startswith("note: "):
+            in_report, after_report = False, True
+            continue
+        if not in_report and not (after_report and not line.strip()):
+            kept.append(line)
+            after_report = False
+    return "".join(kept)
 
 
 def compact_message(exc: BaseException) -> str:
-    """A one-line form of a regorus error: ``file:line:col: message`` when it has one."""
+    """A one-line form of a regorus error: ``file:line:col: message`` when it has one.
+
+    regorus nests errors ("Compilation error:" at the rule, then the real fault at the call):
+    the first message that says more than a heading wins, with the position printed above
+    it. A "Stack backtrace:" (RUST_LIB_BACKTRACE) and what follows are dropped.
+    """
     text = str(exc).strip() or type(exc).__name__
+    text = text.split("Stack backtrace:", 1)[0]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    where = next((ln[3:].strip() for ln in lines if ln.startswith("-->")), None)
-    what = next((ln[6:].strip() for ln in lines if ln.startswith("error:")), None)
-    cause = next((lines[i + 1] for i, ln in enumerate(lines[:-1]) if ln == "Caused by:"), None)
-    if what is not None and cause and (what.endswith(":") or cause not in what):
-        what = f"{what} {cause}".strip()  # "Compilation error:" alone names no fault
-    if what is None:
-        return lines[0][:500]
+    found: list[tuple[str | None, str]] = []
+    where: str | None = None
+    for line in lines:
+        if line.startswith("-->"):
+            where = line[3:].strip()
+        elif line.startswith("error:"):
+            found.append((where, line[6:].strip()))
+    if not found:
+        return lines[0][:500] if lines else type(exc).__name__
+    where, what = next(((w, m) for w, m in found if m and not m.endswith(":")), found[0])
     return f"{where}: {what}"[:500] if where else what[:500]
 
 
@@ -226,7 +308,10 @@ def _json_problems(value: Any, loc: tuple[str | int, ...], lines: Lines) -> Iter
 
 def _check_modules(
     modules: list[Module], tests: list[Module], data: dict[str, Any], key_lines: dict[str, str]
-) -> list[str]:
+) -> tuple[list[str], set[str], list[str]]:
+    """The problems, the files that define the decision, and the warnings."""
+    from gateway.policy.reads import data_reads, missing_data  # reads imports this module
+
     engine = regorus.Engine()
     problems = [
         f"{name}: does not parse: {exc}"
@@ -234,19 +319,26 @@ def _check_modules(
         if (exc := _add_policy(engine, name, text)) is not None
     ]
     if problems:
-        return problems
+        return problems, set(), []
     try:
-        rules = list_rules(engine)
+        tree = syntax_tree(engine)
     except EngineError as exc:
-        return [f"{modules[0][0]}: cannot read the syntax tree: {exc}"]
+        return [f"{modules[0][0]}: cannot read the syntax tree: {exc}"], set(), []
+    rules = rules_in_ast(tree)
     policy_files = {name for name, _ in modules}
     policy_rules = [r for r in rules if r.file in policy_files]
+    defined = {r.path for r in rules} | {
+        ".".join(["data", *ref_path(m["ast"]["package"]["refr"])]) for m in tree
+    }
+    policy_tree = [m for m in tree if m["source"]["file"] in policy_files]
+    warnings = missing_data(data_reads(policy_tree), data, DATA_ROOT, defined)
     problems.extend(_data_conflicts(policy_rules, key_lines))
-    if not any(r.path == DECISION_RULE for r in policy_rules):
+    core = {r.file for r in policy_rules if r.path == DECISION_RULE}
+    if not core:
         problems.append(f"{modules[0][0]}: no module defines {DECISION_RULE}")
     data_json = json.dumps({DATA_ROOT: data})
-    problems.extend(_compile_problems(modules, data_json, policy_rules))
-    return problems
+    problems.extend(_compile_problems(core_first(modules, core), data_json, policy_rules))
+    return problems, core, warnings
 
 
 def _add_policy(engine: Any, name: str, text: str) -> str | None:
@@ -278,7 +370,10 @@ def _compile_problems(modules: list[Module], data_json: str, rules: list[RuleInf
     try:
         compile_program(modules, data_json, entry_points)
     except EngineError as exc:
-        return [_attribute(modules, data_json, rules, str(exc))]
+        error = str(exc)
+        if exc.panicked:  # e.g. "Register overflow": a rule body too big for the compiler
+            error += " (the regorus compiler gave up: split the rule into smaller rules)"
+        return [_attribute(modules, data_json, rules, error)]
     return []
 
 

@@ -66,6 +66,8 @@ DETERMINISTIC_BUILTINS = frozenset(
         "semver.compare semver.is_valid",
         "strings.any_prefix_match strings.any_suffix_match strings.count strings.replace_n",
         "strings.reverse",
+        "time.add_date time.clock time.date time.diff time.format time.parse_duration_ns",
+        "time.parse_ns time.parse_rfc3339_ns time.weekday",
         "units.parse units.parse_bytes",
         "urlquery.decode urlquery.decode_object urlquery.encode urlquery.encode_object",
         "uuid.parse",
@@ -74,8 +76,10 @@ DETERMINISTIC_BUILTINS = frozenset(
     for name in names.split()
 )
 """Builtins whose value depends on their arguments only. Deliberately absent, so that a policy
-that calls them is not cached: ``time.now_ns`` (and the rest of ``time.*``, whose ``"Local"``
-zone reads the machine), ``rand.intn``, ``uuid.rfc4122``, ``http.send``, ``opa.runtime``,
+that calls them is not cached: ``time.now_ns`` (read the time of the call from
+``input.request.time_ms`` instead; the ``time.*`` functions of a given time are listed above:
+their ``"Local"`` zone is the process's, fixed for the life of a backend and its cache),
+``rand.intn``, ``uuid.rfc4122``, ``http.send``, ``opa.runtime``,
 ``net.lookup_ip_addr``, ``io.jwt.*`` (``decode_verify`` reads the clock, ``encode_sign`` may use
 randomness), ``crypto.x509.*`` (validity against the clock), and ``print``/``trace`` (their
 output would be skipped on a cached decision)."""
@@ -310,3 +314,94 @@ def _import_names(module: Mapping[str, Any]) -> set[str]:
         else:
             names.add(ref_path(imp["refr"])[-1])
     return names
+
+
+# --- what the modules read of the policy data -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataRead:
+    """A reference to ``data`` with the leading fixed keys it names (``file:line`` of it)."""
+
+    file: str
+    line: int
+    path: Path
+    """The fixed keys after ``data``: ``("toolgate", "risk_rules")`` for
+    ``data.toolgate.risk_rules[r]``."""
+
+
+def data_reads(modules: Sequence[Mapping[str, Any]]) -> list[DataRead]:
+    """Every reference rooted at ``data`` in the modules of a syntax tree, in file order."""
+    found: list[DataRead] = []
+    for module in modules:
+        _data_walk(module["ast"].get("rules"), str(module["source"]["file"]), found)
+    return found
+
+
+def _data_walk(node: Any, file: str, found: list[DataRead]) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _data_walk(item, file, found)
+        return
+    if not isinstance(node, dict):
+        return
+    if len(node) == 1:
+        kind, body = next(iter(node.items()))
+        if kind in ("RefDot", "RefBrack") and isinstance(body, dict):
+            steps: list[tuple[str, Any]] = []
+            root: Any = node
+            while True:
+                kind, body = next(iter(root.items()))
+                if kind == "RefDot":
+                    steps.append(("field", body["field"][-1]))
+                elif kind == "RefBrack":
+                    steps.append(("index", body["index"]))
+                else:
+                    break
+                root = body["refr"]
+            steps.reverse()
+            kind, body = next(iter(root.items()))
+            if kind == "Var" and body.get("value") == "data":
+                path = tuple(_fixed_prefix(steps))
+                line = int(body.get("span", {}).get("line", 0))
+                if path:
+                    found.append(DataRead(file, line, path))
+            else:
+                _data_walk(root, file, found)
+            for step, value in steps:
+                if step == "index":
+                    _data_walk(value, file, found)
+            return
+    for value in node.values():
+        _data_walk(value, file, found)
+
+
+def missing_data(
+    reads: Sequence[DataRead], data: Mapping[str, Any], root: str, rule_paths: set[str]
+) -> list[str]:
+    """A warning for every read of ``data.<root>.…`` whose keys are not in ``data`` (the merged
+    policy data) and that no rule or package of the modules defines: a misspelt key silently
+    disables the rule that reads it. ``rule_paths`` are the modules' rule and package paths
+    (``data.toolgate.decision``)."""
+    warnings: list[str] = []
+    for read in reads:
+        if len(read.path) < 2 or read.path[0] != root:
+            continue
+        if any(
+            ".".join(("data", *read.path[:n])) in rule_paths for n in range(2, len(read.path) + 1)
+        ):
+            continue
+        value: Any = data
+        for depth, key in enumerate(read.path[1:], start=1):
+            if not isinstance(value, Mapping):
+                break  # a list or a scalar: indexing it is the rule's business
+            if key not in value:
+                where = ".".join(read.path[1:depth]) or "the top level"
+                warnings.append(
+                    f"{read.file}:{read.line}: data.{'.'.join(read.path)}: no key '{key}' at "
+                    f"{where} of the policy data (policies/*.yaml); a misspelling? the rule "
+                    "never sees a value there"
+                )
+                break
+            value = value[key]
+    return warnings

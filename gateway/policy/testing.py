@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from gateway.errors import ConfigError
-from gateway.policy.loader import EngineError, PolicySources, engine_call, list_rules, new_engine
+from gateway.policy.loader import (
+    EngineError,
+    PolicySources,
+    engine_call,
+    list_rules,
+    new_engine,
+    quiet_panics,
+)
 
 TEST_PREFIX = "test_"
 
@@ -33,16 +40,48 @@ def run_policy_tests(
 
     Raises ConfigError if regorus cannot load the sources at all.
     """
+    return run_with_coverage(sources, name_filter, coverage=False)[0]
+
+
+def run_with_coverage(
+    sources: PolicySources, name_filter: str | None = None, *, coverage: bool = True
+) -> tuple[list[PolicyTestResult], list[str]]:
+    """``run_policy_tests``, and (``coverage``) one line per policy module (not the tests):
+    how many of its lines that the engine can cover the selected tests evaluated, and which
+    they did not."""
     try:
-        engine = new_engine((*sources.modules, *sources.test_modules), sources.data_json())
-        engine_call(engine.set_gather_prints, True)
+        with quiet_panics():
+            engine = new_engine((*sources.modules, *sources.test_modules), sources.data_json())
+            engine_call(engine.set_gather_prints, True)
+            if coverage:
+                engine_call(engine.set_enable_coverage, True)
     except EngineError as exc:
         raise ConfigError(f"policy tests: regorus cannot load the sources: {exc}") from exc
-    return [
+    results = [
         _run_one(engine, name)
         for name in discover_tests(engine, sources)
         if not name_filter or name_filter in name
     ]
+    return results, (_coverage(engine, sources) if coverage else [])
+
+
+def _coverage(engine: Any, sources: PolicySources) -> list[str]:
+    try:
+        report = json.loads(engine_call(engine.get_coverage_report_as_json))
+    except (EngineError, ValueError) as exc:
+        return [f"coverage: not available: {exc}"]
+    policy_files = {name for name, _ in sources.modules}
+    lines: list[str] = []
+    for entry in report.get("files", []):
+        if entry.get("path") not in policy_files:
+            continue
+        covered, missed = entry.get("covered") or [], entry.get("not_covered") or []
+        total = len(covered) + len(missed)
+        line = f"coverage: {entry['path']}: {len(covered)} of {total} lines"
+        if missed:
+            line += " (not evaluated: " + ", ".join(str(n) for n in sorted(missed)) + ")"
+        lines.append(line)
+    return lines
 
 
 def discover_tests(engine: Any, sources: PolicySources) -> list[str]:

@@ -50,6 +50,7 @@ from tests.adapters.test_proctree import (
     wait_gone,
 )
 from tests.conftest import REPO
+from tests.integration.gateways import run_agent_code_without_approval
 from tests.server.conftest import auth, body
 
 __all__ = ["no_stray_children"]  # the autouse fixture applies here too
@@ -664,6 +665,7 @@ async def test_a_cancel_before_the_start_runs_nothing(
 
 @pytest.fixture
 def client(project: Path, tmp_path: Path) -> Iterator[TestClient]:
+    run_agent_code_without_approval(project)  # these test the adapter, not the policy
     settings = load_settings(
         project / "toolgate.yaml", env={}, database_url=f"sqlite:///{tmp_path / 'tg.db'}"
     )

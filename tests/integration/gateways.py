@@ -47,6 +47,15 @@ def make_project(root: Path, database_url: str, quotas: bool = False) -> Path:
     return root / "toolgate.yaml"
 
 
+def run_agent_code_without_approval(root: Path, tool: str = "proc.python") -> None:
+    """Lift the shipped policy's approval for a tool that runs agent code (approval_tags), for
+    tests of what the process adapter does rather than of the policy."""
+    rules = root / "policies" / "rules.yaml"
+    data = yaml.safe_load(rules.read_text())
+    data.setdefault("tool_overrides", {})[tool] = {"approval": False}
+    rules.write_text(yaml.safe_dump(data))
+
+
 @contextmanager
 def gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """Start ``toolgate serve`` and yield its base URL; stop it afterwards.

@@ -23,7 +23,7 @@ import pytest
 
 from gateway.faults import POINTS
 from tests.conftest import ALICE
-from tests.integration.gateways import gateway, make_project
+from tests.integration.gateways import gateway, make_project, run_agent_code_without_approval
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
@@ -62,6 +62,7 @@ def _effects(tool: str, ws: Path) -> int:
 @pytest.mark.parametrize("point", sorted(POINTS))
 def test_crash_then_recover(tmp_path: Path, point: str, tool: str) -> None:
     config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    run_agent_code_without_approval(tmp_path)
     ws = tmp_path / "var" / "workspaces" / "demo"
     ws.mkdir(parents=True, exist_ok=True)
     (ws / "bump.py").write_text(SCRIPT)

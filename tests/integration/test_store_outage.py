@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import ALICE, _pg_admin
-from tests.integration.gateways import gateway, make_project
+from tests.integration.gateways import gateway, make_project, run_agent_code_without_approval
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
@@ -30,6 +30,7 @@ def _kill_backends(database: str) -> int:
 
 def test_postgres_connections_killed_mid_flight(tmp_path: Path, pg_url: str) -> None:
     config = make_project(tmp_path, pg_url)
+    run_agent_code_without_approval(tmp_path)
     data = yaml.safe_load(config.read_text())
     data["lock_lease"] = "2s"  # recovery passes every lease: keep the test short
     config.write_text(yaml.safe_dump(data))

@@ -30,6 +30,7 @@ BASE_INPUT: dict[str, Any] = {
         "call_id": "c1",
         "deadline_ms_left": 9000,
         "idempotency_key_present": True,
+        "time_ms": 1764579600000,
     },
     "approval": {"present": False, "approved_by": None},
     "usage": {},

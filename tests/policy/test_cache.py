@@ -67,7 +67,7 @@ def test_the_shipped_policy_is_cached_by_the_fields_it_reads(policy: EmbeddedPol
         "actor": {"user_id": None},
         "approval": {"approved_by": None, "present": None},
         "paths": None,
-        "tool": {"name": None, "reversible": None, "risk": None, "side_effect": None},
+        "tool": {"name": None, "reversible": None, "risk": None, "side_effect": None, "tags": None},
         "workspace": {"id": None},
     }
 
@@ -76,7 +76,7 @@ def test_fields_the_policy_does_not_read_share_one_entry(policy: EmbeddedPolicy)
     first = policy.decide_sync(make_input())
     second = policy.decide_sync(
         make_input(
-            request={"call_id": "c2", "deadline_ms_left": 5},
+            request={"call_id": "c2", "deadline_ms_left": 5, "time_ms": 1764615600000},
             arguments={"path": "notes/a.txt", "content": "other"},
             arguments_sha256="ffff",
             actor={"agent_id": "someone-else", "roles": ["admin"]},

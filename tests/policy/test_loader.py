@@ -37,6 +37,7 @@ def test_shipped_sources(shipped: PolicySources) -> None:
         "protected_paths",
         "risk_rules",
         "tool_overrides",
+        "approval_tags",
         "approvers",
         "quotas",
     }
