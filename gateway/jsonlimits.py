@@ -48,7 +48,7 @@ class JsonLimitError(ValueError):
 
 def check(value: Any, limits: JsonLimits, where: str = "body") -> Shape:
     """Measure ``value`` (decoded JSON) or raise :class:`JsonLimitError` at the first fault:
-    ``json_too_deep``, ``json_too_many_values`` or ``invalid_json_value``. Stops as soon as a
+    ``json_too_deep``, ``json_too_many_values`` or ``malformed_json``. Stops as soon as a
     bound is passed, so the work is at most ``max_values`` steps."""
     values = depth = chars = 0
     stack: list[tuple[Any, int, str]] = [(value, 1, where)]
@@ -92,7 +92,7 @@ def _scalar(value: Any, path: str) -> int:
         return _text(value, path)
     if type(value) is float and not math.isfinite(value):
         raise JsonLimitError(
-            "invalid_json_value", f"{path} is a number out of range ({value!r} is not JSON)"
+            "malformed_json", f"{path} is a number out of range ({value!r} is not JSON)"
         )
     return 0
 
@@ -100,7 +100,7 @@ def _scalar(value: Any, path: str) -> int:
 def _text(text: str, path: str) -> int:
     if not text.isascii() and _SURROGATE.search(text) is not None:
         raise JsonLimitError(
-            "invalid_json_value",
+            "malformed_json",
             f"{path} has a lone UTF-16 surrogate (such as \\ud800): not valid Unicode",
         )
     return len(text)

@@ -639,8 +639,8 @@ def _screen_mapping(schema: Mapping[Any, Any], allow_unknown: bool) -> MappingSc
     fields = {name: _screen_value(rules, allow_unknown) for name, rules in schema.items()}
 
     def screen(doc: dict[Any, Any], path: tuple[Any, ...], found: _Found) -> None:
-        found.visited += len(doc)
         for key, value in doc.items():
+            found.visited += 1
             check = fields.get(key)
             if check is not None:
                 check(value, (*path, key), found)
@@ -687,8 +687,8 @@ def _screen_value(rules: Mapping[str, Any], allow_unknown: bool) -> ValueScreen:
         elif kind is dict and fields is not None:
             fields(value, path, found)
         elif kind is list and items is not None:
-            found.visited += len(value)
             for index, item in enumerate(value):
+                found.visited += 1
                 items(item, (*path, index), found)
 
     return screen

@@ -58,8 +58,9 @@ class _ErrorBudget:
 
     def spend(self, errors: Any) -> None:
         for error in errors:
-            if error.is_group_error:  # wraps errors of a part, counted when they were made
-                continue
+            if error.is_group_error and not error.is_logic_error:
+                continue  # wraps the errors of a part, counted when they were made
+            # (an anyof/oneof... error counts once: its branches' errors are not counted)
             if len(self.errors) >= self.limit:
                 raise _ErrorsExhausted
             self.errors.append(error)
