@@ -195,6 +195,7 @@ HOSTILE = {
     "control character in run_id": (_raw(run_id='"r\\u001b[2J"'), REQ),
     "newline in call_id": (_raw(call_id='"c\\n1"'), REQ),
     "control character in agent_id": (_raw(actor='{"agent_id": "a\\u0000"}'), REQ),
+    "control character in user_id": (_raw(actor='{"user_id": "alice\\u0000"}'), REQ),
     "control character in workspace.id": (_raw(workspace='{"id": "demo\\u0085"}'), REQ),
 }  # fmt: skip
 
