@@ -74,5 +74,7 @@ async def resolve_unknown(
         record.id, Outcome.UNKNOWN.value, outcome, jsontext.compact(result), event
     )
     if not changed:
-        raise Conflict(f"{record.id} was resolved by someone else", code="not_unknown")
+        raise Conflict(
+            f"{record.id} was resolved by someone else", code="not_unknown", retryable=False
+        )
     return await services.store.get_execution(record.id) or record

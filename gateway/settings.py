@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.errors import ConfigError
+from gateway.jsonlimits import JsonLimits
 from gateway.units import parse_duration, parse_size
 from gateway.yamlsrc import Lines, load_yaml, pydantic_problems
 
@@ -46,6 +47,13 @@ class Settings(_Frozen):
     policy_backend: str = Field(default="embedded", pattern=r"^(embedded|opa)$")
     opa_url: str = "http://127.0.0.1:8181"
     max_body_bytes: Size = 1024 * 1024
+    max_json_depth: int = Field(default=32, ge=2, le=256)
+    """How deeply objects and arrays may nest in a request body (the body itself is level 1,
+    ``arguments`` level 2). Deeper bodies are refused (400 ``json_too_deep``) before parsing
+    into the request, validation, hashing or policy see them."""
+    max_json_values: int = Field(default=10_000, ge=16, le=1_000_000)
+    """How many values (object members and array items, at every level) a request body may
+    hold; more is 400 ``json_too_many_values``. It bounds the work one request costs."""
     idempotency_ttl: Duration = 24 * 3600.0
     lock_lease: Duration = 30.0
     approval_ttl: Duration = 3600.0
@@ -78,6 +86,10 @@ class Settings(_Frozen):
                 raise ValueError(f"two principals share one key ({principal.id})")
             seen.add(principal.key_sha256)
         return value
+
+    @property
+    def json_limits(self) -> JsonLimits:
+        return JsonLimits(max_depth=self.max_json_depth, max_values=self.max_json_values)
 
     def path(self, value: Path) -> Path:
         """``value`` resolved against the configuration file's directory."""

@@ -110,13 +110,19 @@ def pydantic_problems(exc: Any, lines: Lines) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
         loc = tuple(part for part in err["loc"] if not _is_union_tag(part))
-        msg = err["msg"]
+        msg = list_wording(err["msg"])
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         elif err["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")  # pydantic's, not the message's
         problems.append(f"{lines.where(loc)}: {msg}")
     return problems
+
+
+def list_wording(message: str) -> str:
+    """pydantic's message in the words of YAML and JSON: a ``tuple`` field is a list there
+    ("Input should be a valid tuple" → "... a valid list")."""
+    return message.replace("valid tuple", "valid list").replace("Tuple should", "List should")
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -24,6 +24,7 @@ normalised values. One deliberate difference that no comparison by value can see
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -118,7 +119,8 @@ class FastValidator:
     ``validate(document)`` returns whether the document is valid; then ``document`` is the
     normalised document and ``errors`` cerberus's errors (``{}`` when valid). One instance is
     reused for sequential calls, like a cerberus validator (not safe across threads).
-    ``last_fast`` says whether the last call was decided by the fast path.
+    ``last_fast`` says whether the last call was decided by the fast path, and
+    ``errors_truncated`` whether validation stopped after ``JsonValidator.max_errors`` errors.
     """
 
     def __init__(
@@ -148,8 +150,27 @@ class FastValidator:
             )
         except Unsupported as exc:
             self._fast, self.unsupported = None, str(exc)
+        self._screen: MappingScreen | None = None
+        if self._fast is not None:  # the screen models what the fast path models
+            self._screen = _screen_mapping(self.cerberus.schema, allow_unknown)
+        self._options = {
+            "purge_readonly": purge_readonly,
+            "allow_unknown": allow_unknown,
+            "require_all": require_all,
+        }
+        self._source = schema
         self._document: dict[Any, Any] | None = None
+        self._screened: list[Any] = []
         self.last_fast = False
+        self.items_screened = 0
+        self.errors_truncated = False
+        """Values the screen of the last call looked at (a bound on its work)."""
+
+    @property
+    def last_screened(self) -> bool:
+        """Whether the screen refused the last document (cerberus did not run): its errors
+        are then some of those cerberus would report, not all of them."""
+        return bool(self._screened)
 
     @property
     def has_fast_path(self) -> bool:
@@ -159,10 +180,21 @@ class FastValidator:
     def schema(self) -> Any:
         return self.cerberus.schema
 
+    def fresh(self) -> FastValidator:
+        """A new validator of the same schema and options (for another thread)."""
+        return FastValidator(self._source, **self._options)
+
     def validate(self, document: Any, *args: Any, **kwargs: Any) -> bool:
         """Validate and normalise ``document``; cerberus's other arguments (``schema``,
-        ``update``, ``normalize``) go to cerberus alone."""
+        ``update``, ``normalize``) go to cerberus alone.
+
+        A document the fast path does not accept is first screened for faults that are
+        certain and cheap to find (unknown fields, a list, string or dict over its
+        ``maxlength``): they are reported without walking the rest, so that a list of a
+        thousand items over a ``maxlength`` of 64 costs no more than one of 65.
+        """
         fast = self._fast
+        self._screened, self.items_screened = [], 0
         if fast is not None and type(document) is dict and not args and not kwargs:
             try:
                 self._document = fast(document)
@@ -171,9 +203,20 @@ class FastValidator:
             else:
                 self.last_fast = True
                 return True
+            assert self._screen is not None
+            found = _Found(self.cerberus.max_errors)
+            with contextlib.suppress(_Full):  # as many errors as are reported
+                self._screen(document, (), found)
+            self.items_screened = found.visited
+            if found.errors:
+                self.last_fast, self._document, self._screened = False, None, found.errors
+                self.errors_truncated = found.truncated
+                return False
         self.last_fast = False
         self._document = None
-        return bool(self.cerberus.validate(document, *args, **kwargs))
+        valid = bool(self.cerberus.validate(document, *args, **kwargs))
+        self.errors_truncated = bool(getattr(self.cerberus, "errors_truncated", False))
+        return valid
 
     __call__ = validate
 
@@ -187,7 +230,11 @@ class FastValidator:
 
     @property
     def errors(self) -> Any:
-        return {} if self.last_fast else self.cerberus.errors
+        if self.last_fast:
+            return {}
+        if self._screened:
+            return cerberus.errors.BasicErrorHandler()(self._screened)
+        return self.cerberus.errors
 
 
 # --- compilation --------------------------------------------------------------------------
@@ -558,3 +605,94 @@ def _required_with_excludes(
             raise _Unsure
 
     return check
+
+
+# --- the screen ---------------------------------------------------------------------------
+# Run on a document the fast path refused, before cerberus: the faults it reports are ones
+# cerberus would report too (an unknown field where unknown fields are not allowed; a value of
+# an accepted type longer than its ``maxlength``), found in one walk that skips the items of a
+# list already over its bound and stops after ``max_errors``.
+
+MappingScreen = Callable[[dict[Any, Any], tuple[Any, ...], "_Found"], None]
+ValueScreen = Callable[[Any, tuple[Any, ...], "_Found"], None]
+
+
+class _Full(Exception):
+    """The screen found as many errors as are reported."""
+
+
+class _Found:
+    __slots__ = ("errors", "limit", "truncated", "visited")
+
+    def __init__(self, limit: int) -> None:
+        self.errors: list[Any] = []
+        self.limit, self.truncated, self.visited = limit, False, 0
+
+    def add(self, error: Any) -> None:
+        if len(self.errors) >= self.limit:
+            self.truncated = True
+            raise _Full
+        self.errors.append(error)
+
+
+def _screen_mapping(schema: Mapping[Any, Any], allow_unknown: bool) -> MappingScreen:
+    fields = {name: _screen_value(rules, allow_unknown) for name, rules in schema.items()}
+
+    def screen(doc: dict[Any, Any], path: tuple[Any, ...], found: _Found) -> None:
+        for key, value in doc.items():
+            found.visited += 1
+            check = fields.get(key)
+            if check is not None:
+                check(value, (*path, key), found)
+            elif not allow_unknown:
+                found.add(
+                    cerberus.errors.ValidationError(
+                        (*path, key), (), cerberus.errors.UNKNOWN_FIELD.code, None, None, value, ()
+                    )
+                )
+
+    return screen
+
+
+def _screen_value(rules: Mapping[str, Any], allow_unknown: bool) -> ValueScreen:
+    if rules.get("readonly"):  # purged (or refused as readonly): no other rule is reported
+        return _skip
+    accepted = _accepted_types(rules.get("type"), "")
+    bound = rules.get("maxlength")
+    fields: MappingScreen | None = None
+    items: ValueScreen | None = None
+    sub = rules.get("schema")
+    if isinstance(sub, Mapping):
+        if all(isinstance(r, Mapping) for r in sub.values()):
+            fields = _screen_mapping(sub, rules.get("allow_unknown", allow_unknown))
+        else:
+            items = _screen_value(sub, allow_unknown)
+
+    def screen(value: Any, path: tuple[Any, ...], found: _Found) -> None:
+        kind = type(value)
+        if kind not in accepted or kind not in _SIZED:
+            return
+        if bound is not None and len(value) > bound:
+            found.add(
+                cerberus.errors.ValidationError(
+                    path,
+                    (*path, "maxlength"),
+                    cerberus.errors.MAX_LENGTH.code,
+                    "maxlength",
+                    bound,
+                    value,
+                    (len(value),),
+                )
+            )
+        elif kind is dict and fields is not None:
+            fields(value, path, found)
+        elif kind is list and items is not None:
+            for index, item in enumerate(value):
+                found.visited += 1
+                items(item, (*path, index), found)
+
+    return screen
+
+
+def _skip(value: Any, path: tuple[Any, ...], found: _Found) -> None:
+    return None

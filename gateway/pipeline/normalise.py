@@ -1,17 +1,33 @@
-"""Stage 2 — normalise: workspace, cerberus normalisation, path confinement, hashes.
+"""Stage 2 — normalise: workspace, path confinement, cerberus normalisation, hashes.
 
 Approval binds to the hash of the *normalised* arguments, so two spellings of one call
-(defaults filled in, ``./a.txt`` vs ``a.txt``) are the same call.
+(defaults filled in, ``./a.txt`` vs ``a.txt``) are the same call. Path arguments are confined
+(and so normalised) before the input schema checks them: a ``regex`` on a path sees the
+workspace-relative form the adapter will use (``docs/x.md`` for ``./docs//x.md``).
+
+The work is bounded: arguments deeper or larger than the gateway's JSON limits are refused
+before any validator walks them, validation stops after ``JsonValidator.max_errors`` errors,
+and large arguments are validated in a worker thread so that the event loop keeps serving
+other requests meanwhile.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import anyio
+
+from gateway import jsonlimits
+from gateway.declarations.fastvalid import FastValidator
 from gateway.errors import ValidationError
 from gateway.pipeline.records import Flow, sha256_json
 from gateway.pipeline.services import Services
-from gateway.workspace import ResolvedPath, confine
+from gateway.workspace import ResolvedPath, Workspace, confine
+
+# Arguments with more values or text than this are validated off the event loop (a fresh
+# validator per call: about a millisecond, which only such calls pay).
+OFF_LOOP_VALUES = 500
+OFF_LOOP_CHARS = 256 * 1024
 
 
 async def run(services: Services, flow: Flow) -> Flow:
@@ -27,13 +43,14 @@ async def run(services: Services, flow: Flow) -> Flow:
             code="workspace_root_mismatch",
         )
     assert flow.tool is not None
-    arguments = _normalise(services, flow, req.arguments)
-    paths: dict[str, ResolvedPath] = {}
-    for spec in flow.tool.paths:
-        for where, container, key in _path_slots(arguments, spec.split(".")):
-            resolved = confine(workspace, container[key], where)
-            paths[where] = resolved
-            container[key] = resolved.relative
+    shape = _bounded(services, req.arguments)
+    validator = services.catalogue.validator(flow.tool)
+    if shape.values > OFF_LOOP_VALUES or shape.chars > OFF_LOOP_CHARS:
+        arguments, paths = await anyio.to_thread.run_sync(
+            _normalise, flow, workspace, validator.fresh(), dict(req.arguments)
+        )
+    else:
+        arguments, paths = _normalise(flow, workspace, validator, dict(req.arguments))
     return flow.but(
         workspace=workspace,
         arguments=arguments,
@@ -41,6 +58,43 @@ async def run(services: Services, flow: Flow) -> Flow:
         arguments_sha256=sha256_json(arguments),
         roles=services.roles(req.principal),
     )
+
+
+def _bounded(services: Services, arguments: Any) -> jsonlimits.Shape:
+    """The shape of the arguments, refused when over the JSON limits (a request that did not
+    come through the HTTP door, which checks the whole body, or was stored before them)."""
+    try:
+        return jsonlimits.check(arguments, services.settings.json_limits, "arguments")
+    except jsonlimits.JsonLimitError as exc:
+        raise ValidationError(
+            f"the arguments are refused before validation: {exc.message}",
+            code="invalid_arguments",
+            details={"limit": exc.code},
+        ) from exc
+
+
+def _confine_paths(
+    flow: Flow,
+    workspace: Workspace,
+    arguments: dict[str, Any],
+    known: dict[str, ResolvedPath] | None,
+) -> dict[str, ResolvedPath]:
+    """Confine every path the tool declares, in place (each becomes its workspace-relative
+    form). The first pass (``known`` is ``None``) skips values that are not strings: the
+    input schema reports them; the second reuses what the first confined at the same place."""
+    assert flow.tool is not None
+    paths: dict[str, ResolvedPath] = {}
+    for spec in flow.tool.paths:
+        for where, container, key in _path_slots(arguments, spec.split(".")):
+            value = container[key]
+            if known is None and not isinstance(value, str):
+                continue
+            done = (known or {}).get(where)
+            if done is None or done.relative != value:
+                done = confine(workspace, value, where)
+            paths[where] = done
+            container[key] = done.relative
+    return paths
 
 
 def _path_slots(value: Any, parts: list[str], prefix: str = "") -> list[tuple[str, Any, Any]]:
@@ -62,22 +116,30 @@ def _path_slots(value: Any, parts: list[str], prefix: str = "") -> list[tuple[st
     return found
 
 
-def _normalise(services: Services, flow: Flow, raw: Any) -> dict[str, Any]:
+def _normalise(
+    flow: Flow, workspace: Workspace, validator: FastValidator, raw: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, ResolvedPath]]:
+    """Confine the paths, validate and normalise against the input schema, then confine the
+    paths the schema filled in (defaults). Plain code: it runs on the loop or in a thread."""
     assert flow.tool is not None
-    validator = services.catalogue.validator(flow.tool)
-    if not validator.validate(dict(raw)):
+    first = _confine_paths(flow, workspace, raw, None)
+    if not validator.validate(raw):
         errors = validator.errors
+        more = " (and more: validation stopped there)" if validator.errors_truncated else ""
         raise ValidationError(
-            f"the arguments do not match the input schema of {flow.tool.ref}: " + _describe(errors),
+            f"the arguments do not match the input schema of {flow.tool.ref}: "
+            + _describe(errors)
+            + more,
             code="invalid_arguments",
-            details={"errors": errors},
+            details={"errors": errors, "errors_truncated": validator.errors_truncated},
         )
-    return dict(validator.document)
+    arguments = dict(validator.document)
+    return arguments, _confine_paths(flow, workspace, arguments, first)
 
 
 def _describe(errors: dict[str, Any]) -> str:
     parts = []
-    for field, problems in sorted(errors.items()):
+    for field, problems in sorted(errors.items(), key=lambda item: str(item[0])):
         text = "; ".join(str(p) for p in problems) if isinstance(problems, list) else problems
         parts.append(f"{field}: {text}")
     return ", ".join(parts)

@@ -6,15 +6,33 @@ authenticated principal are refused here, before anything runs.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.errors import Forbidden, MalformedRequest
 from gateway.pipeline.records import ToolExecutionRequest
+from gateway.yamlsrc import list_wording
 
-_ID = Field(min_length=1, max_length=256)
+# C0 and C1 control characters (NUL, newline, ESC...): an identifier carrying one can forge
+# lines in logs and terminals and breaks the header it may be copied into.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+MAX_ID_LENGTH = 256
+LATEST_DEADLINE_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: a later deadline is no deadline, and overflows a float."""
+
+
+def _printable(value: str) -> str:
+    if _CONTROL.search(value) is not None:
+        raise ValueError("must not contain control characters")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_printable)]
+"""A string of the request that is recorded, logged or compared: no control characters."""
+Id = Annotated[Text, Field(min_length=1, max_length=MAX_ID_LENGTH)]
 
 
 class _Body(BaseModel):
@@ -22,34 +40,37 @@ class _Body(BaseModel):
 
 
 class ToolRef(_Body):
-    name: str = Field(min_length=1, max_length=128)
-    requested_version: str | None = Field(default=None, max_length=128)
+    name: Text = Field(min_length=1, max_length=128)
+    requested_version: Text | None = Field(default=None, max_length=128)
 
 
 class ActorBody(_Body):
-    user_id: str = _ID
-    agent_id: str = Field(default="", max_length=256)
+    user_id: Id | None = None
+    """The principal is the user; a ``user_id`` sent must be the principal."""
+    agent_id: Text = Field(default="", max_length=MAX_ID_LENGTH)
 
 
 class WorkspaceBody(_Body):
-    id: str = _ID
+    id: Id
     root: str | None = None
 
 
 class ExecutionRequestBody(_Body):
     """The JSON body of ``POST /v1/executions`` (docs/api.md#request-body)."""
 
-    run_id: str = _ID
-    turn_id: str = Field(default="", max_length=256)
-    call_id: str = _ID
+    run_id: Id
+    turn_id: Text = Field(default="", max_length=MAX_ID_LENGTH)
+    call_id: Id
     tool: ToolRef
     arguments: dict[str, Any] = Field(default_factory=dict)
     actor: ActorBody | None = None
     workspace: WorkspaceBody
-    deadline: int | None = Field(default=None, gt=0, description="epoch milliseconds")
-    cancellation_token: str | None = Field(default=None, max_length=256)
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-    approval_token: str | None = Field(default=None, max_length=4096)
+    deadline: int | None = Field(
+        default=None, gt=0, le=LATEST_DEADLINE_MS, description="epoch milliseconds"
+    )
+    cancellation_token: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
+    idempotency_key: Id | None = None
+    approval_token: Text | None = Field(default=None, max_length=4096)
     expected_state: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -67,13 +88,15 @@ def parse_request(
             code="invalid_request",
             details={"errors": _errors(exc)},
         ) from exc
-    if parsed.actor is not None and parsed.actor.user_id != principal:
+    actor = parsed.actor
+    if actor is not None and actor.user_id is not None and actor.user_id != principal:
         raise Forbidden(
-            f"actor.user_id {parsed.actor.user_id!r} is not the authenticated principal",
+            f"actor.user_id {actor.user_id!r} is not the authenticated principal",
             code="actor_mismatch",
         )
     key = parsed.idempotency_key
     if header_idempotency_key is not None:
+        _check_header_key(header_idempotency_key)
         if key is not None and key != header_idempotency_key:
             raise MalformedRequest(
                 "the Idempotency-Key header and idempotency_key in the body differ",
@@ -88,7 +111,7 @@ def parse_request(
         tool_name=parsed.tool.name,
         requested_version=parsed.tool.requested_version,
         arguments=parsed.arguments,
-        agent_id=parsed.actor.agent_id if parsed.actor else "",
+        agent_id=actor.agent_id if actor else "",
         workspace_id=parsed.workspace.id,
         workspace_root=parsed.workspace.root,
         deadline_ms=parsed.deadline,
@@ -100,9 +123,23 @@ def parse_request(
     )
 
 
+def _check_header_key(key: str) -> None:
+    """The header carries what the body field may: 1 to 256 characters, none a control."""
+    if not 1 <= len(key) <= MAX_ID_LENGTH or _CONTROL.search(key) is not None:
+        raise MalformedRequest(
+            f"the Idempotency-Key header must be 1 to {MAX_ID_LENGTH} characters with no "
+            f"control characters (got {len(key)})",
+            code="invalid_request",
+            details={"errors": [{"field": "Idempotency-Key", "problem": "invalid key"}]},
+        )
+
+
 def _errors(exc: PydanticValidationError) -> list[dict[str, str]]:
     return [
-        {"field": ".".join(str(p) for p in err["loc"]) or "(body)", "problem": err["msg"]}
+        {
+            "field": ".".join(str(p) for p in err["loc"]) or "(body)",
+            "problem": list_wording(err["msg"]),
+        }
         for err in exc.errors(include_url=False)
     ]
 

@@ -47,6 +47,18 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _flat(errors: Any, path: tuple[Any, ...] = ()) -> set[tuple[Any, ...]]:
+    """cerberus's nested errors as a set of (path..., message)."""
+    out: set[tuple[Any, ...]] = set()
+    for field, problems in errors.items():
+        for problem in problems:
+            if isinstance(problem, dict):
+                out |= _flat(problem, (*path, field))
+            else:
+                out.add((*path, field, problem))
+    return out
+
+
 def _outcome(validator: Any, doc: Any) -> tuple[Any, ...]:
     before = copy.deepcopy(doc)
     try:
@@ -61,6 +73,13 @@ def _compare(fast: FastValidator, ref: JsonValidator, doc: Any) -> str:
     """Check one document; return which path decided it."""
     mine = _outcome(fast, copy.deepcopy(doc))
     theirs = _outcome(ref, copy.deepcopy(doc))
+    if fast.last_screened:
+        # The screen refused at once: cerberus refuses too, with these errors among its own
+        # (or fails on the document: a refusal is then the better answer).
+        if theirs[0] != "raised":
+            assert theirs[:2] == ("done", False), (doc, mine, theirs)
+            assert _flat(mine[2]) <= _flat(theirs[2]), (doc, mine[2], theirs[2])
+        return "screened"
     if fast.last_fast:
         # The fast path accepted: cerberus accepts, with the very same document.
         assert theirs[:3] == ("done", True, {}), (doc, theirs)
@@ -408,9 +427,13 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     ({"l": {"type": "list", "allowed": ["a", "b"]}}, {"l": ["a", "b", "a"]}, "fast"),
     ({"l": {"type": "list", "allowed": ["a", "b"]}}, {"l": ["c"]}, "fallback"),
     ({"b": {"type": ["boolean", "integer"], "allowed": [0]}}, {"b": False}, "fast"),
-    ({"s": S}, {"s": "x", "u": 1}, "fallback"),  # unknown field
+    ({"s": S}, {"s": "x", "u": 1}, "screened"),  # unknown field: no need for cerberus
+    ({"l": {"type": "list", "maxlength": 1, "schema": I}}, {"l": ["a", "b"]}, "screened"),
+    ({"l": {"type": "list", "maxlength": 2, "schema": I}}, {"l": ["a", "b"]}, "fallback"),
+    ({"s": {**S, "maxlength": 1}}, {"s": 12}, "fallback"),  # a type error, not a length
+    ({"s": {**S, "maxlength": 1, "readonly": True}}, {"s": "ab"}, "fast"),  # purged
     ({"s": {**S, "readonly": True}}, {"s": "x"}, "fast"),  # purged
-    ({"s": {**S, "readonly": True, "default": "d"}}, {"s": "x", "t": None}, "fallback"),
+    ({"s": {**S, "readonly": True, "default": "d"}}, {"s": "x", "t": None}, "screened"),
     ({"s": {**S, "readonly": True, "default": "d"}, "t": S}, {"s": "x", "t": "y"}, "fast"),
     ({"s": {**S, "readonly": True, "required": True}}, {"s": "x"}, "fallback"),
     ({"s": {**S, "required": True, "default": "d"}}, {}, "fast"),
@@ -424,7 +447,7 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     (
         {"d": {"type": "dict", "schema": {"a": {**I, "default": 1}}}},
         {"d": {"a": 1, "z": 1}},
-        "fallback",
+        "screened",
     ),
     ({"d": {"type": "dict", "allow_unknown": True, "schema": {}}}, {"d": {"z": [1]}}, "fast"),
     ({"d": {"type": "dict", "require_all": True, "schema": {"a": I}}}, {"d": {}}, "fallback"),
@@ -542,3 +565,73 @@ def test_a_document_from_cerberus_does_not_share_the_schemas_default() -> None:
     validator.document["opts"]["mode"] = "changed"
     assert validator.validate({"n": "2"})
     assert validator.document == {"n": 2, "opts": {"mode": "a"}}
+
+
+# --- bounded work (issue 12 §1) -----------------------------------------------------------
+
+
+def _shipped(name: str) -> FastValidator:
+    catalogue = load_catalogue(REPO / "tools.d")
+    return catalogue.validator(catalogue.resolve(name, None))
+
+
+def _count(errors: Any) -> int:
+    return len(_flat(errors))
+
+
+def test_many_unknown_fields_stop_at_the_error_budget() -> None:
+    validator = _shipped("fs.write_file")
+    doc = {"path": "k.txt", "content": "x", **{f"a{i}": i for i in range(40_000)}}
+    assert not validator.validate(doc)
+    assert validator.last_screened and validator.errors_truncated
+    assert _count(validator.errors) == JsonValidator.max_errors
+    assert validator.items_screened <= JsonValidator.max_errors + 3  # not 40,002
+
+
+@pytest.mark.parametrize(
+    ("tool", "doc"),
+    [
+        ("proc.python", {"script": "a.py", "args": list(range(2500))}),
+        ("fs.write_files", {"files": [{"x": 1}] * 1500}),
+        ("fs.write_files", {"files": [{"path": "a", "content": "b"}] * 1500}),
+    ],
+)
+def test_a_list_over_its_maxlength_is_refused_without_walking_it(tool: str, doc: Any) -> None:
+    validator = _shipped(tool)
+    assert not validator.validate(doc)
+    field = next(iter(doc.keys() - {"script"}))
+    assert validator.errors == {field: [f"max length is {64 if tool == 'proc.python' else 100}"]}
+    assert validator.items_screened <= 2
+
+
+def test_cerberus_stops_after_the_error_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schema the fast path does not model (``contains``), a list with no maxlength: cerberus
+    decides, and stops after ``max_errors`` errors instead of making (and sorting) 5,000."""
+    calls = Counter[str]()
+    original = JsonValidator._error
+
+    def counting(self: JsonValidator, *args: Any) -> None:
+        calls["errors"] += 1
+        original(self, *args)
+
+    monkeypatch.setattr(JsonValidator, "_error", counting)
+    schema = {
+        "n": {"type": "list", "schema": {"type": "string"}},
+        "c": {"type": "list", "contains": "a"},
+    }
+    validator = FastValidator(schema, purge_readonly=True)
+    assert not validator.has_fast_path
+    assert not validator.validate({"n": list(range(5000))})
+    assert validator.errors_truncated
+    assert _count(validator.errors) == JsonValidator.max_errors
+    assert calls["errors"] <= 3 * JsonValidator.max_errors  # each error: two calls at most
+
+
+def test_an_error_in_a_discarded_anyof_branch_does_not_count() -> None:
+    rules = {"anyof": [{"type": "integer"}, {"type": "string"}]}
+    schema = {"v": {"type": "list", "schema": rules}}
+    validator = JsonValidator(schema)
+    validator.max_errors = 3
+    assert validator.validate({"v": ["a"] * 50})  # 50 failed integer branches: still valid
+    assert not validator.validate({"v": [1.5] * 50})
+    assert validator.errors_truncated

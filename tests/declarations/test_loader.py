@@ -69,6 +69,12 @@ def test_wrong_type(tmp_path: Path) -> None:
     assert any(":6: risk:" in p for p in problems), problems
 
 
+def test_a_list_is_called_a_list(tmp_path: Path) -> None:
+    problems = _load_one(tmp_path, GOOD.replace("paths: [path]", "paths: path"))
+    assert any(":10: paths: Input should be a valid list" in p for p in problems), problems
+    assert not any("tuple" in p.lower() for p in problems), problems
+
+
 def test_duplicate_key_in_one_file(tmp_path: Path) -> None:
     problems = _load_one(tmp_path, GOOD + "risk: high\n")
     assert "duplicate key 'risk'" in problems[0]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
+from gateway.server.app import create_app
+from gateway.settings import Settings
 from tests.server.conftest import auth, body
 
 
@@ -151,3 +154,181 @@ def test_caller_sent_root_must_match(client: TestClient) -> None:
     payload["workspace"] = {"id": "demo", "root": "/tmp"}
     result = client.post("/v1/executions", json=payload, headers=auth()).json()["result"]
     assert result["error"]["type"] == "workspace_root_mismatch"
+
+
+# --- hostile JSON (issue 12 §4) -----------------------------------------------------------
+
+
+def _raw(arguments: str = '{"path": "a.txt", "content": "x"}', **fields: str) -> bytes:
+    """An execution body written by hand (as text: some of these cannot be built as dicts)."""
+    parts = {
+        "run_id": '"r-hostile"',
+        "call_id": '"c1"',
+        "tool": '{"name": "fs.write_file"}',
+        "arguments": arguments,
+        "workspace": '{"id": "demo"}',
+        **fields,
+    }
+    return ("{" + ", ".join(f'"{k}": {v}' for k, v in parts.items()) + "}").encode()
+
+
+def _deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+DEEP, MANY = "json_too_deep", "json_too_many_values"
+BAD, REQ = "malformed_json", "invalid_request"
+HOSTILE = {
+    "body 10,000 deep": (_deep(10_000).encode(), DEEP),
+    "arguments 100,000 deep": (_raw('{"path": "a", "x": ' + _deep(10**5) + "}"), DEEP),
+    "arguments 990 deep": (_raw('{"path": "a", "content": ' + _deep(990) + "}"), DEEP),
+    "unknown argument 600 deep": (_raw('{"path": "a", "u": ' + _deep(600) + "}"), DEEP),
+    "expected_state 990 deep": (_raw(expected_state='{"sha256": ' + _deep(990) + "}"), DEEP),
+    "lone surrogate in path": (_raw('{"path": "a\\ud800.txt", "content": "x"}'), BAD),
+    "lone surrogate in a key": (_raw('{"path": "a", "content": "x", "\\udc00": 1}'), BAD),
+    "deadline 10^400": (_raw(deadline="1" + "0" * 400), REQ),
+    "number 1e400": (_raw('{"path": "a", "content": 1e400}'), BAD),
+    "NaN": (_raw('{"path": "a", "content": NaN}'), BAD),
+    "duplicate key": (_raw('{"path": "a", "path": "b.txt", "content": "x"}'), BAD),
+    "duplicate body key": (_raw(run_id='"r1", "run_id": "r2"'), BAD),
+    "too many values": (_raw("{" + ", ".join(f'"a{i}": {i}' for i in range(10_001)) + "}"), MANY),
+    "control character in run_id": (_raw(run_id='"r\\u001b[2J"'), REQ),
+    "newline in call_id": (_raw(call_id='"c\\n1"'), REQ),
+    "control character in agent_id": (_raw(actor='{"agent_id": "a\\u0000"}'), REQ),
+    "control character in user_id": (_raw(actor='{"user_id": "alice\\u0000"}'), REQ),
+    "control character in workspace.id": (_raw(workspace='{"id": "demo\\u0085"}'), REQ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_json_is_a_400_and_runs_nothing(
+    client: TestClient, name: str, workspace_root: Path
+) -> None:
+    raw, code = HOSTILE[name]
+    response = client.post(
+        "/v1/executions", content=raw, headers={**auth(), "Content-Type": "application/json"}
+    )
+    assert response.status_code == 400, response.text[:500]
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == code
+    assert "Traceback" not in response.text
+    assert _files(workspace_root) == []
+    listed = client.get("/v1/executions", headers=auth()).json()
+    assert listed["count"] == 0
+
+
+def test_hostile_bodies_are_refused_on_every_route(client: TestClient) -> None:
+    for url in ("/v1/cancellations", "/v1/approvals/ap_x/approve"):
+        response = client.post(
+            url,
+            content=_deep(5000).encode(),
+            headers={**auth(), "Content-Type": "application/json"},
+        )
+        assert response.status_code == 400, (url, response.text)
+        assert response.json()["code"] == "json_too_deep"
+
+
+def test_a_long_idempotency_key_header_is_refused(client: TestClient) -> None:
+    payload = body("fs.write_file", {"path": "a.txt", "content": "x"})
+    for key in ("k" * 10 * 1024, "k" * 257):
+        response = client.post(
+            "/v1/executions", json=payload, headers={**auth(), "Idempotency-Key": key}
+        )
+        assert response.status_code == 400
+        assert response.json()["code"] == "invalid_request"
+    headers = {**auth(), "Idempotency-Key": "k" * 256}
+    ok = client.post("/v1/executions", json=payload, headers=headers)
+    assert ok.status_code == 200, ok.text
+
+
+def test_actor_without_user_id_is_the_principal(client: TestClient, workspace_root: Path) -> None:
+    payload = body("fs.write_file", {"path": "a.txt", "content": "x"})
+    payload["actor"] = {"agent_id": "x"}
+    response = client.post("/v1/executions", json=payload, headers=auth())
+    assert response.status_code == 200, response.text
+    assert response.json()["actor"] == {"user_id": "alice", "agent_id": "x"}
+    assert (workspace_root / "a.txt").read_text() == "x"
+
+
+def test_a_refused_body_never_reaches_the_validator(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.declarations.fastvalid import FastValidator
+
+    def boom(self: FastValidator, document: object, *args: object, **kwargs: object) -> bool:
+        raise AssertionError("the validator ran")
+
+    monkeypatch.setattr(FastValidator, "validate", boom)
+    arguments = {"path": "k.txt", "content": "x", **{f"a{i}": i for i in range(40_000)}}
+    response = client.post("/v1/executions", json=body("fs.write_file", arguments), headers=auth())
+    assert response.status_code == 400
+    assert response.json()["code"] == "json_too_many_values"
+
+
+def test_retry_after_only_where_a_retry_can_help(client: TestClient) -> None:
+    first = body("fs.write_file", {"path": "a.txt", "content": "x"})
+    assert client.post("/v1/executions", json=first, headers=auth()).status_code == 200
+    reused = {**first, "arguments": {"path": "b.txt", "content": "y"}}
+    response = client.post("/v1/executions", json=reused, headers=auth())
+    assert response.status_code == 409 and response.json()["code"] == "call_id_reused"
+    assert "retry-after" not in response.headers
+
+
+def test_a_chunked_approve_body_is_read_and_checked(
+    client: TestClient, workspace_root: Path
+) -> None:
+    from tests.conftest import BOB
+
+    (workspace_root / "doomed.txt").write_text("bye")
+    payload = body("fs.delete_file", {"path": "doomed.txt"}, idempotency_key="del-chunked")
+    parked = client.post("/v1/executions", json=payload, headers=auth()).json()
+    url = f"/v1/approvals/{parked['approval']['id']}/approve"
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"bogus": 1, '
+        yield b'"resume": false}'
+
+    headers = {**auth(BOB), "Content-Type": "application/json"}
+    refused = client.post(url, content=chunks(), headers=headers)
+    assert refused.request.headers.get("transfer-encoding") == "chunked"
+    assert "content-length" not in refused.request.headers
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["code"] == "invalid_request"
+    assert (
+        client.get(f"/v1/approvals/{parked['approval']['id']}", headers=auth()).json()["status"]
+        == "pending"
+    )
+    assert (workspace_root / "doomed.txt").exists()
+
+    def token_please() -> Iterator[bytes]:
+        yield b'{"resume": '
+        yield b"false}"
+
+    decided = client.post(url, content=token_please(), headers=headers)
+    assert decided.status_code == 200, decided.text  # a token, not a resumed call
+    assert "approval_token" in decided.json()
+    assert (workspace_root / "doomed.txt").exists()
+
+
+def test_a_regex_on_a_path_sees_the_normalised_path(settings: Settings, project: Path) -> None:
+    source = (project / "tools.d" / "fs.read_file.yaml").read_text()
+    narrowed = source.replace("name: fs.read_file", "name: docs.read").replace(
+        "maxlength: 4096}", "maxlength: 4096, regex: 'docs/[a-z]+\\.md'}"
+    )
+    (project / "tools.d" / "docs.read.yaml").write_text(narrowed)
+    root = project / "var" / "workspaces" / "demo"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "x.md").write_text("hello")
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        for spelling in ("docs/x.md", "./docs/x.md", "docs//./x.md"):
+            response = client.post(
+                "/v1/executions", json=body("docs.read", {"path": spelling}), headers=auth()
+            )
+            result = response.json()["result"]
+            assert result["outcome"] == "succeeded", (spelling, result)
+            assert result["data"]["content"] == "hello"
+        refused = client.post(
+            "/v1/executions", json=body("docs.read", {"path": "x.md"}), headers=auth()
+        ).json()["result"]
+        assert refused["error"]["type"] == "invalid_arguments"
+        assert "path" in refused["error"]["errors"]

@@ -1,0 +1,141 @@
+"""Bounds on the JSON a caller sends: nesting depth, number of values, text that is Unicode.
+
+Every later step walks a request's JSON (pydantic, the argument validators, the hashes, the
+policy engine), some of them recursively and some in time that grows faster than the input.
+:func:`check` runs first, in one iterative walk whose cost is linear in the input and capped by
+``max_values``, so none of them meets a document deeper or larger than the bounds, a lone
+surrogate that cannot be encoded (``"\\ud800"``) or a number JSON cannot carry (``1e400``
+decodes to infinity).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class JsonLimits:
+    """How deep (objects and arrays inside each other; a flat object is 1) and how large (every
+    object member and array item counts one) a document may be."""
+
+    max_depth: int = 32
+    max_values: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What :func:`check` measured: values, the deepest nesting, characters of text."""
+
+    values: int
+    depth: int
+    chars: int
+
+
+class JsonLimitError(ValueError):
+    """A document breaks a bound; ``code`` says which, the message says where."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def check(value: Any, limits: JsonLimits, where: str = "body") -> Shape:
+    """Measure ``value`` (decoded JSON) or raise :class:`JsonLimitError` at the first fault:
+    ``json_too_deep``, ``json_too_many_values`` or ``malformed_json``. Stops as soon as a
+    bound is passed, so the work is at most ``max_values`` steps."""
+    values = depth = chars = 0
+    stack: list[tuple[Any, int, str]] = [(value, 1, where)]
+    while stack:
+        node, level, path = stack.pop()
+        if type(node) is dict:
+            members: Any = node.items()
+        elif type(node) is list:
+            members = enumerate(node)
+        else:
+            chars += _scalar(node, path)
+            continue
+        if level > limits.max_depth:
+            raise JsonLimitError(
+                "json_too_deep",
+                f"{path} is nested deeper than {limits.max_depth} levels of objects and arrays",
+            )
+        depth = max(depth, level)
+        values += len(node)
+        if values > limits.max_values:
+            raise JsonLimitError(
+                "json_too_many_values",
+                f"{where} has more than {limits.max_values} values (object members and "
+                "array items, counted at every level)",
+            )
+        for key, member in members:
+            if type(key) is str:
+                chars += _text(key, path)
+            kind = type(member)
+            if kind is dict or kind is list:
+                stack.append((member, level + 1, f"{path}.{key}"))
+            elif kind is str:
+                chars += _text(member, f"{path}.{key}")
+            else:
+                _scalar(member, f"{path}.{key}")
+    return Shape(values, depth, chars)
+
+
+def _scalar(value: Any, path: str) -> int:
+    if type(value) is str:
+        return _text(value, path)
+    if type(value) is float and not math.isfinite(value):
+        raise JsonLimitError(
+            "malformed_json", f"{path} is a number out of range ({value!r} is not JSON)"
+        )
+    return 0
+
+
+def _text(text: str, path: str) -> int:
+    if not text.isascii() and _SURROGATE.search(text) is not None:
+        raise JsonLimitError(
+            "malformed_json",
+            f"{path} has a lone UTF-16 surrogate (such as \\ud800): not valid Unicode",
+        )
+    return len(text)
+
+
+def decode(raw: bytes | bytearray, limits: JsonLimits) -> Any:
+    """Parse a request body (UTF-8 JSON) and :func:`check` it; every fault is a
+    :class:`JsonLimitError` (``malformed_json`` for text that is not JSON, an object with a
+    repeated key, ``NaN`` or ``Infinity``)."""
+    try:
+        value = _DECODER.decode(raw.decode("utf-8"))
+    except RecursionError as exc:  # the C parser recurses: about 1,000 levels
+        raise JsonLimitError(
+            "json_too_deep",
+            f"the body is nested deeper than {limits.max_depth} levels of objects and arrays",
+        ) from exc
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise JsonLimitError("malformed_json", f"the body is not valid JSON: {exc}") from exc
+    check(value, limits)
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Refuse an object that names one key twice: parsers disagree on which one wins (RFC
+    8259 §4), so a gateway and the tool behind it could read different requests."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {key!r} appears twice in one object")
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constants)
