@@ -47,12 +47,15 @@ def make_project(root: Path, database_url: str, quotas: bool = False) -> Path:
     return root / "toolgate.yaml"
 
 
-def run_agent_code_without_approval(root: Path, tool: str = "proc.python") -> None:
-    """Lift the shipped policy's approval for a tool that runs agent code (approval_tags), for
-    tests of what the process adapter does rather than of the policy."""
+def run_agent_code_without_approval(
+    root: Path, tools: tuple[str, ...] = ("proc.python", "proc.run_tests")
+) -> None:
+    """Lift the shipped policy's approval for the tools that run agent code (approval_tags),
+    for tests of what the process adapter does rather than of the policy."""
     rules = root / "policies" / "rules.yaml"
     data = yaml.safe_load(rules.read_text())
-    data.setdefault("tool_overrides", {})[tool] = {"approval": False}
+    for tool in tools:
+        data.setdefault("tool_overrides", {})[tool] = {"approval": False}
     rules.write_text(yaml.safe_dump(data))
 
 

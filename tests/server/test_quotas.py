@@ -60,3 +60,21 @@ def test_the_quota_is_per_actor_and_per_risk(client: TestClient) -> None:
     write = body("fs.write_file", {"path": "b.txt", "content": "b"})  # medium risk
     response = client.post("/v1/executions", json=write, headers=auth())
     assert response.json()["result"]["outcome"] == "succeeded"
+
+
+def test_a_queued_call_does_not_count_against_itself_when_a_worker_runs_it(
+    client: TestClient,
+) -> None:
+    """The third low-risk call of the minute is accepted, queued, and then runs: its
+    re-validation by the worker does not count the call itself a fourth time."""
+    for _ in range(2):
+        assert _read(client)["outcome"] == "succeeded"
+    payload = body("fs.read_file", {"path": "a.txt"})
+    queued = client.post(
+        "/v1/executions", json=payload, headers={**auth(), "Prefer": "respond-async"}
+    )
+    assert queued.status_code == 202, queued.text
+    done = client.get(queued.json()["links"]["self"] + "?wait=10", headers=auth())
+    assert done.status_code == 200, done.text
+    assert done.json()["result"]["outcome"] == "succeeded", done.json()["result"]
+    assert _read(client)["error"]["type"] == "quota_exceeded"  # and it did count once

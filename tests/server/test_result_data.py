@@ -8,6 +8,9 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
+from gateway.server.app import create_app
+from gateway.settings import Settings
+from tests.integration.gateways import run_agent_code_without_approval
 from tests.server.conftest import auth, body
 
 
@@ -18,7 +21,15 @@ def _result(client: TestClient, tool: str, arguments: dict[str, Any]) -> dict[st
     return result
 
 
-def test_a_failed_command_keeps_what_it_printed(client: TestClient, workspace_root: Path) -> None:
+def test_a_failed_command_keeps_what_it_printed(
+    settings: Settings, project: Path, workspace_root: Path
+) -> None:
+    run_agent_code_without_approval(project)  # a test of the result's data, not of the policy
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        _failed_command(client, workspace_root)
+
+
+def _failed_command(client: TestClient, workspace_root: Path) -> None:
     (workspace_root / "fails.py").write_text(
         "import sys\nprint('half done')\nprint('broke', file=sys.stderr)\nsys.exit(3)\n"
     )
