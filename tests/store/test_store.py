@@ -454,3 +454,15 @@ async def test_a_new_sqlite_database_has_small_pages_and_an_old_one_keeps_its_ow
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA page_size").fetchone() == (size,)
             assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_observe_times_each_transaction_under_its_operations_name(store: Store) -> None:
+    """The bench's timing hook: called after each transaction, until it is taken away."""
+    seen: list[tuple[str, float, float]] = []
+    store.observe(lambda name, wall_s, cpu_s: seen.append((name, wall_s, cpu_s)))
+    await store.reserve(record("ex1"), [], None)
+    await store.get_execution("ex1")
+    store.observe(None)
+    await store.heartbeat("ex1")
+    assert [name for name, _, _ in seen] == ["reserve", "get_execution"]
+    assert all(wall_s >= 0 and cpu_s >= 0 for _, wall_s, cpu_s in seen)
