@@ -39,7 +39,9 @@ class Sql:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Dialect:
-    """What differs between two backends' SQL and drivers."""
+    """What differs between two backends' SQL and drivers. (The upserts, ``ON CONFLICT``,
+    and the ``RETURNING`` the statements use are common to SQLite 3.35+ and PostgreSQL: a
+    backend without them would add its forms here.)"""
 
     name: str
     paramstyle: str
