@@ -34,16 +34,14 @@ CHECKPOINT_EVERY = 200
 """Inline SQLite commits between two WAL checkpoints (each commits a few pages; SQLite's own
 automatic checkpoint, off on the inline connection, would come every 1,000 pages)."""
 RESTART_FRAMES = 65_536
-"""WAL frames (128 MiB at 2 KiB pages) past which a checkpoint also restarts the log (why so
-many: docs/performance.md)."""
+"""WAL frames (128 MiB) past which a checkpoint also restarts the log: docs/performance.md."""
 CHECKPOINT_WAIT_MS = 20
 """How long a RESTART waits for other connections (readers of the log, another process's
 writer) before giving up until the next checkpoint: this process's writes wait meanwhile, and
 at 80 % load a long pause takes many times its length to drain (a passive checkpoint never
 waits)."""
 SQLITE_PAGE_SIZE = 2048
-"""Page size of a database this store creates (an existing one keeps its own); why 2 KiB:
-docs/performance.md."""
+"""Page size of a new database (an existing one keeps its own): docs/performance.md."""
 
 
 def make_engine(url: str) -> Engine:
