@@ -1080,7 +1080,6 @@ async def stage_breakdown(
     transaction (its body on the worker thread, with that thread's CPU time), over ``n``
     sequential run_calls. Timing wrappers add a little to each figure."""
     from gateway.pipeline.runner import STAGES, Stage, run_call
-    from gateway.store.store import Store
 
     wall: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
@@ -1096,29 +1095,15 @@ async def stage_breakdown(
         return run
 
     stages = tuple(Stage(s.name, timed_stage(s.name, s.run), s.always) for s in STAGES)
-    original, batched = Store._in_transaction, Store._run_batch
 
-    def timed_tx(fn: Callable[..., Any], run: Callable[[], Any]) -> Any:
-        start, thread_cpu = time.perf_counter(), time.thread_time()
-        try:
-            return run()
-        finally:
-            inner = getattr(fn, "func", fn)
-            name = "store tx " + getattr(inner, "__qualname__", "?").split(".<locals>")[0]
-            wall.setdefault(name, []).append(time.perf_counter() - start)
-            cpu.setdefault(name, []).append(time.thread_time() - thread_cpu)
-
-    def tx(self: Store, raw: Any, fn: Callable[[Any], Any], write: bool) -> Any:
-        return timed_tx(fn, lambda: original(self, raw, fn, write))
-
-    def batch(self: Store, fns: list[Callable[[Any], Any]]) -> Any:
+    def timed_tx(name: str, wall_s: float, thread_cpu_s: float) -> None:
         # SQLite's group commit: one transaction for the writes of a loop turn (sequential
         # calls give batches of one), named after its first write.
-        return timed_tx(fns[0], lambda: batched(self, fns))
+        wall.setdefault("store tx " + name, []).append(wall_s)
+        cpu.setdefault("store tx " + name, []).append(thread_cpu_s)
 
     requests = [make_request(i) for i in range(n)]
-    Store._in_transaction = tx  # type: ignore[method-assign]
-    Store._run_batch = batch  # type: ignore[method-assign]
+    services.store.observe(timed_tx)
     try:
         start, process_cpu = time.perf_counter(), time.process_time()
         for req in requests:
@@ -1126,8 +1111,7 @@ async def stage_breakdown(
         total = time.perf_counter() - start
         total_cpu = time.process_time() - process_cpu
     finally:
-        Store._in_transaction = original  # type: ignore[method-assign]
-        Store._run_batch = batched  # type: ignore[method-assign]
+        services.store.observe(None)
     out: dict[str, Any] = {
         "n": n,
         "call_wall_us": round(total * 1e6 / n, 1),
@@ -1285,7 +1269,7 @@ BUCKETS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     (
         "HTTP and ASGI around the route (uvicorn, h11, starlette)",
         ("uvicorn/", "h11/", "starlette/"),
-        ("routes.py:create_execution", "Store._in_transaction", "Store._run_batch"),
+        ("routes.py:create_execution", "Pool._in_transaction", "SqliteTransactor._run_batch"),
     ),
     ("route create_execution (main thread)", ("routes.py:create_execution",), ()),
     ("  request parsing (pydantic): parse_request", ("request.py:parse_request",), ()),
@@ -1296,11 +1280,11 @@ BUCKETS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("    creating frozen records: dataclasses.replace", ("dataclasses.py:replace",), ()),
     ("  response: _execution_response (render, JSON)", ("routes.py:_execution_response",), ()),
     (
-        "store transactions: Store._in_transaction, Store._run_batch",
-        ("store.py:Store._in_transaction", "store.py:Store._run_batch"),
+        "store transactions: Pool._in_transaction, SqliteTransactor._run_batch",
+        ("transactor.py:Pool._in_transaction", "sqlite.py:SqliteTransactor._run_batch"),
         (),
     ),
-    ("  event inserts: Store._insert_events", ("store.py:Store._insert_events",), ()),
+    ("  event inserts: events.insert", ("store/events.py:insert",), ()),
     (
         "thread hop: to_thread.run_sync + call_soon_threadsafe",
         ("to_thread.py:run_sync", "BaseEventLoop.call_soon_threadsafe"),

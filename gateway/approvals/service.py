@@ -28,7 +28,7 @@ from gateway.errors import (
 )
 from gateway.pipeline.closing import close_execution
 from gateway.pipeline.services import Services
-from gateway.store.records import ApprovalRecord, ExecutionRecord
+from gateway.store.records import ApprovalRecord, ExecutionRecord, Refused
 from gateway.types import ApprovalStatus, Outcome
 
 log = logging.getLogger("toolgate.approvals")
@@ -83,11 +83,12 @@ async def decide(
     if approval is None:
         raise NotFound("no such approval")
     check_approver(services, approval, approver)
-    decided = await services.store.decide_approval(
+    decision = await services.store.decide_approval(
         approval_id, "approved" if approve else "denied", approver, comment
     )
-    if isinstance(decided, str):
-        raise await _refusal(services, replace(approval, status=decided))
+    if isinstance(decision, Refused):
+        raise await _refusal(services, replace(approval, status=decision.status))
+    decided = decision.approval
     if not approve:
         why = f"denied by {approver}" + (f": {comment}" if comment else "")
         await close_parked(services, decided, PolicyDenied(why, code="approval_denied"))

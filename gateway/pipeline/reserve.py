@@ -163,7 +163,9 @@ async def _resume(services: Services, flow: Flow) -> Flow:
             return await _checkpoint(services, flow)
         await services.store.append(flow.execution_id, flow.events)
         return flow.drained()
-    if not await services.store.resume(flow.execution_id, flow.approval.id, flow.events):
+    if not await services.store.resume(
+        flow.execution_id, flow.approval.id, flow.events, INSTANCE_ID
+    ):
         raise PolicyDenied(
             "the approval was already used by another call", code="approval_token_used"
         )

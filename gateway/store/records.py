@@ -108,3 +108,48 @@ class ApprovalRecord:
             "decided_at_ms": self.decided_ms,
             "comment": self.comment,
         }
+
+
+CallIdentity = tuple[str, str, str, str]
+"""(principal, run_id, call_id, payload_sha256): what names one call, and what it asked."""
+
+
+def call_identity(record: ExecutionRecord) -> CallIdentity:
+    return (record.principal, record.run_id, record.call_id, record.payload_sha256)
+
+
+class Reserved:
+    """The reservation is durable; go on."""
+
+
+class Existing:
+    """The call (same run_id + call_id, or same idempotency key) already has an execution."""
+
+    def __init__(self, record: ExecutionRecord, by: str, same_payload: bool) -> None:
+        self.record, self.by, self.same_payload = record, by, same_payload
+
+
+class ApprovalUnavailable:
+    """The approval to consume is not (or no longer) approved: used, expired or denied."""
+
+
+ReserveResult = Reserved | Existing | ApprovalUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """The decision took effect: the approval as it now stands."""
+
+    approval: ApprovalRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The approval could not be decided, and why: its status (``approved``, ``denied``,
+    ``used``; ``expired`` for a pending one past its expiry; ``withdrawn`` when its call no
+    longer waits for it), or ``not_found``."""
+
+    status: str
+
+
+ApprovalDecision = Decided | Refused

@@ -12,8 +12,16 @@ import anyio
 import pytest
 
 from gateway.events.model import make_event
-from gateway.store.records import ExecutionRecord, IdempotencyClaim, LockBusy, LockRequest
-from gateway.store.store import Db, Existing, Reserved, Store
+from gateway.store.records import (
+    ExecutionRecord,
+    Existing,
+    IdempotencyClaim,
+    LockBusy,
+    LockRequest,
+    Reserved,
+)
+from gateway.store.sql import Db
+from gateway.store.store import Store
 from gateway.types import LockMode, Status
 
 pytestmark = pytest.mark.anyio
@@ -293,7 +301,7 @@ async def test_the_wal_is_checkpointed_off_the_writing_thread(
 ) -> None:
     """Inline SQLite writes do not checkpoint themselves; a thread of the store does, so the
     write-ahead log stays bounded."""
-    from gateway.store import store as store_module
+    from gateway.store import sqlite as store_module
 
     monkeypatch.setattr(store_module, "RESTART_FRAMES", 500)  # restart the log early
 
@@ -304,7 +312,7 @@ async def test_the_wal_is_checkpointed_off_the_writing_thread(
     for i in range(store_module.CHECKPOINT_EVERY * 3):
         await store.reserve(record(f"ex{i}", call_id=f"c{i}"), [], None)
         await anyio.sleep(0)  # as a server's loop would, between requests
-    checkpoint = store._checkpoint_task
+    checkpoint = store.transactor._checkpoint_task
     assert checkpoint is not None
     await checkpoint
     # Unchecked, these writes leave a 15 MB log; checkpointed every CHECKPOINT_EVERY commits,
@@ -324,7 +332,7 @@ async def test_writes_of_one_loop_turn_commit_together_and_fail_alone(tmp_path: 
 
     store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
     await store.open()
-    before = store._commits_since_checkpoint
+    before = store.transactor._commits_since_checkpoint
     outcomes: dict[int, object] = {}
 
     async def reserve(i: int) -> None:
@@ -342,7 +350,7 @@ async def test_writes_of_one_loop_turn_commit_together_and_fail_alone(tmp_path: 
         for i in range(5):
             tg.start_soon(reserve, i)
         tg.start_soon(fail)
-    assert store._commits_since_checkpoint - before == 1  # one COMMIT for six writes
+    assert store.transactor._commits_since_checkpoint - before == 1  # one COMMIT for six writes
     assert all(isinstance(outcomes[i], Reserved) for i in range(5))
     for i in range(5):
         assert await store.get_execution(f"ex{i}") is not None
@@ -367,7 +375,7 @@ async def test_a_write_cancelled_while_queued_commits_before_its_caller_sees_the
         try:
             await store.reserve(record("ex1"), [], None)
         except BaseException:
-            row = store._inline.execute("SELECT status FROM executions WHERE id = 'ex1'")
+            row = store.transactor._inline.execute("SELECT status FROM executions WHERE id = 'ex1'")
             seen.append(f"cancelled after the commit: {row.fetchone() is not None}")
             raise
         seen.append("not cancelled")
@@ -381,7 +389,7 @@ async def test_a_write_cancelled_while_queued_commits_before_its_caller_sees_the
     else:
         task = asyncio.ensure_future(reserve())
         await asyncio.sleep(0)
-        assert store._batch, "the write should be queued"
+        assert store.transactor._batch, "the write should be queued"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -420,7 +428,7 @@ async def test_a_quick_read_goes_to_a_worker_thread_while_the_write_connection_i
         return str(db.one("SELECT id FROM executions")[0])
 
     assert await store._read_quick(probe) == "ex1"  # on this thread (the loop's)
-    with store._inline_lock:  # as a batch on another thread would hold it
+    with store.transactor._inline_lock:  # as a batch on another thread would hold it
         assert await store._read_quick(probe) == "ex1"
         assert await store.recent_usage("alice", "demo", "medium", since, 10) == (1, ANY)
     assert threads[0] == threading.current_thread().name
@@ -433,7 +441,7 @@ async def test_a_new_sqlite_database_has_small_pages_and_an_old_one_keeps_its_ow
 ) -> None:
     import sqlite3
 
-    from gateway.store.store import SQLITE_PAGE_SIZE
+    from gateway.store.sqlite import SQLITE_PAGE_SIZE
 
     old = tmp_path / "old.db"
     with sqlite3.connect(old) as conn:  # made by an earlier version, with SQLite's default
@@ -446,3 +454,15 @@ async def test_a_new_sqlite_database_has_small_pages_and_an_old_one_keeps_its_ow
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA page_size").fetchone() == (size,)
             assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_observe_times_each_transaction_under_its_operations_name(store: Store) -> None:
+    """The bench's timing hook: called after each transaction, until it is taken away."""
+    seen: list[tuple[str, float, float]] = []
+    store.observe(lambda name, wall_s, cpu_s: seen.append((name, wall_s, cpu_s)))
+    await store.reserve(record("ex1"), [], None)
+    await store.get_execution("ex1")
+    store.observe(None)
+    await store.heartbeat("ex1")
+    assert [name for name, _, _ in seen] == ["reserve", "get_execution"]
+    assert all(wall_s >= 0 and cpu_s >= 0 for _, wall_s, cpu_s in seen)

@@ -11,8 +11,16 @@ import anyio
 import pytest
 
 from gateway.events.model import make_event
-from gateway.store.records import ApprovalRecord, LockBusy, LockRequest
-from gateway.store.store import Reserved, Store
+from gateway.store.records import (
+    ApprovalDecision,
+    ApprovalRecord,
+    Decided,
+    LockBusy,
+    LockRequest,
+    Refused,
+    Reserved,
+)
+from gateway.store.store import Store
 from gateway.types import LockMode, Status
 from tests.store.test_store import record
 
@@ -73,7 +81,7 @@ async def test_an_approval_whose_call_stopped_waiting_is_withdrawn(store: Store)
     approval = await _parked(store, "ex_gone")
     # A cancel that moved the call on but never got to withdraw the approval (say, it crashed).
     assert await store.set_status("ex_gone", [Status.AWAITING_APPROVAL], Status.CANCELLING)
-    assert await store.decide_approval(approval.id, "approved", "bob", None) == "withdrawn"
+    assert await store.decide_approval(approval.id, "approved", "bob", None) == Refused("withdrawn")
     found = await store.get_approval(approval.id)
     assert found is not None and found.status == "withdrawn"
 
@@ -81,8 +89,8 @@ async def test_an_approval_whose_call_stopped_waiting_is_withdrawn(store: Store)
 async def test_a_second_decision_gets_the_first_ones_status(store: Store) -> None:
     approval = await _parked(store, "ex_twice")
     first = await store.decide_approval(approval.id, "approved", "bob", None)
-    assert isinstance(first, ApprovalRecord) and first.status == "approved"
-    assert await store.decide_approval(approval.id, "denied", "dave", "no") == "approved"
+    assert isinstance(first, Decided) and first.approval.status == "approved"
+    assert await store.decide_approval(approval.id, "denied", "dave", "no") == Refused("approved")
     found = await store.get_approval(approval.id)
     assert found is not None and found.decided_by == "bob"
 
@@ -95,18 +103,20 @@ async def test_of_two_decisions_at_once_one_wins_and_the_other_is_refused(
     try:
         for round_ in range(5):
             approval = await _parked(store, f"ex_race{round_}")
-            answers: list[ApprovalRecord | str] = []
+            answers: list[ApprovalDecision] = []
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_decide, store, approval.id, "approved", answers)
                 tg.start_soon(_decide, other, approval.id, "denied", answers)
-            won = [a for a in answers if isinstance(a, ApprovalRecord)]
+            won = [a.approval for a in answers if isinstance(a, Decided)]
             assert len(won) == 1, answers
-            assert answers.count(won[0].status) == 1  # the loser is told the winner's verdict
+            assert (
+                answers.count(Refused(won[0].status)) == 1
+            )  # the loser is told the winner's verdict
     finally:
         await other.aclose()
 
 
 async def _decide(
-    store: Store, approval_id: str, verdict: str, answers: list[ApprovalRecord | str]
+    store: Store, approval_id: str, verdict: str, answers: list[ApprovalDecision]
 ) -> None:
     answers.append(await store.decide_approval(approval_id, verdict, "bob", None))

@@ -1,0 +1,105 @@
+"""Approvals: parking a call for a person's decision, the decision, and spending it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gateway.events.model import Event
+from gateway.store import events as event_log
+from gateway.store import rows
+from gateway.store.locks import release_locks
+from gateway.store.records import ApprovalDecision, ApprovalRecord, Decided, Refused
+from gateway.store.sql import Abort, Db, Sql, now_ms
+
+INSERT_APPROVAL = Sql(
+    f"INSERT INTO approvals ({rows.APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 16)})"
+)
+APPROVAL_BY_ID = Sql(f"{rows.SELECT_APPROVAL} WHERE id = ?")
+PARK_EXECUTION = Sql(
+    "UPDATE executions SET status = 'awaiting_approval', approval_id = ?, updated_ms = ? "
+    "WHERE id = ?"
+)
+SET_APPROVAL = Sql("UPDATE approvals SET status = ? WHERE id = ? AND status = ?")
+DECIDE_APPROVAL = Sql(
+    "UPDATE approvals SET status = ?, decided_by = ?, decided_ms = ?, comment = ? "
+    "WHERE id = ? AND status = ?"
+)
+RESUME_EXECUTION = Sql(
+    "UPDATE executions SET status = 'running', owner = ?, updated_ms = ? "
+    "WHERE id = ? AND status = 'awaiting_approval'"
+)
+# Takes the parked execution's row (PostgreSQL waits for a cancel writing it): an approval
+# is decided only while its call still waits for it.
+STILL_PARKED = Sql(
+    "UPDATE executions SET updated_ms = ? WHERE id = ? AND status = 'awaiting_approval'"
+)
+EXPIRED_APPROVALS = Sql(f"{rows.SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
+
+
+def spend(db: Db, approval_id: str) -> bool:
+    """approved → used; False when it was not approved (used, expired, denied)."""
+    return bool(db.run(SET_APPROVAL, ("used", approval_id, "approved")))
+
+
+def checkpoint_for_approval(db: Db, approval: ApprovalRecord, events: Sequence[Event]) -> None:
+    db.run(INSERT_APPROVAL, rows.approval_row(approval))
+    db.run(PARK_EXECUTION, (approval.id, now_ms(), approval.execution_id))
+    release_locks(db, approval.execution_id)
+    event_log.insert(db, events)
+
+
+def decide_approval(
+    db: Db, approval_id: str, verdict: str, by: str, comment: str | None
+) -> ApprovalDecision:
+    row = db.one(APPROVAL_BY_ID, (approval_id,))
+    if row is None:
+        return Refused("not_found")
+    found = rows.approval(row)
+    now = now_ms()
+    if found.status != "pending":
+        return Refused(found.status)
+    if found.expires_ms <= now:
+        db.run(SET_APPROVAL, ("expired", approval_id, "pending"))
+        return Refused("expired")
+    if not db.run(STILL_PARKED, (now, found.execution_id)):
+        db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
+        return Refused("withdrawn")
+    decided = db.run(DECIDE_APPROVAL, (verdict, by, now, comment, approval_id, "pending"))
+    after = rows.approval(db.one(APPROVAL_BY_ID, (approval_id,)))
+    return Decided(after) if decided else Refused(after.status)  # another decision came first
+
+
+def withdraw_approval(db: Db, approval_id: str) -> int:
+    return db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
+
+
+def resume(
+    db: Db, execution_id: str, approval_id: str, events: Sequence[Event], owner: str
+) -> bool:
+    if not spend(db, approval_id):
+        return False
+    if not db.run(RESUME_EXECUTION, (owner, now_ms(), execution_id)):
+        raise Abort(False)  # cancelled while parked: the approval stays unspent
+    event_log.insert(db, events)
+    return True
+
+
+def expired_approvals(db: Db) -> list[ApprovalRecord]:
+    marked = []
+    for row in db.all(EXPIRED_APPROVALS, (now_ms(),)):
+        found = rows.approval(row)
+        if db.run(SET_APPROVAL, ("expired", found.id, "pending")):
+            marked.append(replace(found, status="expired"))
+    return marked
+
+
+def get_approval(db: Db, approval_id: str) -> ApprovalRecord | None:
+    row = db.one(APPROVAL_BY_ID, (approval_id,))
+    return rows.approval(row) if row else None
+
+
+def list_approvals(db: Db, status: str | None, limit: int) -> list[ApprovalRecord]:
+    where, params = ("", ()) if status is None else (" WHERE status = ?", (status,))
+    sql = f"{rows.SELECT_APPROVAL}{where} ORDER BY requested_ms DESC LIMIT ?"
+    return [rows.approval(row) for row in db.all(sql, (*params, int(limit)))]

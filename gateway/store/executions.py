@@ -1,0 +1,211 @@
+"""Executions: reserving a call before its side effect, moving its status, committing it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import cache
+
+from gateway.errors import StoreError
+from gateway.events.model import Event
+from gateway.store import events as event_log
+from gateway.store import idempotency, rows
+from gateway.store.approvals import spend
+from gateway.store.locks import release_locks
+from gateway.store.records import (
+    ApprovalUnavailable,
+    CallIdentity,
+    ExecutionRecord,
+    Existing,
+    IdempotencyClaim,
+    Reserved,
+    ReserveResult,
+    call_identity,
+)
+from gateway.store.sql import Abort, Db, Dialect, Sql, now_ms, placeholders
+from gateway.types import Status
+
+INSERT_EXECUTION = Sql(
+    f"INSERT INTO executions ({rows.EX_COLS}) VALUES ({placeholders(len(rows.EXECUTION_COLUMNS))})"
+)
+EXECUTION_BY_ID = Sql(f"{rows.SELECT_EXECUTION} WHERE id = ?")
+EXECUTION_BY_CALL = Sql(
+    f"{rows.SELECT_EXECUTION} WHERE principal = ? AND run_id = ? AND call_id = ?"
+)
+HEARTBEAT = Sql("UPDATE executions SET updated_ms = ? WHERE id = ?")
+COMMIT_EXECUTION = Sql(
+    "UPDATE executions SET status = 'completed', outcome = ?, result_json = ?, "
+    "fencing_json = ?, updated_ms = ? WHERE id = ? AND status <> 'completed'"
+)
+RESOLVE_OUTCOME = Sql(
+    "UPDATE executions SET outcome = ?, result_json = ?, updated_ms = ? "
+    "WHERE id = ? AND outcome = ?"
+)
+CLAIM_QUEUED = "SELECT id FROM executions WHERE status = 'queued' ORDER BY created_ms LIMIT 1"
+TAKE_QUEUED = Sql(
+    "UPDATE executions SET status = 'running', owner = ?, updated_ms = ? WHERE id = ?"
+)
+BY_CANCELLATION_TOKEN = Sql(
+    f"{rows.SELECT_EXECUTION} WHERE principal = ? AND cancellation_token = ? "
+    "AND status <> 'completed'"
+)
+
+
+@cache
+def _set_status(count: int) -> Sql:
+    return Sql(
+        "UPDATE executions SET status = ?, updated_ms = ? WHERE id = ? "
+        f"AND status IN ({placeholders(count)})"
+    )
+
+
+@cache
+def _unfinished(count: int) -> Sql:
+    return Sql(
+        f"{rows.SELECT_EXECUTION} WHERE status IN ({placeholders(count)}) ORDER BY created_ms"
+    )
+
+
+@cache
+def _claim_queued(dialect: Dialect) -> Sql:
+    return Sql(CLAIM_QUEUED + dialect.skip_locked)
+
+
+def get_execution(db: Db, execution_id: str) -> ExecutionRecord | None:
+    row = db.one(EXECUTION_BY_ID, (execution_id,))
+    return rows.execution(row) if row else None
+
+
+def find_executions(
+    db: Db, principal: str | None, run_id: str | None, call_id: str | None, limit: int
+) -> list[ExecutionRecord]:
+    where, params = [], []
+    for column, value in (("principal", principal), ("run_id", run_id), ("call_id", call_id)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    sql = f"{rows.SELECT_EXECUTION}{clause} ORDER BY created_ms DESC LIMIT ?"
+    return [rows.execution(row) for row in db.all(sql, (*params, int(limit)))]
+
+
+def same_call(
+    db: Db, principal: str, run_id: str, call_id: str, payload_sha256: str
+) -> Existing | None:
+    row = db.one(EXECUTION_BY_CALL, (principal, run_id, call_id))
+    if row is None:
+        return None
+    found = rows.execution(row)
+    return Existing(found, "call_id", found.payload_sha256 == payload_sha256)
+
+
+def insert_completed(db: Db, record: ExecutionRecord, events: Sequence[Event]) -> ReserveResult:
+    existing = same_call(db, *call_identity(record))
+    if existing is None:
+        db.run(INSERT_EXECUTION, rows.execution_row(record))
+    release_locks(db, record.id)
+    if existing is not None:
+        return existing
+    event_log.insert(db, events, fresh=True)
+    return Reserved()
+
+
+def reserve(
+    db: Db,
+    identity: CallIdentity,
+    record: ExecutionRecord | Callable[[], ExecutionRecord],
+    events: Sequence[Event],
+    claim: IdempotencyClaim | None,
+    consume_approval: str | None,
+    on_existing: Callable[[Existing], Sequence[Event]] | None,
+) -> ReserveResult:
+    # Call identity answers first (docs/api.md, "Which answer comes first"): an identical
+    # resend gets its own execution as it stands; a reused call_id is refused whatever its
+    # key says. Only then does the key resolve to another call's result.
+    same = same_call(db, *identity)
+    if same is not None:
+        return same
+    if claim is not None:
+        existing = idempotency.claimed(db, claim)
+        if existing is not None:
+            if on_existing is not None:  # its events are made now: none is known
+                event_log.insert(db, on_existing(existing), unseen=True)
+            return existing
+    if callable(record):
+        record = record()
+    if consume_approval is not None and not spend(db, consume_approval):
+        raise Abort(ApprovalUnavailable())
+    db.run(INSERT_EXECUTION, rows.execution_row(record))
+    if claim is not None:
+        idempotency.insert(db, claim, record.id)
+    event_log.insert(db, events, fresh=True)
+    return Reserved()
+
+
+def winner(db: Db, identity: CallIdentity, claim: IdempotencyClaim | None) -> ReserveResult:
+    """The reservation another replica made first, between our read and our insert."""
+    found = same_call(db, *identity) or (idempotency.claimed(db, claim) if claim else None)
+    if found is None:
+        raise StoreError("the reservation conflicted but no winner was found; try again")
+    return found
+
+
+def set_status(
+    db: Db,
+    execution_id: str,
+    from_statuses: Sequence[Status],
+    to: Status,
+    events: Sequence[Event],
+) -> bool:
+    params = (to.value, now_ms(), execution_id, *(s.value for s in from_statuses))
+    if not db.run(_set_status(len(from_statuses)), params):
+        return False
+    event_log.insert(db, events)
+    return True
+
+
+def resolve_outcome(
+    db: Db, execution_id: str, from_outcome: str, outcome: str, result_json: str, event: Event
+) -> bool:
+    params = (outcome, result_json, now_ms(), execution_id, from_outcome)
+    if not db.run(RESOLVE_OUTCOME, params):
+        return False
+    event_log.insert(db, [event])
+    return True
+
+
+def heartbeat(db: Db, execution_id: str) -> None:
+    db.run(HEARTBEAT, (now_ms(), execution_id))
+
+
+def unfinished(db: Db, statuses: Sequence[Status]) -> list[ExecutionRecord]:
+    found = db.all(_unfinished(len(statuses)), [s.value for s in statuses])
+    return [rows.execution(row) for row in found]
+
+
+def claim_queued(db: Db, owner: str) -> ExecutionRecord | None:
+    found = db.one(_claim_queued(db.dialect))
+    if found is None:
+        return None
+    db.run(TAKE_QUEUED, (owner, now_ms(), found[0]))
+    return rows.execution(db.one(EXECUTION_BY_ID, (found[0],)))
+
+
+def find_by_cancellation_token(db: Db, principal: str, token: str) -> list[ExecutionRecord]:
+    return [rows.execution(row) for row in db.all(BY_CANCELLATION_TOKEN, (principal, token))]
+
+
+def commit(
+    db: Db,
+    execution_id: str,
+    outcome: str,
+    result_json: str,
+    events: Sequence[Event],
+    fencing_json: str | None,
+) -> bool:
+    params = (outcome, result_json, fencing_json, now_ms(), execution_id)
+    if not db.run(COMMIT_EXECUTION, params):
+        return False
+    idempotency.committed(db, execution_id)
+    release_locks(db, execution_id)
+    event_log.insert(db, events)
+    return True

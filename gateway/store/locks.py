@@ -1,0 +1,61 @@
+"""Locks: leases on keys, all or none per call, each grant with a fencing token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.store.records import LockBusy, LockRequest
+from gateway.store.sql import Abort, Db, Sql, now_ms
+from gateway.types import LockMode
+
+EXPIRE_LOCK = Sql('DELETE FROM locks WHERE "key" = ? AND lease_until_ms < ?')
+LOCK_CONFLICT_EXCLUSIVE = Sql(
+    'SELECT holder, holder_call_id FROM locks WHERE "key" = ? AND holder <> ? LIMIT 1'
+)
+LOCK_CONFLICT_SHARED = Sql(
+    'SELECT holder, holder_call_id FROM locks WHERE "key" = ? AND holder <> ? '
+    "AND mode = 'exclusive' LIMIT 1"
+)
+NEXT_FENCE = Sql(
+    'INSERT INTO lock_fences ("key", last_token) VALUES (?, 1) ON CONFLICT ("key") '
+    "DO UPDATE SET last_token = lock_fences.last_token + 1 RETURNING last_token"
+)
+UPSERT_LOCK = Sql(
+    'INSERT INTO locks ("key", holder, holder_call_id, mode, token, lease_until_ms) '
+    'VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT ("key", holder) DO UPDATE SET '
+    "holder_call_id = excluded.holder_call_id, mode = excluded.mode, "
+    "token = excluded.token, lease_until_ms = excluded.lease_until_ms"
+)
+WAITER_CANCELLED = Sql("SELECT 1 FROM executions WHERE id = ? AND status = 'cancelling'")
+RENEW_LOCKS = Sql("UPDATE locks SET lease_until_ms = ? WHERE holder = ?")
+RELEASE_LOCKS = Sql("DELETE FROM locks WHERE holder = ?")
+
+
+def try_acquire(
+    db: Db, holder: str, holder_call_id: str, ordered: Sequence[LockRequest], lease_s: float
+) -> dict[str, int] | LockBusy:
+    """Take every lock in ``ordered`` (sorted by key) or none."""
+    tokens: dict[str, int] = {}
+    now = now_ms()
+    lease_until = now + int(lease_s * 1000)
+    for req in ordered:
+        db.advisory_lock("lock:" + req.key)
+        db.run(EXPIRE_LOCK, (req.key, now))
+        conflict = LOCK_CONFLICT_SHARED if req.mode is LockMode.SHARED else LOCK_CONFLICT_EXCLUSIVE
+        busy = db.one(conflict, (req.key, holder))
+        if busy is not None:
+            # A cancel from any process is seen here: the waiter polls anyway.
+            cancelled = db.one(WAITER_CANCELLED, (holder,)) is not None
+            raise Abort(LockBusy(req.key, busy[0], busy[1], cancelled))  # roll back
+        token = int(db.one(NEXT_FENCE, (req.key,))[0])
+        db.run(UPSERT_LOCK, (req.key, holder, holder_call_id, req.mode.value, token, lease_until))
+        tokens[req.key] = token
+    return tokens
+
+
+def renew_locks(db: Db, holder: str, lease_s: float) -> int:
+    return db.run(RENEW_LOCKS, (now_ms() + int(lease_s * 1000), holder))
+
+
+def release_locks(db: Db, holder: str) -> None:
+    db.run(RELEASE_LOCKS, (holder,))

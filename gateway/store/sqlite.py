@@ -1,0 +1,312 @@
+"""The SQLite backend: writes inline on the event loop, grouped; the WAL checkpointed aside.
+
+SQLite runs in WAL mode and starts write transactions with ``BEGIN IMMEDIATE`` so two writers
+never deadlock on a lock upgrade. Its writes run on the event loop's thread and the writes of
+one turn of the loop commit together (:meth:`SqliteTransactor.write`); its WAL is checkpointed
+in the background (:meth:`SqliteTransactor._start_checkpoint`). Reads run on worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar, TypeVarTuple, cast
+
+import anyio
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.errors import StoreError
+from gateway.store.sql import Abort, Db, Dialect
+from gateway.store.transactor import Observer, Pool, quietly, timed, unavailable
+
+log = logging.getLogger("toolgate.store")
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+CHECKPOINT_EVERY = 200
+"""Inline SQLite commits between two WAL checkpoints (each commits a few pages; SQLite's own
+automatic checkpoint, off on the inline connection, would come every 1,000 pages)."""
+RESTART_FRAMES = 65_536
+"""WAL frames (128 MiB) past which a checkpoint also restarts the log: docs/performance.md."""
+CHECKPOINT_WAIT_MS = 20
+"""How long a RESTART waits for other connections (readers of the log, another process's
+writer) before giving up until the next checkpoint: this process's writes wait meanwhile, and
+at 80 % load a long pause takes many times its length to drain (a passive checkpoint never
+waits)."""
+SQLITE_PAGE_SIZE = 2048
+"""Page size of a new database (an existing one keeps its own): docs/performance.md."""
+
+
+def make_engine(url: str) -> Engine:
+    """A synchronous engine (pool and schema) with the pragmas the store needs."""
+    path = url.split("///", 1)[-1]
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=8,
+        max_overflow=32,
+    )
+    sa.event.listen(engine, "connect", _sqlite_connect)
+    sa.event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+    cursor = dbapi_connection.cursor()
+    # Only takes effect on a database with no table yet, and only before it enters WAL mode.
+    cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    # Only the schema set-up goes through SQLAlchemy connections.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class _Outcome(asyncio.Future[tuple[str, Any]]):
+    """The outcome of one write of a group commit, for the task that queued it.
+
+    It refuses to be cancelled: a task cancelled while its write is queued still waits for the
+    COMMIT (the write happens, awaited or not) and gets its CancelledError only then, so it
+    never goes on believing a committed write did not happen. (A shielded anyio cancel scope
+    around the await does the same for anyio's cancellations, not for a plain
+    ``Task.cancel``, and its enter and exit cost several times this.)
+    """
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+
+_Write = tuple[Callable[..., Any], tuple[Any, ...], _Outcome]
+
+
+class SqliteTransactor:
+    """Group commit on the loop's thread; reads and contended writes on worker threads."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = make_engine(url)
+        self.dialect = Dialect.of("sqlite", self.engine.dialect.loaded_dbapi, paramstyle="qmark")
+        self._driver_error = self.dialect.driver_error
+        self._integrity_error = self.dialect.integrity_error
+        self._pool = Pool(self.engine, self.dialect, begin=("BEGIN DEFERRED", "BEGIN IMMEDIATE"))
+        self._observer: Observer | None = None
+        # SQLite has one writer at a time. Threads of this process that race for its lock
+        # fall into SQLite's busy handler, which sleeps in whole milliseconds: so this
+        # process queues its own write transactions and only other processes contend.
+        self._writers: anyio.CapacityLimiter | None = None  # made in the loop, on first use
+        # Writes run on the caller's thread (the event loop) when the database's write lock
+        # is free: see write.
+        self._inline: Any = None
+        self._inline_db: Db | None = None
+        self._inline_lock = threading.Lock()
+        self._batch: list[_Write] = []
+        # ... and their WAL is checkpointed on a thread of its own, not by the commit that
+        # crosses SQLite's threshold (copying pages back and an fsync, on the loop).
+        self._commits_since_checkpoint = 0
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self._checkpoint_gate: anyio.Event | None = None
+        self._checkpoint_conn: Any = None
+
+    def observe(self, hook: Observer | None) -> None:
+        self._observer = self._pool.observer = hook
+
+    def transaction(self, fn: Callable[[Db, *Ts], T], write: bool, *args: *Ts) -> T:
+        return self._pool.transaction(fn, write, *args)
+
+    async def write(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
+        """Run ``fn(db, *args)`` in a write transaction.
+
+        On the event loop's thread, with a connection that never waits for the write lock,
+        and grouped: the writes queued during one turn of the loop commit together (_flush).
+        A thread hop costs about 0.1 ms of CPU, more than a whole short transaction, and
+        writes are serial anyway (one writer per database, and the GIL). When another
+        connection holds the lock (another process, or a transaction of this one on a worker
+        thread), the transaction goes to a worker thread that waits for it.
+        """
+        gate = self._checkpoint_gate
+        if gate is not None:
+            await gate.wait()  # our checkpoint has the write lock for a moment
+        loop = asyncio.get_running_loop()
+        future = _Outcome(loop=loop)
+        self._batch.append((fn, args, future))
+        if len(self._batch) == 1:
+            loop.call_soon(self._flush)
+        kind, value = await future  # uncancellable: it commits, awaited or not
+        if kind == "ok":
+            if self._commits_since_checkpoint >= CHECKPOINT_EVERY:
+                self._start_checkpoint()
+            return cast(T, value)
+        if kind == "error":
+            raise value
+        if self._writers is None:  # "busy": another connection has the write lock
+            self._writers = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(
+            partial(self._pool.transaction, fn, True, *args), limiter=self._writers
+        )
+
+    def _flush(self) -> None:
+        """Group commit: run the write transactions queued during this turn of the event
+        loop as one SQLite transaction, each in a savepoint of its own (one that fails or
+        aborts rolls back alone), and commit them together. Every queued caller learns its
+        outcome only after the COMMIT."""
+        batch, self._batch = self._batch, []
+        hook = self._observer
+        if hook is None:
+            outcomes = self._run_batch(batch)
+        else:
+            outcomes = timed(hook, batch[0][0], self._run_batch, batch)
+        for (_, _, future), outcome in zip(batch, outcomes, strict=True):
+            if not future.done():
+                future.set_result(outcome)
+
+    def _run_batch(self, batch: list[_Write]) -> list[tuple[str, Any]]:
+        if not self._inline_lock.acquire(blocking=False):  # another thread is using it
+            return [("busy", None)] * len(batch)
+        try:
+            try:
+                db = self._inline_connection()
+                raw = db.raw
+                raw.execute("BEGIN IMMEDIATE")
+            except StoreError as exc:
+                return [("error", exc)] * len(batch)
+            except self._driver_error as exc:
+                if getattr(exc, "sqlite_errorcode", None) in (_SQLITE_BUSY, _SQLITE_LOCKED):
+                    return [("busy", None)] * len(batch)
+                self._drop_inline()
+                return [("error", unavailable(exc))] * len(batch)
+            outcomes: list[tuple[str, Any]] = []
+            try:
+                for fn, args, _ in batch:
+                    raw.execute("SAVEPOINT w")
+                    try:
+                        outcomes.append(("ok", fn(db, *args)))
+                    except Abort as abort:
+                        raw.execute("ROLLBACK TO w")
+                        outcomes.append(("ok", abort.value))
+                    except self._integrity_error as exc:
+                        raw.execute("ROLLBACK TO w")
+                        outcomes.append(("error", exc))
+                    except self._driver_error:
+                        raise  # the connection may be broken: the whole batch fails
+                    except Exception as exc:
+                        raw.execute("ROLLBACK TO w")
+                        outcomes.append(("error", exc))
+                    raw.execute("RELEASE w")
+                raw.commit()
+            except self._driver_error as exc:
+                quietly(raw.rollback)
+                self._drop_inline()
+                return [("error", unavailable(exc))] * len(batch)
+            self._commits_since_checkpoint += 1
+            return outcomes
+        finally:
+            self._inline_lock.release()
+
+    async def read(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
+        return await anyio.to_thread.run_sync(partial(self._pool.transaction, fn, False, *args))
+
+    async def read_quick(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
+        """On the event loop, on the connection the writes use (a thread hop costs more than
+        such a read), each statement its own snapshot; if that connection is busy or fails,
+        like ``read``."""
+        if self._inline_lock.acquire(blocking=False):
+            try:
+                db = self._inline_connection()
+                hook = self._observer
+                return fn(db, *args) if hook is None else timed(hook, fn, fn, db, *args)
+            except (StoreError, self._driver_error):
+                pass  # busy or broken: the pooled path reports what is really wrong
+            finally:
+                self._inline_lock.release()
+        return await self.read(fn, *args)
+
+    def _inline_connection(self) -> Db:
+        db = self._inline_db
+        if db is None:
+            try:
+                proxy = self.engine.raw_connection()
+            except (SQLAlchemyError, self._driver_error) as exc:
+                raise unavailable(exc) from exc
+            raw: Any = proxy.driver_connection
+            proxy.detach()  # ours for good; closed by aclose
+            raw.execute("PRAGMA busy_timeout=0")
+            raw.execute("PRAGMA wal_autocheckpoint=0")  # see _start_checkpoint
+            self._inline = raw
+            db = self._inline_db = Db(raw, self.dialect)
+        return db
+
+    def _drop_inline(self) -> None:
+        raw, self._inline, self._inline_db = self._inline, None, None
+        if raw is not None:
+            quietly(raw.close)
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def _start_checkpoint(self) -> None:
+        """Checkpoint the WAL in the background (SQLite's automatic checkpoint is off on the
+        inline connection: it would copy pages back and fsync on the loop).
+
+        PASSIVE, on a worker thread, alongside the writes: it copies almost every frame.
+        That alone never lets the log be reused under steady writes (frames keep arriving
+        behind it), so once the log holds RESTART_FRAMES frames, also RESTART, which takes
+        the write lock to copy the few frames left and start the log over: while it runs,
+        this process's writes wait on an event (no thread hop, no busy-handler sleeps) and
+        go on inline after it."""
+        if self._checkpoint_task is not None and not self._checkpoint_task.done():
+            return
+        self._commits_since_checkpoint = 0
+        self._checkpoint_task = asyncio.get_running_loop().create_task(self._checkpoint())
+
+    async def _checkpoint(self) -> None:
+        try:
+            frames = await anyio.to_thread.run_sync(self._run_checkpoint, "PASSIVE")
+            if frames < RESTART_FRAMES:
+                return
+            # Once more without stopping anyone: what arrived during the first pass, so that
+            # the restart, while writes wait, has only a few frames left to copy.
+            await anyio.to_thread.run_sync(self._run_checkpoint, "PASSIVE")
+            gate = self._checkpoint_gate = anyio.Event()
+            try:
+                await anyio.to_thread.run_sync(self._run_checkpoint, "RESTART")
+            finally:
+                self._checkpoint_gate = None
+                gate.set()
+        except Exception as exc:  # the next one will try again
+            log.warning("WAL checkpoint failed: %s", exc)
+
+    def _run_checkpoint(self, mode: str) -> int:
+        """Run one checkpoint; the number of frames in the log (SQLite's answer)."""
+        raw: Any = self._checkpoint_conn
+        if raw is None:
+            proxy = self.engine.raw_connection()
+            raw = proxy.driver_connection
+            proxy.detach()
+            # Readers may pin the log: a RESTART gives up quickly and tries next time.
+            raw.execute(f"PRAGMA busy_timeout={CHECKPOINT_WAIT_MS}")
+            self._checkpoint_conn = raw
+        row = raw.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return int(row[1]) if row and row[1] is not None else 0
+
+    async def aclose(self) -> None:
+        with self._inline_lock:
+            self._drop_inline()
+        if self._checkpoint_task is not None:
+            await self._checkpoint_task
+        if self._checkpoint_conn is not None:
+            quietly(self._checkpoint_conn.close)
+            self._checkpoint_conn = None
+        await anyio.to_thread.run_sync(self.engine.dispose)

@@ -1,0 +1,159 @@
+"""The store's backend seam: a :class:`Transactor` runs the domain operations in transactions.
+
+A domain operation is a plain function whose first argument is the transaction (:class:`Db`),
+e.g. ``executions.reserve(db, ...)``; the store facade hands it, with its other arguments, to
+the transactor: ``write`` (a read-write transaction), ``read``, or ``read_quick`` (a read of a
+few index rows, which a backend may run without a thread hop). A backend is one transactor
+and its :class:`~gateway.store.sql.Dialect` (``sqlite.py``, ``postgresql.py``).
+:class:`Pool` is the plumbing both share: one transaction on a pooled connection, on the
+calling (worker) thread, retried once on a connection found dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, TypeVarTuple, cast
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.errors import StoreError
+from gateway.store.sql import Abort, Db, Dialect
+
+log = logging.getLogger("toolgate.store")
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+Observer = Callable[[str, float, float], None]
+"""``hook(name, wall_s, thread_cpu_s)``, called after each transaction on the thread that ran
+it: ``name`` is the domain operation's (a group-commit batch is named after its first write),
+the times span BEGIN to COMMIT."""
+
+
+class Transactor(Protocol):
+    """Runs domain operations in transactions of one backend."""
+
+    engine: Engine
+    dialect: Dialect
+
+    async def write(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
+        """``fn(db, *args)`` in a read-write transaction; its exception rolls it back."""
+        ...
+
+    async def read(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T: ...
+
+    async def read_quick(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
+        """A read that walks a bounded part of an index (a few rows)."""
+        ...
+
+    def transaction(self, fn: Callable[[Db, *Ts], T], write: bool, *args: *Ts) -> T:
+        """The same, synchronously, on the calling thread (schema set-up, tools)."""
+        ...
+
+    def observe(self, hook: Observer | None) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def unavailable(exc: BaseException) -> StoreError:
+    log.warning("store operation failed: %s", exc)
+    return StoreError("the execution store is unavailable; try again")
+
+
+def quietly(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # the original error is the one to report
+        log.debug("rollback failed: %s", exc)
+
+
+def name_of(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", None) or repr(fn)
+
+
+def timed(hook: Observer, fn: Callable[..., Any], run: Callable[..., T], *args: Any) -> T:
+    """``run(*args)``, reported to ``hook`` under ``fn``'s name."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    try:
+        return run(*args)
+    finally:
+        hook(name_of(fn), time.perf_counter() - start, time.thread_time() - cpu)
+
+
+class _CommitFailed(Exception):
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class Pool:
+    """Transactions on the engine's pooled connections, on the calling thread.
+
+    ``begin``: the statements that start a read and a write transaction (None: the driver
+    starts one itself)."""
+
+    def __init__(self, engine: Engine, dialect: Dialect, begin: tuple[str | None, str | None]):
+        self.engine, self.dialect = engine, dialect
+        self._begin_read, self._begin_write = begin
+        self.observer: Observer | None = None
+
+    def transaction(self, fn: Callable[[Db, *Ts], T], write: bool, *args: *Ts) -> T:
+        """Run ``fn`` in one transaction on a pooled connection.
+
+        A pooled connection the server dropped (a restart, an idle timeout) shows as a
+        disconnect on the first statement; such a transaction is retried once on a new
+        connection. A failure at COMMIT is never retried: whether it committed is unknown.
+        """
+        driver_error, integrity_error = self.dialect.driver_error, self.dialect.integrity_error
+        for attempt in (1, 2):
+            try:
+                proxy = self.engine.raw_connection()
+            except (SQLAlchemyError, driver_error) as exc:
+                raise unavailable(exc) from exc
+            raw: Any = proxy.driver_connection
+            try:
+                hook = self.observer
+                if hook is None:
+                    return self._in_transaction(raw, write, fn, args)
+                return timed(hook, fn, self._in_transaction, raw, write, fn, args)
+            except _CommitFailed as failed:
+                proxy.invalidate()
+                raise unavailable(failed.cause) from failed.cause
+            except integrity_error:
+                raise
+            except driver_error as exc:
+                gone = self.engine.dialect.is_disconnect(cast(Any, exc), raw, None)
+                if gone:
+                    proxy.invalidate()
+                if gone and attempt == 1:
+                    log.info("store connection was lost; retrying on a new one: %s", exc)
+                    continue
+                raise unavailable(exc) from exc
+            finally:
+                proxy.close()
+        raise AssertionError("unreachable")
+
+    def _in_transaction(
+        self, raw: Any, write: bool, fn: Callable[[Db, *Ts], T], args: tuple[*Ts]
+    ) -> T:
+        """Begin, run ``fn``, commit; roll back on any exception. A failed COMMIT is raised
+        as _CommitFailed: whether it took effect is unknown."""
+        begin = self._begin_write if write else self._begin_read
+        if begin is not None:
+            raw.execute(begin)
+        try:
+            result = fn(Db(raw, self.dialect), *args)
+        except Abort as abort:
+            raw.rollback()
+            return cast(T, abort.value)
+        except BaseException:
+            quietly(raw.rollback)
+            raise
+        try:
+            raw.commit()
+        except self.dialect.driver_error as exc:
+            quietly(raw.rollback)
+            raise _CommitFailed(exc) from exc
+        return result
