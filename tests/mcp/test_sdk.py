@@ -11,6 +11,7 @@ import httpx
 import mcp_types as types
 import pytest
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.shared.exceptions import MCPError
 
 from gateway.mcp import meta
 from tests.conftest import ALICE, BOB
@@ -313,16 +314,15 @@ def test_a_client_cancel_cancels_the_execution(gw: Gateway, era: str) -> None:
     ids = _ids()
 
     async def main() -> None:
-        async with connect(gw.url, era) as client:
-            async with anyio.create_task_group() as group:
+        async with connect(gw.url, era) as client, anyio.create_task_group() as group:
 
-                async def call() -> None:
-                    await client.call_tool("proc.python", {"script": script}, meta=ids)
+            async def call() -> None:
+                await client.call_tool("proc.python", {"script": script}, meta=ids)
 
-                group.start_soon(call)
-                await anyio.to_thread.run_sync(_execution, gw, ids, False)
-                await anyio.sleep(1)  # running by now
-                group.cancel_scope.cancel()  # the SDK's notifications/cancelled, or a closed stream
+            group.start_soon(call)
+            await anyio.to_thread.run_sync(_execution, gw, ids, False)
+            await anyio.sleep(1)  # running by now
+            group.cancel_scope.cancel()  # the SDK's notifications/cancelled, or a closed stream
 
     started = time.monotonic()
     anyio.run(main)
@@ -370,8 +370,9 @@ def test_a_bad_key_is_401_with_www_authenticate(gw: Gateway) -> None:
         async with connect(gw.url, "legacy", key="nope") as client:
             await client.list_tools()
 
-    with pytest.raises(Exception):  # the SDK client cannot even open the session
+    with pytest.raises(ExceptionGroup) as caught:  # the SDK client cannot open the session
         anyio.run(main)
+    assert caught.group_contains(MCPError)
 
 
 def test_dns_rebinding_protection_refuses_an_unlisted_host(gw: Gateway) -> None:
