@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RUST_LIB_BACKTRACE := 0
 
-.PHONY: run test lint format check policy-test bench clean system-deps
+.PHONY: run test lint format check policy-test bench clean system-deps mcp-inspector
 
 $(VENV)/.base: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,8 +37,23 @@ system-deps:
 	  echo "  (without them those tests skip, or fail when CI=true)"; \
 	fi
 
+## The MCP Inspector CLI that tests/mcp/test_inspector.py drives: npm installs it into
+## .cache/npm when Node is present. Without Node those tests skip, or fail when CI=true.
+INSPECTOR := .cache/npm/node_modules/.bin/mcp-inspector
+mcp-inspector:
+	@if [ -x "$(INSPECTOR)" ]; then :; \
+	elif command -v npm >/dev/null; then \
+	  echo "mcp-inspector: npm install --prefix .cache/npm @modelcontextprotocol/inspector@2.12.x"; \
+	  npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error \
+	    '@modelcontextprotocol/inspector@2.12.x'; \
+	elif [ "$$CI" = true ]; then \
+	  echo "mcp-inspector: Node and npm are missing (CI=true): install Node 20 or newer"; exit 1; \
+	else \
+	  echo "mcp-inspector: Node and npm are missing; the MCP Inspector tests will skip"; \
+	fi
+
 ## Set up and run the whole test suite.
-test: $(VENV)/.dev system-deps
+test: $(VENV)/.dev system-deps mcp-inspector
 	$(BIN)/python -m pytest -W error
 
 ## Benchmarks (not part of `make test`): the gateway against a bare Starlette app in one run;
@@ -65,4 +80,4 @@ policy-test: $(VENV)/.base
 	$(BIN)/toolgate policy test
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var .cache .pytest_cache .mypy_cache .ruff_cache

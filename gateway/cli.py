@@ -379,6 +379,23 @@ def _wait_for(
             return response
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """A stdio MCP server relaying to a gateway's /mcp (for desktop clients)."""
+    import anyio
+
+    from gateway.mcp.bridge import relay
+
+    key = os.environ.get(args.key_env)
+    if not key:
+        raise UsageError(f"set the API key in ${args.key_env} (the bridge takes no key argument)")
+    settings = _settings(args)
+    url = (args.url or f"http://{settings.host}:{settings.port}").rstrip("/")
+    if not url.endswith("/mcp"):
+        url += "/mcp"
+    anyio.run(relay, url, key)
+    return 0
+
+
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key", help="API key (default $TOOLGATE_API_KEY)")
     parser.add_argument("--url", help="gateway URL (default from the configuration)")
@@ -432,6 +449,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _client_options(call)
     call.set_defaults(fn=cmd_call)
+
+    bridge = sub.add_parser("mcp", help="stdio MCP server relaying to a gateway's /mcp")
+    bridge.add_argument(
+        "--url", help="the gateway (or its /mcp) URL (default from the configuration)"
+    )
+    bridge.add_argument(
+        "--key-env",
+        default="TOOLGATE_API_KEY",
+        help="environment variable holding the API key (default TOOLGATE_API_KEY)",
+    )
+    bridge.set_defaults(fn=cmd_mcp)
 
     policy = sub.add_parser("policy", help="test or evaluate the Rego policy")
     psub = policy.add_subparsers(dest="policy_command", required=True)

@@ -35,6 +35,24 @@ class Principal(_Frozen):
     label: str = ""
 
 
+class McpSettings(_Frozen):
+    """The MCP endpoint at ``/mcp`` (docs/mcp.md)."""
+
+    allowed_hosts: tuple[str, ...] = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+    """``Host`` values the endpoint answers (DNS-rebinding protection); ``name:*`` is any port."""
+    allowed_origins: tuple[str, ...] = (
+        "http://127.0.0.1:*",
+        "http://localhost:*",
+        "http://[::1]:*",
+    )
+    """``Origin`` values accepted when a request carries one (a browser's)."""
+    workspace: str | None = None
+    """The workspace of a call that names none in ``_meta`` (``io.toolgate/workspace``)."""
+    task_wait: Duration = Field(default=2.0, ge=0, le=60)
+    """How long ``tools/call`` waits for a call before answering a task-capable client with a
+    task instead of the result."""
+
+
 class Settings(_Frozen):
     base_dir: Path
     host: str = "127.0.0.1"
@@ -74,6 +92,8 @@ class Settings(_Frozen):
     its adapter when the gateway starts."""
     process_isolation: str = Field(default="auto", pattern=r"^(auto|required|off)$")
     """Hide var_dir and the configuration file from process-adapter children (docs/security.md)."""
+    mcp: McpSettings = Field(default_factory=McpSettings)
+    """The MCP endpoint (docs/mcp.md)."""
     config_file: Path | None = None
     """The configuration file these settings were read from (set by ``load_settings``)."""
 
@@ -152,6 +172,11 @@ def load_settings(
     for var, key in _ENV.items():
         if env.get(var):
             data[key] = env[var]
+    if env.get("TOOLGATE_MCP_ALLOWED_HOSTS"):
+        raw_mcp = data.get("mcp")
+        section = dict(raw_mcp) if isinstance(raw_mcp, dict) else {}
+        section["allowed_hosts"] = [h.strip() for h in env["TOOLGATE_MCP_ALLOWED_HOSTS"].split(",")]
+        data["mcp"] = section
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Settings.model_validate(data)

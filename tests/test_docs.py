@@ -627,6 +627,28 @@ def test_every_environment_variable_is_in_configuration_md() -> None:
     assert not missing, f"docs/configuration.md has no row for the variables {missing}"
 
 
+# --- mcp.md ---------------------------------------------------------------------------------
+
+
+def mcp_meta_keys() -> set[str]:
+    """Every ``_meta`` key gateway/mcp reads or writes: the ``io.toolgate/`` constants of
+    gateway/mcp/meta.py, and the protocol's own keys the endpoint reads."""
+    from gateway.mcp import meta
+
+    names = {v for v in vars(meta).values() if isinstance(v, str) and v.startswith(meta.PREFIX)}
+    names.discard(meta.PREFIX)
+    return names | {meta.TRACEPARENT, "progressToken"}
+
+
+def test_every_mcp_meta_key_is_in_mcp_md() -> None:
+    from gateway.mcp import meta
+
+    keys = mcp_meta_keys()
+    assert set(meta.READ_KEYS) <= keys and set(meta.WRITTEN_KEYS) <= keys
+    missing = missing_from_table(keys, doc("mcp.md"))
+    assert not missing, f"docs/mcp.md has no table row for the _meta keys {missing}"
+
+
 # --- the checks themselves --------------------------------------------------------------------
 
 
@@ -635,6 +657,7 @@ def test_the_checks_can_fail() -> None:
     text = "| `name` | string |\n| `a`, `b` | x |\n| size (`risk`) | x |\nprose: `tags`\n"
     assert missing_from_table({"name", "a", "b", "risk", "tags"}, text) == ["risk", "tags"]
     assert "policy_denied" in error_codes()
+    assert "io.toolgate/run_id" in mcp_meta_keys()
     page = (
         "# T\n## A b\n```\n## not a heading\n```\n| `x` | 1 |\n### Sub\n| `y` | 2 |\n## C\n| `z` |"
     )

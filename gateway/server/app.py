@@ -15,6 +15,7 @@ from starlette.routing import Route
 from gateway.approvals import service as approvals
 from gateway.bootstrap import close_services, open_services
 from gateway.errors import ToolgateError
+from gateway.mcp.endpoint import McpEndpoint
 from gateway.pipeline.services import Services
 from gateway.recovery import recover
 from gateway.server import artifacts, routes
@@ -29,6 +30,7 @@ log = logging.getLogger("toolgate.server")
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
     """An app that opens its services on startup (or uses ``services`` as given)."""
     openapi = build_openapi()
+    mcp = McpEndpoint(settings)
 
     async def openapi_json(request: Request) -> Response:
         routes.principal_of(request)
@@ -42,7 +44,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
             settled = await recover(app.state.services)
             if settled:
                 log.warning("recovered %d interrupted executions", len(settled))
-            async with anyio.create_task_group() as tasks:
+            async with anyio.create_task_group() as tasks, mcp.run():
                 app.state.tasks = tasks
                 tasks.start_soon(_sweeper, app.state.services)
                 tasks.start_soon(run_workers, app.state.services)
@@ -70,6 +72,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         Route("/healthz", routes.healthz, methods=["GET"]),
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
     ]
     return Starlette(routes=table, exception_handlers=dict(HANDLERS), lifespan=lifespan)
 

@@ -1,0 +1,389 @@
+"""The request handlers of ``/mcp``: ``tools/list``, ``tools/call`` and ``tasks/*``.
+
+A call runs in the gateway's own task group, never in the request's: the request waits for
+it, and when the request goes away (``notifications/cancelled`` in 2025-11-25, a closed
+stream in 2026-07-28) the execution is cancelled through ``gateway.cancellation`` like a
+REST cancel, so the pipeline always ends with a truthful outcome.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.requests import Request
+
+from gateway import cancellation
+from gateway.errors import ToolgateError
+from gateway.mcp import meta, results, tools
+from gateway.pipeline.records import ToolExecutionRequest
+from gateway.pipeline.request import parse_request
+from gateway.pipeline.runner import run_call
+from gateway.pipeline.services import Services
+from gateway.store.records import ApprovalRecord, ExecutionRecord
+
+log = logging.getLogger("toolgate.mcp")
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+PRINCIPAL_SCOPE_KEY = "toolgate.principal"
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+PROGRESS_POLL_S = 0.2
+TASK_RESULT_WAIT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """What a handler needs of the HTTP request that carried the message."""
+
+    services: Services
+    principal: str
+    base_url: str
+    tasks: Any
+    headers: Mapping[str, str]
+    session_id: str | None
+
+    @classmethod
+    def of(cls, ctx: ServerRequestContext[Any, Any]) -> Door:
+        request = ctx.request
+        principal = request.scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(request, Request) else None
+        if not isinstance(request, Request) or not isinstance(principal, str):
+            raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
+        app = request.app
+        return cls(
+            services=app.state.services,
+            principal=principal,
+            base_url=str(request.base_url).rstrip("/"),
+            tasks=app.state.tasks,
+            headers=request.headers,
+            session_id=request.headers.get("mcp-session-id"),
+        )
+
+
+def _raw_meta(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    raw = (ctx.params or {}).get("_meta")
+    return dict(raw) if isinstance(raw, Mapping) else {}
+
+
+def _modern(ctx: ServerRequestContext[Any, Any]) -> bool:
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+# -- tools/list -----------------------------------------------------------------------------
+
+
+async def list_tools(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+) -> dict[str, Any]:
+    door = Door.of(ctx)
+    workspace = _raw_meta(ctx).get(meta.WORKSPACE, door.services.settings.mcp.workspace)
+    listed = await tools.visible(door.services, door.principal, workspace)
+    listed.append(copy.deepcopy(STATUS_TOOL_DEF))
+    if _modern(ctx):
+        return {"tools": listed, "resultType": "complete"}
+    for tool in listed:
+        tool["execution"] = {"taskSupport": "optional"}
+    return {"tools": listed}
+
+
+STATUS_TOOL_DEF: dict[str, Any] = {
+    "name": results.STATUS_TOOL,
+    "title": "Toolgate execution status",
+    "description": (
+        "The state of one of your executions by id (a call that awaited approval, say): its "
+        "result once it has one. wait_s (0-60) waits that long for it to finish."
+    ),
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "execution_id": {"type": "string", "minLength": 1, "maxLength": 256},
+            "wait_s": {"type": "number", "minimum": 0, "maximum": 60},
+        },
+        "required": ["execution_id"],
+        "additionalProperties": False,
+    },
+    "annotations": {
+        "title": "Toolgate execution status",
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    },
+}
+
+
+# -- tools/call -----------------------------------------------------------------------------
+
+
+async def call_tool(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> dict[str, Any]:
+    """``tools/call``; never raises (an exception would reach the client as a bare
+    internal error): every failure is an ``isError`` result."""
+    door = Door.of(ctx)
+    try:
+        if params.name == results.STATUS_TOOL:
+            out = await _status_tool(door, params.arguments or {})
+        else:
+            out = await _call(door, ctx, params)
+    except ToolgateError as exc:
+        out = results.refused(exc)
+    except MCPError:
+        raise
+    except Exception:
+        log.exception("tools/call of %s failed", params.name)
+        out = results.internal("tools/call failed")
+    if _modern(ctx):
+        out.setdefault("resultType", "complete")
+    return out
+
+
+def wants_task(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> bool:
+    """2025-11-25: the request asks for a task (``params.task``); 2026-07-28: the client
+    declared the tasks extension in its capabilities."""
+    if not _modern(ctx):
+        return params.task is not None
+    caps = ctx.session.client_capabilities
+    return caps is not None and TASKS_EXTENSION in (caps.extensions or {})
+
+
+async def _call(
+    door: Door, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> dict[str, Any]:
+    raw = _raw_meta(ctx)
+    client = ctx.session.client_params
+    origin = meta.CallOrigin(
+        principal=door.principal,
+        session_id=door.session_id,
+        request_id=ctx.request_id,
+        client_name=client.client_info.name if client is not None else "mcp",
+        default_workspace=door.services.settings.mcp.workspace,
+    )
+    body = meta.execution_body(params.name, params.arguments, raw, origin)
+    request = parse_request(body, door.principal)
+    request = _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
+    run = _Run(door.services, request)
+    door.tasks.start_soon(run.drive)
+    if wants_task(ctx, params):
+        return await _answer_with_task(door, ctx, run)
+    progress = raw.get("progressToken")
+    try:
+        async with anyio.create_task_group() as group:
+            if progress is not None:
+                group.start_soon(_forward_output, ctx, run, progress)
+            await run.done.wait()
+            group.cancel_scope.cancel()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await _cancel_abandoned(door, run)
+        raise
+    return await _answer(door, run)
+
+
+def _with_trace(request: ToolExecutionRequest, traceparent: Any) -> ToolExecutionRequest:
+    """Continue the caller's trace: once ``ToolExecutionRequest`` has a ``traceparent``
+    field (the REST door's), a valid one from ``_meta`` or the header fills it."""
+    if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent):
+        return request
+    if "traceparent" not in {f.name for f in fields(request)}:
+        return request
+    extra: dict[str, Any] = {"traceparent": traceparent}
+    return replace(request, **extra)
+
+
+@dataclass
+class _Run:
+    """One call running in the gateway's task group; the request only waits for it."""
+
+    services: Services
+    request: ToolExecutionRequest
+    done: anyio.Event = field(default_factory=anyio.Event)
+    record: ExecutionRecord | None = None
+    error: ToolgateError | None = None
+
+    async def drive(self) -> None:
+        try:
+            self.record = await run_call(self.services, self.request)
+        except ToolgateError as exc:
+            self.error = exc
+        except Exception as exc:
+            log.exception("the MCP call %s failed", self.request.call_id)
+            self.error = ToolgateError(f"the gateway failed: {type(exc).__name__}")
+        finally:
+            self.done.set()
+
+    async def find(self) -> ExecutionRecord | None:
+        """The execution, once reserved (it is durable from then on)."""
+        if self.record is not None:
+            return self.record
+        req = self.request
+        found = await self.services.store.find_executions(req.principal, req.run_id, req.call_id)
+        return found[0] if found else None
+
+
+async def _answer(door: Door, run: _Run) -> dict[str, Any]:
+    if run.error is not None:
+        return results.refused(run.error)
+    assert run.record is not None
+    record = run.record
+    if record.terminal:
+        return results.call_result(record, door.base_url)
+    return results.pending_result(record, await _approval(door, record), door.base_url)
+
+
+async def _approval(door: Door, record: ExecutionRecord) -> ApprovalRecord | None:
+    if record.approval_id is None:
+        return None
+    return await door.services.store.get_approval(record.approval_id)
+
+
+async def _answer_with_task(
+    door: Door, ctx: ServerRequestContext[Any, Any], run: _Run
+) -> dict[str, Any]:
+    """Wait up to ``mcp.task_wait``; a call finished by then is answered as usual, one that
+    is parked or still running as a task (its execution record is already durable)."""
+    with anyio.move_on_after(door.services.settings.mcp.task_wait):
+        await run.done.wait()
+    if run.done.is_set() and (run.error is not None or (run.record and run.record.terminal)):
+        return await _answer(door, run)
+    record = await run.find()
+    while record is None and not run.done.is_set():
+        with anyio.move_on_after(0.05):
+            await run.done.wait()
+        record = await run.find()
+    if record is None:
+        return await _answer(door, run)
+    latest = await door.services.store.get_execution(record.id) or record
+    found = results.task(latest, await _approval(door, latest), door.base_url)
+    if _modern(ctx):
+        return {"resultType": "task", **found}
+    # 2025-11-25's CreateTaskResult; the text block is for clients that do not read `task`.
+    return {
+        "task": found,
+        "content": [{"type": "text", "text": found["statusMessage"]}],
+        "_meta": results.related(latest),
+    }
+
+
+async def _forward_output(ctx: ServerRequestContext[Any, Any], run: _Run, token: Any) -> None:
+    """``tool.output`` events → ``notifications/progress`` (the client gave a token)."""
+    seq, count = -1, 0
+    while True:
+        await anyio.sleep(PROGRESS_POLL_S)
+        record = await run.find()
+        if record is None:
+            continue
+        for event in await run.services.store.events(record.id, seq):
+            seq = event.seq
+            if event.type != "tool.output":
+                continue
+            count += 1
+            text = str(event.data.get("text", ""))[:2000]
+            note = types.ProgressNotification(
+                params=types.ProgressNotificationParams(
+                    progress_token=token, progress=count, message=text
+                )
+            )
+            await ctx.session.send_notification(note, related_request_id=ctx.request_id)
+
+
+async def _cancel_abandoned(door: Door, run: _Run) -> None:
+    """The client gave up on the call: cancel its execution (the pipeline settles it)."""
+    with anyio.move_on_after(5):
+        record = await run.find()
+        while record is None and not run.done.is_set():
+            await anyio.sleep(0.05)
+            record = await run.find()
+        if record is None:
+            return
+        latest = await door.services.store.get_execution(record.id) or record
+        if latest.terminal:
+            return
+        try:
+            await cancellation.cancel(door.services, latest, door.principal)
+        except ToolgateError as exc:
+            log.info("cancelling abandoned execution %s: %s", latest.id, exc.message)
+
+
+async def _status_tool(door: Door, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    execution_id = arguments.get("execution_id")
+    wait = arguments.get("wait_s", 0)
+    if (
+        not isinstance(execution_id, str)
+        or not isinstance(wait, int | float)
+        or not 0 <= wait <= 60
+    ):
+        return results.refused(
+            ToolgateError("execution_id is a string and wait_s 0 to 60", code="invalid_arguments")
+        )
+    record = await _own_execution(door, execution_id)
+    with anyio.move_on_after(float(wait)):
+        while not record.terminal:
+            await anyio.sleep(0.2)
+            record = await door.services.store.get_execution(record.id) or record
+    if record.terminal:
+        return results.call_result(record, door.base_url)
+    return results.pending_result(record, await _approval(door, record), door.base_url)
+
+
+async def _own_execution(door: Door, execution_id: str) -> ExecutionRecord:
+    record = await door.services.store.get_execution(execution_id)
+    if record is None or record.principal != door.principal:
+        raise MCPError(code=INVALID_PARAMS, message=f"no task or execution {execution_id!r}")
+    return record
+
+
+# -- tasks/* --------------------------------------------------------------------------------
+
+
+async def get_task(
+    ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams
+) -> dict[str, Any]:
+    """``tasks/get`` from the store (any replica). 2026-07-28 inlines the final result."""
+    door = Door.of(ctx)
+    record = await _own_execution(door, params.task_id)
+    out = results.task(record, await _approval(door, record), door.base_url)
+    if _modern(ctx) and record.terminal:
+        out["result"] = results.call_result(record, door.base_url)
+    return out
+
+
+async def task_result(
+    ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams
+) -> dict[str, Any]:
+    """2025-11-25's ``tasks/result``: the call's result once it has one (waits a while)."""
+    door = Door.of(ctx)
+    record = await _own_execution(door, params.task_id)
+    with anyio.move_on_after(TASK_RESULT_WAIT_S):
+        while not record.terminal:
+            await anyio.sleep(0.2)
+            record = await door.services.store.get_execution(record.id) or record
+    if not record.terminal:
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"task {record.id} has not finished; poll tasks/get",
+        )
+    out = results.call_result(record, door.base_url)
+    out["_meta"].update(results.related(record))
+    return out
+
+
+async def cancel_task(
+    ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams
+) -> dict[str, Any]:
+    """``tasks/cancel``: a durable ``cancelling``, the tree killed, a truthful outcome."""
+    door = Door.of(ctx)
+    record = await _own_execution(door, params.task_id)
+    try:
+        record = await cancellation.cancel(door.services, record, door.principal)
+    except ToolgateError as exc:
+        raise MCPError(code=INVALID_PARAMS, message=exc.message) from exc
+    return results.task(record, await _approval(door, record), door.base_url)

@@ -1,0 +1,141 @@
+"""The namespaced ``_meta`` keys of a ``tools/call`` (every one is in docs/mcp.md).
+
+MCP has no field for most of the request contract (docs/api.md#request-body); a client
+sends those parts under ``_meta`` with the ``io.toolgate/`` prefix. Parsing them here turns
+them into the body of ``POST /v1/executions``, which ``parse_request`` checks like any other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway import jsontext
+from gateway.errors import MalformedRequest
+
+PREFIX = "io.toolgate/"
+RUN_ID = PREFIX + "run_id"
+TURN_ID = PREFIX + "turn_id"
+CALL_ID = PREFIX + "call_id"
+AGENT_ID = PREFIX + "agent_id"
+WORKSPACE = PREFIX + "workspace"
+IDEMPOTENCY_KEY = PREFIX + "idempotency_key"
+REQUESTED_VERSION = PREFIX + "requested_version"
+EXPECTED_STATE = PREFIX + "expected_state"
+DEADLINE = PREFIX + "deadline"
+APPROVAL_TOKEN = PREFIX + "approval_token"
+CANCELLATION_TOKEN = PREFIX + "cancellation_token"
+DRY_RUN = PREFIX + "dry_run"
+
+REQUEST_KEYS: dict[str, str] = {
+    RUN_ID: "run_id",
+    TURN_ID: "turn_id",
+    CALL_ID: "call_id",
+    IDEMPOTENCY_KEY: "idempotency_key",
+    DEADLINE: "deadline",
+    APPROVAL_TOKEN: "approval_token",
+    CANCELLATION_TOKEN: "cancellation_token",
+    EXPECTED_STATE: "expected_state",
+}
+"""``_meta`` key → the field of the REST request body it fills."""
+
+READ_KEYS = (*REQUEST_KEYS, AGENT_ID, WORKSPACE, REQUESTED_VERSION, DRY_RUN)
+"""Every request ``_meta`` key the gateway reads (tests/test_docs.py checks docs/mcp.md)."""
+
+# Keys of result ``_meta`` (what the gateway answers with), documented alongside.
+EXECUTION_ID = PREFIX + "execution_id"
+STATUS = PREFIX + "status"
+OUTCOME = PREFIX + "outcome"
+TOOL_VERSION = PREFIX + "tool_version"
+SIDE_EFFECT = PREFIX + "side_effect"
+EVIDENCE = PREFIX + "evidence"
+ERROR = PREFIX + "error"
+APPROVAL = PREFIX + "approval"
+LINKS = PREFIX + "links"
+DEPRECATED = PREFIX + "deprecated"
+RISK = PREFIX + "risk"
+WRITTEN_KEYS = (
+    EXECUTION_ID,
+    STATUS,
+    OUTCOME,
+    TOOL_VERSION,
+    SIDE_EFFECT,
+    EVIDENCE,
+    ERROR,
+    APPROVAL,
+    LINKS,
+    DEPRECATED,
+    RISK,
+    RUN_ID,
+    CALL_ID,
+)
+
+TRACEPARENT = "traceparent"
+"""W3C trace context in ``_meta`` (2026-07-28); the HTTP header of the same name otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallOrigin:
+    """Where a ``tools/call`` came from: what a default run id and call id derive from."""
+
+    principal: str
+    session_id: str | None
+    request_id: str | int | None
+    client_name: str
+    default_workspace: str | None
+
+
+def execution_body(
+    name: str, arguments: Mapping[str, Any] | None, meta: Mapping[str, Any], origin: CallOrigin
+) -> dict[str, Any]:
+    """The ``POST /v1/executions`` body of one ``tools/call``."""
+    if meta.get(DRY_RUN) not in (None, False):
+        raise MalformedRequest(
+            f"{DRY_RUN} is reserved for dry-run plans, which this gateway does not offer yet; "
+            "nothing was run",
+            code="dry_run_unavailable",
+        )
+    args = dict(arguments or {})
+    body: dict[str, Any] = {
+        key: meta[mkey] for mkey, key in REQUEST_KEYS.items() if meta.get(mkey) is not None
+    }
+    body.setdefault("run_id", _default_run_id(origin, meta))
+    body.setdefault("call_id", _default_call_id(origin, name, args))
+    body["tool"] = {"name": name}
+    if meta.get(REQUESTED_VERSION) is not None:
+        body["tool"]["requested_version"] = meta[REQUESTED_VERSION]
+    body["arguments"] = args
+    agent = meta.get(AGENT_ID)
+    body["actor"] = {"agent_id": agent if agent is not None else origin.client_name[:256]}
+    workspace = meta.get(WORKSPACE, origin.default_workspace)
+    if workspace is None:
+        raise MalformedRequest(
+            f"name the workspace in _meta[{WORKSPACE!r}] (no default is configured: mcp.workspace)",
+            code="workspace_required",
+        )
+    body["workspace"] = {"id": workspace}
+    return body
+
+
+def _default_run_id(origin: CallOrigin, meta: Mapping[str, Any]) -> str:
+    """A session's calls are one run. Without a session (2026-07-28), the trace a retry
+    carries again (``traceparent``) names the run; without either, each call is its own run
+    (send ``io.toolgate/run_id`` or an idempotency key to make a retry the same call)."""
+    if origin.session_id:
+        return f"mcp-{origin.session_id}"
+    trace = meta.get(TRACEPARENT)
+    if isinstance(trace, str) and trace.count("-") == 3:
+        return f"mcp-trace-{trace.split('-')[1]}"
+    return f"mcp-{uuid.uuid4().hex}"
+
+
+def _default_call_id(origin: CallOrigin, name: str, arguments: Mapping[str, Any]) -> str:
+    """The same request sent again (same JSON-RPC id, tool and arguments) is the same call."""
+    try:
+        text = jsontext.canonical([origin.request_id, name, dict(arguments)])
+    except (TypeError, ValueError) as exc:
+        raise MalformedRequest("the arguments are not JSON", code="invalid_request") from exc
+    return "mcp-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]

@@ -1,0 +1,193 @@
+"""The one place an execution (or a refused request) becomes an MCP answer.
+
+- a terminal execution → a ``CallToolResult``: ``structuredContent`` is the tool's ``data``
+  (an object; other JSON values are wrapped as ``{"value": ...}``), a text block holds the
+  same JSON, ``isError`` is true for ``failed`` and ``unknown`` with the agent-facing message,
+  and ``_meta`` carries the execution id, outcome, side effect and evidence;
+- an execution that waits (for an approval, or still running) → a task for a client that
+  declared task support, else a structured, non-error result that says how to get the
+  outcome later;
+- a request the gateway refused before it became an execution → an ``isError`` result
+  naming the code (never a JSON-RPC internal error, never an exception's text).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from gateway import jsontext
+from gateway.errors import ToolgateError
+from gateway.mcp import meta
+from gateway.store.records import ApprovalRecord, ExecutionRecord
+from gateway.types import Outcome, Status
+
+ERROR_OUTCOMES = frozenset({Outcome.FAILED.value, Outcome.UNKNOWN.value})
+POLL_INTERVAL_MS = 1000
+STATUS_TOOL = "toolgate.execution_status"
+"""The built-in tool that reports an execution (for clients without task support)."""
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _object(data: Any) -> dict[str, Any]:
+    return data if isinstance(data, dict) else {"value": data}
+
+
+def links(record: ExecutionRecord, base_url: str, approval_id: str | None) -> dict[str, str]:
+    out = {
+        "execution": f"{base_url}/v1/executions/{record.id}",
+        "events": f"{base_url}/v1/executions/{record.id}/events",
+    }
+    if approval_id is not None:
+        out["approval"] = f"{base_url}/v1/approvals/{approval_id}"
+        out["approve"] = f"{base_url}/v1/approvals/{approval_id}/approve"
+    return out
+
+
+def _execution_meta(record: ExecutionRecord, base_url: str) -> dict[str, Any]:
+    return {
+        meta.EXECUTION_ID: record.id,
+        meta.STATUS: record.status.value,
+        meta.RUN_ID: record.run_id,
+        meta.CALL_ID: record.call_id,
+        meta.TOOL_VERSION: record.tool_version,
+        meta.LINKS: links(record, base_url, record.approval_id),
+    }
+
+
+def call_result(record: ExecutionRecord, base_url: str) -> dict[str, Any]:
+    """A terminal execution as a ``CallToolResult``."""
+    result = record.result or {}
+    outcome = str(result.get("outcome") or record.outcome)
+    error = result.get("error")
+    out_meta = _execution_meta(record, base_url)
+    out_meta.update(
+        {
+            meta.OUTCOME: outcome,
+            meta.SIDE_EFFECT: result.get("side_effect"),
+            meta.EVIDENCE: result.get("evidence") or [],
+            meta.ERROR: error,
+        }
+    )
+    data = result.get("data")
+    out: dict[str, Any] = {"content": [], "isError": outcome in ERROR_OUTCOMES, "_meta": out_meta}
+    if outcome in ERROR_OUTCOMES:
+        message = (error or {}).get("message") or f"the call ended {outcome}"
+        out["content"].append(_text(f"{outcome}: {message}"))
+    if data is not None:
+        structured = _object(data)
+        out["structuredContent"] = structured
+        out["content"].append(_text(jsontext.response(structured)))
+    elif outcome not in ERROR_OUTCOMES:
+        out["structuredContent"] = {}
+        out["content"].append(_text("{}"))
+    if outcome not in ERROR_OUTCOMES and error:
+        out["content"].append(_text(f"{outcome}: {error.get('message')}"))
+    return out
+
+
+def refused(exc: ToolgateError) -> dict[str, Any]:
+    """A request refused before it became an execution (400/403/409/422 at the REST door)."""
+    return {
+        "content": [_text(f"refused ({exc.code}): {exc.message}")],
+        "isError": True,
+        "_meta": {meta.ERROR: exc.to_json(), meta.OUTCOME: "refused"},
+    }
+
+
+def internal(what: str) -> dict[str, Any]:
+    return {
+        "content": [_text(f"the gateway failed to answer ({what}); see its log")],
+        "isError": True,
+        "_meta": {meta.ERROR: {"type": "internal", "message": what}, meta.OUTCOME: "refused"},
+    }
+
+
+def _approval_json(approval: ApprovalRecord | None, record: ExecutionRecord) -> Any:
+    if approval is None:
+        return None
+    return {
+        "id": approval.id,
+        "status": approval.status,
+        "expires_at_ms": approval.expires_ms,
+        "reasons": list(approval.reasons),
+        "approver_decides_with": f"toolgate approvals approve {approval.id}",
+    }
+
+
+def waiting_message(record: ExecutionRecord, approval: ApprovalRecord | None, base_url: str) -> str:
+    if record.status is Status.AWAITING_APPROVAL and approval is not None:
+        reasons = "; ".join(approval.reasons) or "the policy asks for it"
+        return (
+            f"awaiting approval {approval.id} ({reasons}); an approver decides it at "
+            f"{base_url}/v1/approvals/{approval.id} (POST .../approve or .../deny, or "
+            f"`toolgate approvals approve {approval.id}`); the gateway then runs the call"
+        )
+    if record.status is Status.CANCELLING:
+        return f"execution {record.id} is being cancelled"
+    return f"execution {record.id} is {record.status.value}"
+
+
+def pending_result(
+    record: ExecutionRecord, approval: ApprovalRecord | None, base_url: str
+) -> dict[str, Any]:
+    """An execution that has not finished, for a client without task support: not an error,
+    and it says how to learn the outcome later."""
+    message = waiting_message(record, approval, base_url)
+    later = (
+        f"to get the outcome, call the same tool again with the same arguments and _meta "
+        f'{{"{meta.RUN_ID}": "{record.run_id}", "{meta.CALL_ID}": "{record.call_id}"}} '
+        f"(or the same {meta.IDEMPOTENCY_KEY}), or call {STATUS_TOOL} with "
+        f'{{"execution_id": "{record.id}"}}'
+    )
+    structured = {
+        "status": record.status.value,
+        "execution_id": record.id,
+        "run_id": record.run_id,
+        "call_id": record.call_id,
+        "approval": _approval_json(approval, record),
+        "message": message,
+        "how_to_get_the_outcome": later,
+        "links": links(record, base_url, record.approval_id),
+    }
+    return {
+        "content": [_text(f"{message}. {later}."), _text(jsontext.response(structured))],
+        "structuredContent": structured,
+        "isError": False,
+        "_meta": {**_execution_meta(record, base_url), meta.APPROVAL: structured["approval"]},
+    }
+
+
+def _iso(ms: int) -> str:
+    return (
+        datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def task(record: ExecutionRecord, approval: ApprovalRecord | None, base_url: str) -> dict[str, Any]:
+    """The execution as an MCP ``Task`` (its id is the execution id: any replica answers)."""
+    if not record.terminal:
+        status = "working"
+        message = waiting_message(record, approval, base_url)
+    elif record.outcome == Outcome.CANCELLED.value:
+        status, message = "cancelled", f"execution {record.id} was cancelled"
+    else:
+        status, message = "completed", f"execution {record.id} ended {record.outcome}"
+    return {
+        "taskId": record.id,
+        "status": status,
+        "statusMessage": message,
+        "createdAt": _iso(record.created_ms),
+        "lastUpdatedAt": _iso(record.updated_ms),
+        "ttl": None,
+        "pollInterval": POLL_INTERVAL_MS,
+    }
+
+
+def related(record: ExecutionRecord) -> dict[str, Any]:
+    return {"io.modelcontextprotocol/related-task": {"taskId": record.id}}

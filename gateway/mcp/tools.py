@@ -1,0 +1,128 @@
+"""The catalogue as MCP tools: what ``tools/list`` answers a principal.
+
+A tool is listed when the policy could ever allow the principal to call it: the policy is
+asked about a probe call (the tool, the principal, the workspace, no arguments) and a tool
+whose probe is denied is left out. Nothing of the policy's logic is repeated here. The
+newest enabled version is listed (a call resolves it too, unless ``_meta`` names another);
+a deprecated one says so in its description and in ``_meta``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.declarations.model import ToolDeclaration
+from gateway.mcp import meta
+from gateway.pipeline.records import sha256_json
+from gateway.pipeline.services import Services
+from gateway.server.render import tool_definition
+from gateway.types import DecisionResult, SideEffect
+
+OPEN_WORLD_ADAPTERS = frozenset({"http", "browser"})
+"""Adapters that reach beyond the gateway's own machine and workspace."""
+
+
+def listed(services: Services) -> list[ToolDeclaration]:
+    """The newest enabled version of every tool (a tool with none enabled is not listed)."""
+    catalogue = services.catalogue
+    out = []
+    for name in catalogue.names:
+        enabled = [v for v in catalogue.versions(name) if not v.disabled]
+        if enabled:
+            out.append(enabled[0])
+    return out
+
+
+async def visible(services: Services, principal: str, workspace_id: str | None) -> list[Any]:
+    """The MCP tool objects ``principal`` may see, in catalogue order."""
+    tools = []
+    for tool in listed(services):
+        if await _could_allow(services, principal, workspace_id, tool):
+            tools.append(mcp_tool(tool))
+    return tools
+
+
+async def _could_allow(
+    services: Services, principal: str, workspace_id: str | None, tool: ToolDeclaration
+) -> bool:
+    workspace = services.workspaces.get(workspace_id or "")
+    decision = await services.policy.decide(probe_input(services, principal, workspace_id, tool))
+    return workspace is not None and decision.result is not DecisionResult.DENY
+
+
+def probe_input(
+    services: Services, principal: str, workspace_id: str | None, tool: ToolDeclaration
+) -> dict[str, Any]:
+    """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments."""
+    workspace = services.workspaces.get(workspace_id or "")
+    return {
+        "tool": {
+            "name": tool.name,
+            "version": str(tool.version),
+            "risk": tool.risk.value,
+            "side_effect": tool.side_effect.value,
+            "reversible": tool.reversible,
+            "adapter": tool.adapter,
+            "operation": tool.operation,
+            "tags": list(tool.tags),
+        },
+        "arguments": {},
+        "arguments_sha256": sha256_json({}),
+        "paths": [],
+        "actor": {
+            "user_id": principal,
+            "agent_id": "",
+            "roles": list(services.roles(principal)),
+        },
+        "workspace": {
+            "id": workspace_id or "(none)",
+            "root": str(workspace.root) if workspace else "",
+        },
+        "request": {
+            "run_id": "mcp-tools-list",
+            "turn_id": "",
+            "call_id": "mcp-tools-list",
+            "deadline_ms_left": None,
+            "idempotency_key_present": True,
+            "time_ms": 0,
+        },
+        "approval": {"present": False, "approved_by": None},
+        "usage": {},
+    }
+
+
+def mcp_tool(tool: ToolDeclaration) -> dict[str, Any]:
+    """One MCP ``Tool``: the JSON Schema ``GET /v1/tools?format=mcp`` publishes, and the
+    annotations the declaration implies, each set explicitly (MCP's defaults assume the
+    worst: destructive and open-world)."""
+    definition = tool_definition(tool, "mcp")
+    description = tool.description
+    if tool.deprecated:
+        why = tool.deprecated if isinstance(tool.deprecated, str) else "deprecated"
+        description = f"[deprecated: {why}] {description}"
+    out: dict[str, Any] = {
+        "name": definition["name"],
+        "title": f"{tool.name} {tool.version}",
+        "description": description,
+        "inputSchema": definition["inputSchema"],
+        "annotations": tool_annotations(tool),
+        "_meta": {
+            meta.TOOL_VERSION: str(tool.version),
+            meta.RISK: tool.risk.value,
+            meta.DEPRECATED: tool.deprecated,
+        },
+    }
+    # No outputSchema: a declaration describes its input only (tools.d has no output key),
+    # and a schema guessed here would make clients reject results that do not fit it.
+    return out
+
+
+def tool_annotations(tool: ToolDeclaration) -> dict[str, Any]:
+    writes = tool.side_effect in (SideEffect.WRITE, SideEffect.EXTERNAL)
+    return {
+        "title": f"{tool.name} {tool.version}",
+        "readOnlyHint": not writes,
+        "destructiveHint": writes and not tool.reversible,
+        "idempotentHint": not writes or tool.idempotency == "required",
+        "openWorldHint": tool.adapter in OPEN_WORLD_ADAPTERS,
+    }
