@@ -927,12 +927,12 @@ def request_for(payload: dict[str, Any]) -> Any:
 async def micro_phase(
     plan: Plan, work: Path, results: dict[str, Any], profile_out: Path | None
 ) -> None:
-    from gateway.bootstrap import close_services, open_services
     from gateway.pipeline import normalise, resolve, validate
     from gateway.pipeline.authorize import policy_input
     from gateway.pipeline.records import Flow
     from gateway.pipeline.runner import run_call
     from gateway.policy.embedded import EmbeddedPolicy
+    from gateway.runtime.bootstrap import close_runtime, open_runtime
     from gateway.settings import load_settings
 
     n = plan.iterations
@@ -940,7 +940,7 @@ async def micro_phase(
     root = work / "micro"
     config = make_project(root, sqlite_url(root))
     seed_workspace(config)
-    services = await open_services(load_settings(config, env={}))
+    services = await open_runtime(load_settings(config, env={}))
     try:
         # The policy input documents, built by the real stages 1-3.
         async def document(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1062,7 +1062,7 @@ async def micro_phase(
                 services, read_request, max(n // 4, 10), profile_out
             )
     finally:
-        await close_services(services)
+        await close_runtime(services)
 
     micro["store_sqlite"] = await store_micro(sqlite_url(work / "store-micro"), n)
     ok, why = pg_available()
@@ -1730,7 +1730,7 @@ ratios, measured in one run with A/B alternation, are what to compare.
   compiled fast path, cerberus for anything it does not accept) with valid arguments, the
   store's transactions (an empty write transaction, inline on SQLite and through a worker
   thread on PostgreSQL; `reserve` + `commit` of one execution), and
-  `gateway.pipeline.runner.run_call` with the real services (`open_services`).
+  `gateway.pipeline.runner.run_call` with the real runtime (`open_runtime`).
 - **Growth**: a catalogue of {tools} generated declarations (clones of the shipped ones under
   new names) loaded with `load_catalogue`; scenario 1 against a store preloaded with
   {events} events (bulk SQL into `events`) vs an empty store, alternated.

@@ -45,7 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import anyio
     import uvicorn
 
-    from gateway.bootstrap import check_adapters, load_sources
+    from gateway.runtime.bootstrap import check_adapters, load_sources
     from gateway.server.app import create_app
 
     settings = load_settings(
@@ -100,15 +100,14 @@ def _safe_url(settings: Settings) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     import anyio
 
-    from gateway.bootstrap import check_adapters, load_sources
-    from gateway.pipeline.services import workspaces_from_policy
+    from gateway.runtime.bootstrap import check_adapters, load_sources, open_workspaces
 
     settings = _settings(args)
     problems: list[str] = []  # every check runs, so that one run lists every fault
     loaded = None
     try:
         loaded = load_sources(settings)
-        workspaces_from_policy(loaded.sources.data, settings.base_dir)
+        open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:

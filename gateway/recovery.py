@@ -25,11 +25,11 @@ from gateway.errors import ExecutionError, StoreError, ToolgateError
 from gateway.events.model import make_event
 from gateway.instance import INSTANCE_ID, owner_is_gone
 from gateway.pipeline import normalise, resolve
-from gateway.pipeline.closing import close_execution
 from gateway.pipeline.probes import run_probes
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
 from gateway.pipeline.settle import WRITES, with_retryable
+from gateway.runtime.closing import close_execution
 from gateway.store.records import ExecutionRecord
 from gateway.types import Outcome, Status
 

@@ -50,8 +50,10 @@ decision := {"result": "deny", "reasons": sort(deny_reasons)} if {
 	not input.approval.present == true
 } else := {"result": "allow", "reasons": [msg]} if {
 	count(approval_reasons) > 0
+	input.approval.present == true
 	msg := sprintf("approved by '%v': %v", [call.approver, concat("; ", sort(approval_reasons))])
 } else := {"result": "allow", "reasons": [msg]} if {
+	count(approval_reasons) == 0
 	msg := sprintf(
 		"%v-risk tool %v allowed for actor '%v' (rule: %v)",
 		[call.risk, call.tool, call.actor, rule_source("roles")],
@@ -205,12 +207,17 @@ approval_reasons contains msg if {
 	msg := sprintf("tool %v is tagged %v: %v (rule: approval_tags.%v)", [call.tool, tag, why, tag])
 }
 
-# Who may approve a call of this risk: by_risk[risk] if listed, else default.
+# Who may approve a call of this risk: by_risk[risk] if listed, else default; with neither,
+# nobody (an empty list: the call still waits for an approval, which nobody can give).
 approver_roles := object.get(
-	data.toolgate.approvers,
+	approver_data,
 	["by_risk", call.risk],
-	data.toolgate.approvers.default,
+	object.get(approver_data, "default", []),
 )
+
+approver_data := data.toolgate.approvers if {
+	is_object(data.toolgate.approvers)
+} else := {}
 
 approval_refusals contains msg if {
 	not is_approver(call.approver)

@@ -164,6 +164,16 @@ test_approval_present_without_approver_refused if {
 	d.result == "deny"
 }
 
+test_no_approver_roles_still_requires_approval_and_refuses_every_approver if {
+	d := toolgate.decision with input as call([delete_file]) with data.toolgate.approvers as {}
+	d.result == "require_approval"
+	d.approver_roles == []
+	approved := toolgate.decision with input as call([delete_file, approved_by("bob")])
+		with data.toolgate.approvers as {}
+	approved.result == "deny"
+	reasons_mention(approved, "rule: approvers.default")
+}
+
 test_critical_approvers_come_from_by_risk if {
 	patches := [critical, reversible, actor("dave"), approved_by("bob")]
 	d := toolgate.decision with input as call(patches)

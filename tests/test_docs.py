@@ -337,7 +337,7 @@ def test_every_gateway_crash_point_has_a_recovery_row() -> None:
 
 
 RECOVERY_MODULES = (
-    "gateway/cancellation.py",
+    "gateway/runtime/cancellation.py",
     "gateway/recovery.py",
     "gateway/pipeline/execute.py",
     "gateway/pipeline/locking.py",

@@ -2,7 +2,7 @@
 
 A call runs in the gateway's own task group, never in the request's: the request waits for
 it, and when the request goes away (``notifications/cancelled`` in 2025-11-25, a closed
-stream in 2026-07-28) the execution is cancelled through ``gateway.cancellation`` like a
+stream in 2026-07-28) the execution is cancelled through ``gateway.runtime.cancellation`` like a
 REST cancel, so the pipeline always ends with a truthful outcome.
 """
 
@@ -23,13 +23,13 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
-from gateway import cancellation
 from gateway.errors import ToolgateError
 from gateway.mcp import meta, results, tools
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
-from gateway.pipeline.services import Services
+from gateway.runtime import cancellation
+from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 
 log = logging.getLogger("toolgate.mcp")
@@ -44,7 +44,7 @@ TASK_RESULT_WAIT_S = 30.0
 class Door:
     """What a handler needs of the HTTP request that carried the message."""
 
-    services: Services
+    services: Runtime
     principal: str
     base_url: str
     tasks: Any
@@ -203,7 +203,7 @@ def _with_trace(request: ToolExecutionRequest, traceparent: Any) -> ToolExecutio
 class _Run:
     """One call running in the gateway's task group; the request only waits for it."""
 
-    services: Services
+    services: Runtime
     request: ToolExecutionRequest
     done: anyio.Event = field(default_factory=anyio.Event)
     record: ExecutionRecord | None = None

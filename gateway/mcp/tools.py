@@ -14,7 +14,7 @@ from typing import Any
 from gateway.declarations.model import ToolDeclaration
 from gateway.mcp import meta
 from gateway.pipeline.records import sha256_json
-from gateway.pipeline.services import Services
+from gateway.runtime.container import Runtime
 from gateway.server.render import tool_definition
 from gateway.types import DecisionResult, SideEffect
 
@@ -22,7 +22,7 @@ OPEN_WORLD_ADAPTERS = frozenset({"http", "browser"})
 """Adapters that reach beyond the gateway's own machine and workspace."""
 
 
-def listed(services: Services) -> list[ToolDeclaration]:
+def listed(services: Runtime) -> list[ToolDeclaration]:
     """The newest enabled version of every tool (a tool with none enabled is not listed)."""
     catalogue = services.catalogue
     out = []
@@ -33,7 +33,7 @@ def listed(services: Services) -> list[ToolDeclaration]:
     return out
 
 
-async def visible(services: Services, principal: str, workspace_id: str | None) -> list[Any]:
+async def visible(services: Runtime, principal: str, workspace_id: str | None) -> list[Any]:
     """The MCP tool objects ``principal`` may see, in catalogue order."""
     tools = []
     for tool in listed(services):
@@ -43,7 +43,7 @@ async def visible(services: Services, principal: str, workspace_id: str | None) 
 
 
 async def _could_allow(
-    services: Services, principal: str, workspace_id: str | None, tool: ToolDeclaration
+    services: Runtime, principal: str, workspace_id: str | None, tool: ToolDeclaration
 ) -> bool:
     workspace = services.workspaces.get(workspace_id or "")
     decision = await services.policy.decide(probe_input(services, principal, workspace_id, tool))
@@ -51,7 +51,7 @@ async def _could_allow(
 
 
 def probe_input(
-    services: Services, principal: str, workspace_id: str | None, tool: ToolDeclaration
+    services: Runtime, principal: str, workspace_id: str | None, tool: ToolDeclaration
 ) -> dict[str, Any]:
     """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments."""
     workspace = services.workspaces.get(workspace_id or "")

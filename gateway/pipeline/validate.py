@@ -43,8 +43,7 @@ async def check_quota(services: Services, flow: Flow) -> None:
     assert flow.tool is not None
     if flow.approval is not None or flow.record is not None:
         return  # resumed or dequeued: this call already counted when it was reserved
-    quotas = (services.policy_data.get("quotas") or {}).get("calls_per_minute") or {}
-    limit = quotas.get(flow.tool.risk.value)
+    limit = services.policy_data.quota(flow.tool.risk.value)
     if limit is None:
         return
     now = int(time.time() * 1000)

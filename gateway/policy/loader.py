@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -59,6 +59,9 @@ class PolicySources:
     warnings: tuple[str, ...] = ()
     """Faults that do not stop the gateway: a ``data.toolgate.*`` key the modules read that
     the data lacks (``file:line: ...``); ``toolgate check`` lists them."""
+    lines: Mapping[str, Lines] = field(default_factory=dict)
+    """The line index of the file each top-level key of ``data`` comes from, for errors
+    that name the file, line and key (``gateway.policy.data``)."""
 
     def data_json(self) -> str:
         """The whole data document (``{"toolgate": data}``) as JSON."""
@@ -92,7 +95,7 @@ def _load_policy_sources(rego_dir: Path, policies_dir: Path) -> PolicySources:
     rego_problems: list[str] = []
     modules, test_modules = _read_modules(rego_dir, rego_problems)
     data_problems: list[str] = []
-    data, key_lines = _read_data(policies_dir, data_problems)
+    data, key_lines, key_files = _read_data(policies_dir, data_problems)
     problems = rego_problems + data_problems
     if modules and not rego_problems:
         clean = {} if data_problems else data  # faulty data could make compiling fail too
@@ -101,7 +104,7 @@ def _load_policy_sources(rego_dir: Path, policies_dir: Path) -> PolicySources:
         modules = core_first(modules, core)
     if problems:
         raise ConfigError(problems)
-    return PolicySources(tuple(modules), tuple(test_modules), data, tuple(warnings))
+    return PolicySources(tuple(modules), tuple(test_modules), data, tuple(warnings), key_files)
 
 
 def core_first(modules: list[Module], core: set[str]) -> list[Module]:
@@ -255,13 +258,16 @@ def _read_modules(rego_dir: Path, problems: list[str]) -> tuple[list[Module], li
     return modules, tests
 
 
-def _read_data(policies_dir: Path, problems: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Merged top-level keys, and where each was defined (``file:line``)."""
+def _read_data(
+    policies_dir: Path, problems: list[str]
+) -> tuple[dict[str, Any], dict[str, str], dict[str, Lines]]:
+    """Merged top-level keys, where each was defined (``file:line``) and its file's lines."""
     data: dict[str, Any] = {}
     where: dict[str, str] = {}
+    files_of: dict[str, Lines] = {}
     if not policies_dir.is_dir():
         problems.append(f"{policies_dir}: the policy data directory does not exist")
-        return data, where
+        return data, where, files_of
     files = sorted(p for p in policies_dir.iterdir() if p.suffix in (".yaml", ".yml"))
     for path in files:
         try:
@@ -282,7 +288,8 @@ def _read_data(policies_dir: Path, problems: list[str]) -> tuple[dict[str, Any],
                 continue
             data[key] = value
             where[key] = here
-    return data, where
+            files_of[key] = lines
+    return data, where, files_of
 
 
 def _json_problems(value: Any, loc: tuple[str | int, ...], lines: Lines) -> Iterator[str]:

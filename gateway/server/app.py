@@ -12,12 +12,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.approvals import service as approvals
-from gateway.bootstrap import close_services, open_services
 from gateway.errors import ToolgateError
 from gateway.mcp.endpoint import McpEndpoint
-from gateway.pipeline.services import Services
 from gateway.recovery import recover
+from gateway.runtime import approvals
+from gateway.runtime.bootstrap import close_runtime, open_runtime
+from gateway.runtime.container import Runtime
 from gateway.server import artifacts, routes
 from gateway.server.openapi import build_openapi
 from gateway.server.problems import HANDLERS
@@ -27,7 +27,7 @@ from gateway.worker import run_workers
 log = logging.getLogger("toolgate.server")
 
 
-def create_app(settings: Settings, services: Services | None = None) -> Starlette:
+def create_app(settings: Settings, services: Runtime | None = None) -> Starlette:
     """An app that opens its services on startup (or uses ``services`` as given)."""
     openapi = build_openapi()
     mcp = McpEndpoint(settings)
@@ -39,7 +39,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         owned = services is None
-        app.state.services = services or await open_services(settings)
+        app.state.services = services or await open_runtime(settings)
         try:
             settled = await recover(app.state.services)
             if settled:
@@ -52,7 +52,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
                 tasks.cancel_scope.cancel()
         finally:
             if owned:
-                await close_services(app.state.services)
+                await close_runtime(app.state.services)
 
     table = [
         Route("/v1/executions", routes.create_execution, methods=["POST"]),
@@ -77,7 +77,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     return Starlette(routes=table, exception_handlers=dict(HANDLERS), lifespan=lifespan)
 
 
-async def _sweeper(services: Services) -> None:
+async def _sweeper(services: Runtime) -> None:
     """Expire overdue approvals and idempotency keys, every ``sweep_interval`` seconds."""
     while True:
         await anyio.sleep(services.settings.sweep_interval)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -10,8 +9,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway import cancellation, jsonlimits
-from gateway.approvals import service as approvals
+from gateway import jsonlimits
 from gateway.errors import (
     Forbidden,
     MalformedRequest,
@@ -21,20 +19,18 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.pipeline.request import parse_request
-from gateway.pipeline.runner import resume_call, run_call
-from gateway.pipeline.services import Services
+from gateway.pipeline.runner import run_call
+from gateway.runtime import approvals, cancellation
+from gateway.runtime.container import Runtime
 from gateway.server import render
 from gateway.server.auth import authenticate
-from gateway.store.records import ApprovalRecord, ExecutionRecord
+from gateway.store.records import ExecutionRecord
 from gateway.types import ApprovalStatus, Status
 
-APPROVER_ROLE = "approver"
-log = logging.getLogger("toolgate.server")
 
-
-def services_of(request: Request) -> Services:
-    services: Services = request.app.state.services
-    return services
+def services_of(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.services
+    return runtime
 
 
 def principal_of(request: Request) -> str:
@@ -78,7 +74,7 @@ async def _read_body(request: Request, limit: int) -> bytearray:
     return body
 
 
-async def _execution_response(services: Services, record: ExecutionRecord) -> Response:
+async def _execution_response(services: Runtime, record: ExecutionRecord) -> Response:
     approval = None
     if record.approval_id is not None:
         approval = await services.store.get_approval(record.approval_id)
@@ -131,7 +127,7 @@ async def resolve_execution(request: Request) -> Response:
     return await _execution_response(services, record)
 
 
-async def _visible_execution(request: Request) -> tuple[Services, ExecutionRecord]:
+async def _visible_execution(request: Request) -> tuple[Runtime, ExecutionRecord]:
     services = services_of(request)
     principal = principal_of(request)
     record = await services.store.get_execution(request.path_params["execution_id"])
@@ -140,11 +136,9 @@ async def _visible_execution(request: Request) -> tuple[Services, ExecutionRecor
     return services, record
 
 
-def _may_see(services: Services, principal: str, record: ExecutionRecord) -> bool:
+def _may_see(services: Runtime, principal: str, record: ExecutionRecord) -> bool:
     """The caller's own executions; approvers (by policy data) see every execution."""
-    return record.principal == principal or bool(
-        set(services.roles(principal)) & _approver_roles(services)
-    )
+    return record.principal == principal or services.policy_data.may_list_approvals(principal)
 
 
 MAX_WAIT_S = 60.0
@@ -224,7 +218,7 @@ async def list_tools(request: Request) -> Response:
     return JSONResponse({"items": items, "count": len(items)})
 
 
-def _tool_definitions(services: Services, fmt: str) -> Response:
+def _tool_definitions(services: Runtime, fmt: str) -> Response:
     if fmt not in render.TOOL_FORMATS:
         raise MalformedRequest(
             f"format must be one of {', '.join(render.TOOL_FORMATS)} (got {fmt!r})",
@@ -257,17 +251,9 @@ async def get_tool(request: Request) -> Response:
 APPROVAL_STATES = tuple(s.value for s in ApprovalStatus)
 
 
-def _require_approver(services: Services, principal: str) -> None:
-    if not set(services.roles(principal)) & _approver_roles(services):
+def _require_approver(services: Runtime, principal: str) -> None:
+    if not services.policy_data.may_list_approvals(principal):
         raise Forbidden("only approvers may see and decide approvals", code="not_an_approver")
-
-
-def _approver_roles(services: Services) -> set[str]:
-    approvers = services.policy_data.get("approvers") or {}
-    roles = set(approvers.get("default") or [])
-    for extra in (approvers.get("by_risk") or {}).values():
-        roles.update(extra)
-    return {str(r) for r in roles} or {APPROVER_ROLE}
 
 
 async def list_approvals(request: Request) -> Response:
@@ -288,8 +274,7 @@ async def get_approval(request: Request) -> Response:
     principal = principal_of(request)
     approval = await services.store.get_approval(request.path_params["approval_id"])
     if approval is None or (
-        approval.principal != principal
-        and not set(services.roles(principal)) & _approver_roles(services)
+        approval.principal != principal and not services.policy_data.may_list_approvals(principal)
     ):
         raise NotFound("no such approval")
     return JSONResponse(approval.to_json())
@@ -333,19 +318,12 @@ async def _decide(request: Request, approve: bool) -> Response:
         resume=body.get("resume", True),
     )
     if verdict.resume:
-        request.app.state.tasks.start_soon(_resume, services, verdict.approval)
+        request.app.state.tasks.start_soon(approvals.resume, services, verdict.approval)
     out = verdict.approval.to_json()
     out["links"] = {"execution": f"/v1/executions/{verdict.approval.execution_id}"}
     if verdict.token is not None:
         out["approval_token"] = verdict.token
     return JSONResponse(out, status_code=202 if verdict.resume else 200)
-
-
-async def _resume(services: Services, approval: ApprovalRecord) -> None:
-    try:
-        await resume_call(services, approval)
-    except Exception:
-        log.exception("resuming the execution of approval %s failed", approval.id)
 
 
 async def approve(request: Request) -> Response:

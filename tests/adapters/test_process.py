@@ -37,7 +37,7 @@ from gateway.adapters.proctree import MARKER_ENV
 from gateway.declarations.loader import load_declaration
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError
-from gateway.pipeline.services import approval_key
+from gateway.runtime.bootstrap import approval_key
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.types import Outcome

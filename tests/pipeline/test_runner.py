@@ -17,6 +17,8 @@ from gateway.errors import ExecutionError
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.runner import STAGES, run_call
 from gateway.pipeline.services import Services
+from gateway.policy.data import PolicyData
+from gateway.runtime.container import Runtime
 from gateway.settings import load_settings
 from gateway.store.store import Store
 from gateway.types import JSON, Decision, DecisionResult, Outcome, Status
@@ -55,11 +57,11 @@ def make_services(
     root = tmp_path / "ws"
     root.mkdir(exist_ok=True)
     settings = load_settings(REPO / "toolgate.yaml", env={}, lock_lease="2s")
-    return Services(
+    return Runtime(
         settings=settings,
         catalogue=catalogue,
         policy=policy,
-        policy_data={"actors": {"alice": {"roles": ["agent"]}}},
+        policy_data=PolicyData.parse({"actors": {"alice": {"roles": ["agent"]}}}),
         workspaces={"demo": Workspace("demo", root.resolve())},
         store=store,
         adapters={"file": adapter},
@@ -257,7 +259,7 @@ async def test_lock_held_elsewhere_times_out_retryable(
 
 async def _cancel_soon(services: Services, store: Store) -> None:
     """Cancel the first execution that shows up running, the way the API does."""
-    from gateway import cancellation
+    from gateway.runtime import cancellation
 
     for _ in range(200):
         running = await store.unfinished([Status.RUNNING])
@@ -319,8 +321,8 @@ async def test_cancel_cuts_off_a_deaf_adapter_then_reconciles(
 async def test_unknown_is_resolved_by_a_person(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:
-    from gateway import cancellation
     from gateway.errors import Conflict, MalformedRequest
+    from gateway.runtime import cancellation
 
     async def crash(call: AdapterCall) -> AdapterOutcome:
         raise RuntimeError("boom")
@@ -410,7 +412,7 @@ async def test_cancel_while_waiting_for_locks_is_not_lost(
 ) -> None:
     import time
 
-    from gateway import cancellation
+    from gateway.runtime import cancellation
     from gateway.store.records import LockRequest
     from gateway.types import LockMode
 

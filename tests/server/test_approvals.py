@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from starlette.testclient import TestClient
 
 from gateway.pipeline.records import sha256_json
@@ -315,3 +316,44 @@ def test_a_call_past_its_deadline_leaves_the_approval_inbox(
             "awaiting_approval"
         )
     assert doomed.exists()
+
+
+def _with_approvers(settings: Settings, approvers: dict[str, Any]) -> Settings:
+    rules = settings.path(settings.policies_dir) / "rules.yaml"
+    data = yaml.safe_load(rules.read_text())
+    data["approvers"] = approvers
+    rules.write_text(yaml.safe_dump(data))
+    return settings
+
+
+def test_with_no_approver_roles_nobody_lists_or_decides_approvals(
+    settings: Settings, doomed: Path
+) -> None:
+    """``approvers: {}`` names no role: the call still waits for an approval, and listing
+    and deciding agree that nobody may give it (listing once fell back to 'approver')."""
+    with TestClient(create_app(_with_approvers(settings, {}))) as client:
+        parked = _delete(client)
+        assert parked["status"] == "awaiting_approval"
+        listed = client.get("/v1/approvals", headers=auth(BOB))
+        assert listed.status_code == 403 and listed.json()["code"] == "not_an_approver"
+        approval = f"/v1/approvals/{parked['approval']['id']}"
+        assert client.get(approval, headers=auth(BOB)).status_code == 404
+        decided = client.post(f"{approval}/approve", headers=auth(BOB))
+        assert decided.status_code == 403 and decided.json()["code"] == "not_an_approver"
+        assert client.get(parked["links"]["self"], headers=auth(BOB)).status_code == 404
+    assert doomed.exists()
+
+
+def test_approver_roles_by_risk_alone_list_and_decide(settings: Settings, doomed: Path) -> None:
+    """Without ``default``, the roles of ``by_risk`` are the approvers: of their risk only."""
+    by_risk = {"by_risk": {"high": ["approver"]}, "allow_self_approval": False}
+    with TestClient(create_app(_with_approvers(settings, by_risk))) as client:
+        parked = _delete(client)
+        listed = client.get("/v1/approvals?status=pending", headers=auth(BOB))
+        assert [a["id"] for a in listed.json()["items"]] == [parked["approval"]["id"]]
+        decided = client.post(
+            f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB)
+        )
+        assert decided.status_code == 202, decided.text
+        assert _wait(client, parked)["result"]["outcome"] == "succeeded"
+    assert not doomed.exists()

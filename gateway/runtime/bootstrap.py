@@ -1,20 +1,26 @@
-"""Build (and close) the long-lived services of one gateway process from its settings."""
+"""Build (and close) the runtime of one gateway process from its settings."""
 
 from __future__ import annotations
 
+import os
+import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from gateway.adapters.registry import build_adapters
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
 from gateway.faults import Faults
-from gateway.pipeline.services import Services, approval_key, workspaces_from_policy
+from gateway.policy.data import PolicyData, WorkspaceSpec
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources, load_policy_sources
+from gateway.runtime.container import Runtime
 from gateway.settings import Settings
 from gateway.store.store import Store
 from gateway.types import PolicyBackend
+from gateway.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,8 @@ class Loaded:
 
     catalogue: Catalogue
     sources: PolicySources
+    policy_data: PolicyData
+    """``sources.data`` as the gateway reads it."""
 
 
 def load_sources(settings: Settings) -> Loaded:
@@ -30,6 +38,7 @@ def load_sources(settings: Settings) -> Loaded:
     problems: list[str] = []
     catalogue: Catalogue | None = None
     sources: PolicySources | None = None
+    policy_data: PolicyData | None = None
     try:
         catalogue = load_catalogue(settings.path(settings.tools_dir))
     except ConfigError as exc:
@@ -38,15 +47,16 @@ def load_sources(settings: Settings) -> Loaded:
         sources = load_policy_sources(
             settings.path(settings.rego_dir), settings.path(settings.policies_dir)
         )
+        policy_data = PolicyData.parse(sources.data, sources.lines)
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:
         Faults.parse(settings.faults)
     except ConfigError as exc:
         problems.extend(exc.problems)
-    if problems or catalogue is None or sources is None:
+    if problems or catalogue is None or sources is None or policy_data is None:
         raise ConfigError(problems)
-    return Loaded(catalogue, sources)
+    return Loaded(catalogue, sources, policy_data)
 
 
 async def check_adapters(settings: Settings) -> None:
@@ -66,17 +76,17 @@ def make_policy(settings: Settings, sources: PolicySources) -> PolicyBackend:
     )
 
 
-async def open_services(settings: Settings) -> Services:
-    """Load, check and open everything; the caller must ``close_services``."""
+async def open_runtime(settings: Settings) -> Runtime:
+    """Load, check and open everything; the caller must ``close_runtime``."""
     loaded = load_sources(settings)
-    workspaces = workspaces_from_policy(loaded.sources.data, settings.base_dir)
+    workspaces = open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
     store = Store(settings.resolved_database_url)
     await store.open()
-    return Services(
+    return Runtime(
         settings=settings,
         catalogue=loaded.catalogue,
         policy=make_policy(settings, loaded.sources),
-        policy_data=loaded.sources.data,
+        policy_data=loaded.policy_data,
         workspaces=workspaces,
         store=store,
         adapters=build_adapters(settings),
@@ -85,8 +95,41 @@ async def open_services(settings: Settings) -> Services:
     )
 
 
-async def close_services(services: Services) -> None:
-    for adapter in services.adapters.values():
+async def close_runtime(runtime: Runtime) -> None:
+    for adapter in runtime.adapters.values():
         await adapter.aclose()
-    await services.policy.aclose()
-    await services.store.aclose()
+    await runtime.policy.aclose()
+    await runtime.store.aclose()
+
+
+def open_workspaces(declared: Mapping[str, WorkspaceSpec], base_dir: Path) -> dict[str, Workspace]:
+    """The workspaces of the policy data, with roots resolved (against ``base_dir``) and
+    created."""
+    found: dict[str, Workspace] = {}
+    for ws_id, spec in declared.items():
+        path = Path(spec.root)
+        path = path if path.is_absolute() else base_dir / path
+        path.mkdir(parents=True, exist_ok=True)
+        found[ws_id] = Workspace.declare(ws_id, path)
+    return found
+
+
+def approval_key(settings: Settings) -> bytes:
+    """The HMAC key of approval tokens: configured, or made once under var/."""
+    if settings.approval_secret:
+        return settings.approval_secret.encode("utf-8")
+    path = settings.path(settings.var_dir) / "approval.key"
+    if not path.exists():
+        # Written aside and linked into place: two gateways starting at once agree on one key.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".approval.key.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return path.read_text().strip().encode("utf-8")

@@ -14,15 +14,15 @@ from gateway import jsontext
 from gateway.adapters.base import SideEffectReport
 from gateway.errors import Conflict, ExecutionError, Forbidden, MalformedRequest
 from gateway.events.model import make_event
-from gateway.pipeline.closing import close_execution
-from gateway.pipeline.services import Services
+from gateway.runtime.closing import close_execution
+from gateway.runtime.container import Runtime
 from gateway.store.records import ExecutionRecord
 from gateway.types import Outcome, Status
 
 RESOLVABLE = {"succeeded": Outcome.SUCCEEDED, "failed": Outcome.FAILED}
 
 
-async def cancel(services: Services, record: ExecutionRecord, by: str) -> ExecutionRecord:
+async def cancel(runtime: Runtime, record: ExecutionRecord, by: str) -> ExecutionRecord:
     """Ask ``record`` to stop; returns its state after the request."""
     if record.terminal:
         raise Conflict(
@@ -32,28 +32,27 @@ async def cancel(services: Services, record: ExecutionRecord, by: str) -> Execut
         )
     note = make_event(record.id, 0, "state.checkpointed", {"status": "cancelling", "by": by})
     unstarted = [Status.QUEUED, Status.AWAITING_APPROVAL]
-    if await services.store.set_status(record.id, unstarted, Status.CANCELLING, [note]):
-        taken = await services.store.get_execution(record.id) or record
+    if await runtime.store.set_status(record.id, unstarted, Status.CANCELLING, [note]):
+        taken = await runtime.store.get_execution(record.id) or record
         if taken.approval_id is not None:
-            await services.store.withdraw_approval(taken.approval_id)
+            await runtime.store.withdraw_approval(taken.approval_id)
         error = ExecutionError(f"cancelled by {by} before it started", code="cancelled")
         effect = SideEffectReport(False, False, "nothing was attempted")
-        return await close_execution(services, taken, Outcome.CANCELLED, error, effect)
-    if await services.store.set_status(record.id, [Status.RUNNING], Status.CANCELLING, [note]):
-        services.cancellations.signal(record.id)
-    return await services.store.get_execution(record.id) or record
+        return await close_execution(runtime, taken, Outcome.CANCELLED, error, effect)
+    if await runtime.store.set_status(record.id, [Status.RUNNING], Status.CANCELLING, [note]):
+        runtime.cancellations.signal(record.id)
+    return await runtime.store.get_execution(record.id) or record
 
 
 async def resolve_unknown(
-    services: Services, record: ExecutionRecord, by: str, outcome: str, note: str
+    runtime: Runtime, record: ExecutionRecord, by: str, outcome: str, note: str
 ) -> ExecutionRecord:
     """Record a person's verdict on an ``unknown`` execution, as an event."""
     if outcome not in RESOLVABLE:
         raise MalformedRequest("outcome must be succeeded or failed", code="invalid_outcome")
     if not note.strip():
         raise MalformedRequest("say how you know (note)", code="note_required")
-    allow_self = bool((services.policy_data.get("approvers") or {}).get("allow_self_approval"))
-    if by == record.principal and not allow_self:
+    if by == record.principal and not runtime.policy_data.approvers.allow_self_approval:
         raise Forbidden("nobody resolves the outcome of their own call", code="self_approval")
     if record.outcome != Outcome.UNKNOWN.value or record.result_json is None:
         raise Conflict(
@@ -70,11 +69,11 @@ async def resolve_unknown(
     if outcome == "succeeded":
         result["error"] = None
     event = make_event(record.id, 0, "outcome.resolved", {"outcome": outcome, **resolution})
-    changed = await services.store.resolve_outcome(
+    changed = await runtime.store.resolve_outcome(
         record.id, Outcome.UNKNOWN.value, outcome, jsontext.compact(result), event
     )
     if not changed:
         raise Conflict(
             f"{record.id} was resolved by someone else", code="not_unknown", retryable=False
         )
-    return await services.store.get_execution(record.id) or record
+    return await runtime.store.get_execution(record.id) or record

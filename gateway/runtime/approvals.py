@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from gateway.adapters.base import SideEffectReport
 from gateway.approvals import tokens
@@ -26,8 +24,9 @@ from gateway.errors import (
     ToolgateError,
     ValidationError,
 )
-from gateway.pipeline.closing import close_execution
-from gateway.pipeline.services import Services
+from gateway.pipeline.runner import resume_call
+from gateway.runtime.closing import close_execution
+from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalRecord, ExecutionRecord, Refused
 from gateway.types import ApprovalStatus, Outcome
 
@@ -41,62 +40,54 @@ class Verdict:
     resume: bool = False
 
 
-def eligible_roles(policy_data: Mapping[str, Any], risk: str) -> list[str]:
-    """The roles that may approve a call of ``risk`` (policy data ``approvers``)."""
-    approvers = policy_data.get("approvers") or {}
-    by_risk = approvers.get("by_risk") or {}
-    roles = by_risk.get(risk, approvers.get("default") or [])
-    return [str(r) for r in roles]
-
-
-def check_approver(services: Services, approval: ApprovalRecord, approver: str) -> None:
+def check_approver(runtime: Runtime, approval: ApprovalRecord, approver: str) -> None:
     """Forbidden unless ``approver`` holds an approver role for the call's risk (and is not
     the requester, unless policy data allows self-approval)."""
-    risk = _risk(services, approval)
-    roles = eligible_roles(services.policy_data, risk)
-    if not set(roles) & set(services.roles(approver)):
+    risk = _risk(runtime, approval)
+    data = runtime.policy_data
+    if not data.may_decide(approver, risk):
         raise Forbidden(
-            f"{approver} may not decide approvals of {risk}-risk tools (needs one of {roles})",
+            f"{approver} may not decide approvals of {risk}-risk tools "
+            f"(needs one of {list(data.approvers.roles_for(risk))})",
             code="not_an_approver",
         )
-    allow_self = bool((services.policy_data.get("approvers") or {}).get("allow_self_approval"))
-    if approver == approval.principal and not allow_self:
+    if approver == approval.principal and not data.approvers.allow_self_approval:
         raise Forbidden("nobody approves their own request", code="self_approval")
 
 
-def _risk(services: Services, approval: ApprovalRecord) -> str:
-    for tool in services.catalogue.versions(approval.tool_name):
+def _risk(runtime: Runtime, approval: ApprovalRecord) -> str:
+    for tool in runtime.catalogue.versions(approval.tool_name):
         if str(tool.version) == approval.tool_version:
             return tool.risk.value
     return "critical"  # the tool left the catalogue: only the strictest approvers decide
 
 
 async def decide(
-    services: Services,
+    runtime: Runtime,
     approval_id: str,
     approver: str,
     approve: bool,
     comment: str | None,
     resume: bool = True,
 ) -> Verdict:
-    approval = await services.store.get_approval(approval_id)
+    approval = await runtime.store.get_approval(approval_id)
     if approval is None:
         raise NotFound("no such approval")
-    check_approver(services, approval, approver)
-    decision = await services.store.decide_approval(
+    check_approver(runtime, approval, approver)
+    decision = await runtime.store.decide_approval(
         approval_id, "approved" if approve else "denied", approver, comment
     )
     if isinstance(decision, Refused):
-        raise await _refusal(services, replace(approval, status=decision.status))
+        raise await _refusal(runtime, replace(approval, status=decision.status))
     decided = decision.approval
     if not approve:
         why = f"denied by {approver}" + (f": {comment}" if comment else "")
-        await close_parked(services, decided, PolicyDenied(why, code="approval_denied"))
+        await close_parked(runtime, decided, PolicyDenied(why, code="approval_denied"))
         return Verdict(decided)
     if resume:
         return Verdict(decided, resume=True)
-    token = tokens.sign(tokens.claims_for(decided), services.approval_key)
-    await close_parked(services, decided, None, release_key=True)
+    token = tokens.sign(tokens.claims_for(decided), runtime.approval_key)
+    await close_parked(runtime, decided, None, release_key=True)
     return Verdict(decided, token=token)
 
 
@@ -109,13 +100,13 @@ REFUSALS: dict[str, str] = {
 """Why an approval that is not pending can no longer be decided (``expired``: below)."""
 
 
-async def _refusal(services: Services, approval: ApprovalRecord) -> ToolgateError:
+async def _refusal(runtime: Runtime, approval: ApprovalRecord) -> ToolgateError:
     """The answer to a decision on an approval that is no longer pending: 409
     ``approval_<status>`` (``not_found`` if it vanished)."""
     if approval.status == "not_found":
         return NotFound("no such approval")
     if approval.status == ApprovalStatus.EXPIRED:
-        closed_with = await close_expired(services, approval)
+        closed_with = await close_expired(runtime, approval)
         why = (
             "the call's deadline passed before anyone decided, and the approval expired with it"
             if closed_with is not None and closed_with.code == "deadline_exceeded"
@@ -131,21 +122,21 @@ async def _refusal(services: Services, approval: ApprovalRecord) -> ToolgateErro
 
 
 async def close_parked(
-    services: Services,
+    runtime: Runtime,
     approval: ApprovalRecord,
     error: ToolgateError | None,
     release_key: bool = False,
 ) -> ExecutionRecord | None:
     """End the execution parked for ``approval``: failed with ``error``, or (no error)
     cancelled because the approval went to the agent as a token."""
-    record = await services.store.get_execution(approval.execution_id)
+    record = await runtime.store.get_execution(approval.execution_id)
     if record is None:
         return None
-    return await _close(services, record, approval, error, release_key)
+    return await _close(runtime, record, approval, error, release_key)
 
 
 async def _close(
-    services: Services,
+    runtime: Runtime,
     record: ExecutionRecord,
     approval: ApprovalRecord,
     error: ToolgateError | None,
@@ -163,7 +154,7 @@ async def _close(
         "comment": approval.comment,
     }
     return await close_execution(
-        services,
+        runtime,
         record,
         Outcome.FAILED if error else Outcome.CANCELLED,
         error,
@@ -173,15 +164,15 @@ async def _close(
     )
 
 
-async def close_expired(services: Services, approval: ApprovalRecord) -> ToolgateError | None:
+async def close_expired(runtime: Runtime, approval: ApprovalRecord) -> ToolgateError | None:
     """End the execution of an expired approval, failed; returns the error it ends with
     (None when the execution is gone). An approval expires at the call's deadline when that
     comes first (see ``expiry_error``)."""
-    record = await services.store.get_execution(approval.execution_id)
+    record = await runtime.store.get_execution(approval.execution_id)
     if record is None:
         return None
     error = expiry_error(record, approval)
-    await _close(services, record, approval, error)
+    await _close(runtime, record, approval, error)
     return error
 
 
@@ -201,11 +192,21 @@ def expiry_error(record: ExecutionRecord, approval: ApprovalRecord) -> ToolgateE
     )
 
 
-async def sweep(services: Services) -> None:
+async def resume(runtime: Runtime, approval: ApprovalRecord) -> None:
+    """Run the execution of an approved ``approval`` to its end (a door starts this in the
+    background once ``decide`` says ``resume``); a failure is logged, and recovery or the
+    sweep settles what it left."""
+    try:
+        await resume_call(runtime, approval)
+    except Exception:
+        log.exception("resuming the execution of approval %s failed", approval.id)
+
+
+async def sweep(runtime: Runtime) -> None:
     """Expire overdue approvals (failing their executions) and forget expired keys."""
-    for approval in await services.store.expired_approvals():
+    for approval in await runtime.store.expired_approvals():
         try:
-            await close_expired(services, approval)
+            await close_expired(runtime, approval)
         except ToolgateError as exc:
             log.warning("could not close execution of expired approval %s: %s", approval.id, exc)
-    await services.store.sweep_idempotency()
+    await runtime.store.sweep_idempotency()

@@ -1,5 +1,8 @@
 """End an execution that is not running here (parked, queued, or left by a crash) with a
-given result, in one commit, with the events that say why."""
+given result, in one commit, with the events that say why.
+
+Takes the pipeline's view of the runtime (it needs only the store): recovery, which holds
+that view, closes executions here too."""
 
 from __future__ import annotations
 
