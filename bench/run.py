@@ -70,7 +70,7 @@ import httpx  # noqa: E402
 import yaml  # noqa: E402
 from openloop import run_open_loop  # noqa: E402
 
-from tests.integration.gateways import free_port, gateway, make_project  # noqa: E402
+from gateway.testing import free_port, gateway, make_project  # noqa: E402
 
 AUTH = "Bearer tg_dev_alice"
 KIB = "x" * 1024
@@ -843,7 +843,7 @@ def generate_catalogue(target: Path, count: int) -> list[str]:
 
 
 def catalogue_growth(plan: Plan, work: Path, results: dict[str, Any]) -> None:
-    from gateway.declarations.loader import load_catalogue
+    from gateway.testing import load_catalogue
 
     tools_dir = work / "tools-1000"
     names = generate_catalogue(tools_dir, plan.tools)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.adapters.registry import build_adapters
+from gateway.adapters.registry import SPECS, build_adapters
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
@@ -31,7 +31,7 @@ def load_sources(settings: Settings) -> Loaded:
     catalogue: Catalogue | None = None
     sources: PolicySources | None = None
     try:
-        catalogue = load_catalogue(settings.path(settings.tools_dir))
+        catalogue = load_catalogue(settings.path(settings.tools_dir), SPECS)
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:
@@ -49,10 +49,10 @@ def load_sources(settings: Settings) -> Loaded:
     return Loaded(catalogue, sources)
 
 
-async def check_adapters(settings: Settings) -> None:
+async def check_adapters(settings: Settings, catalogue: Catalogue) -> None:
     """Build and close every adapter: their ``adapters.*`` sections and the tools that
     use them are checked now, with a clear error, rather than in the server's start-up."""
-    adapters = build_adapters(settings)
+    adapters = build_adapters(settings, catalogue)
     for adapter in adapters.values():
         await adapter.aclose()
 
@@ -66,9 +66,10 @@ def make_policy(settings: Settings, sources: PolicySources) -> PolicyBackend:
     )
 
 
-async def open_services(settings: Settings) -> Services:
-    """Load, check and open everything; the caller must ``close_services``."""
-    loaded = load_sources(settings)
+async def open_services(settings: Settings, loaded: Loaded | None = None) -> Services:
+    """Load (unless given what was loaded), check and open everything; the caller must
+    ``close_services``."""
+    loaded = loaded or load_sources(settings)
     workspaces = workspaces_from_policy(loaded.sources.data, settings.base_dir)
     store = Store(settings.resolved_database_url)
     await store.open()
@@ -79,7 +80,7 @@ async def open_services(settings: Settings) -> Services:
         policy_data=loaded.sources.data,
         workspaces=workspaces,
         store=store,
-        adapters=build_adapters(settings),
+        adapters=build_adapters(settings, loaded.catalogue),
         approval_key=approval_key(settings),
         faults=Faults.parse(settings.faults),
     )

@@ -511,7 +511,7 @@ def test_example_calls_run_in_order_against_a_gateway(tmp_path: Path) -> None:
     202), none is refused as a reused call id or key."""
     import httpx
 
-    from tests.integration.gateways import gateway, make_project
+    from gateway.testing import gateway, make_project
 
     config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
     answers = []

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.approvals import service as approvals
-from gateway.bootstrap import close_services, open_services
+from gateway.bootstrap import Loaded, close_services, open_services
 from gateway.errors import ToolgateError
 from gateway.pipeline.services import Services
 from gateway.recovery import recover
@@ -26,8 +26,11 @@ from gateway.worker import run_workers
 log = logging.getLogger("toolgate.server")
 
 
-def create_app(settings: Settings, services: Services | None = None) -> Starlette:
-    """An app that opens its services on startup (or uses ``services`` as given)."""
+def create_app(
+    settings: Settings, services: Services | None = None, loaded: Loaded | None = None
+) -> Starlette:
+    """An app that opens its services on startup (or uses ``services`` as given; ``loaded``:
+    the sources already read, so that start-up does not parse them again)."""
     openapi = build_openapi()
 
     async def openapi_json(request: Request) -> Response:
@@ -37,7 +40,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         owned = services is None
-        app.state.services = services or await open_services(settings)
+        app.state.services = services or await open_services(settings, loaded)
         try:
             settled = await recover(app.state.services)
             if settled:
