@@ -627,6 +627,17 @@ def test_every_environment_variable_is_in_configuration_md() -> None:
     assert not missing, f"docs/configuration.md has no row for the variables {missing}"
 
 
+def test_every_public_name_of_the_test_kit_is_in_writing_md() -> None:
+    """gateway.testing is public (issue 13 §1): each name it exports has a row in the
+    Testing table of docs/adapters/writing.md, and the page is linked from tools.md."""
+    from gateway import testing
+
+    table = section(doc("adapters/writing.md"), "## Testing")
+    missing = missing_from_table(set(testing.__all__), table)
+    assert not missing, f"add a row to docs/adapters/writing.md#testing for {missing}"
+    assert "(adapters/writing.md)" in doc("tools.md"), "link docs/adapters/writing.md"
+
+
 # --- the checks themselves --------------------------------------------------------------------
 
 

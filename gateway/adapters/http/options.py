@@ -188,7 +188,7 @@ def _tree_templates(node: Any, loc: Loc) -> Iterator[tuple[Loc, Template]]:
 
 
 class EgressDecl(_Frozen):
-    """Where the tool's requests may go beyond its own base URL (see ``adapters.shared.egress``)."""
+    """Where requests may go beyond the tool's own base URL (see adapters/shared/egress.py)."""
 
     allow_hosts: tuple[str, ...] = ()
     """More hosts: ``api.example.com``, ``*.example.com`` (subdomains), ``*`` (any)."""
