@@ -2,9 +2,9 @@
 
 A tool declares its method, URL, query, headers, body, credentials and egress allowlist
 (``gateway.adapters.http.options``; every key in ``docs/adapters/http.md``); the request is
-filled from the call context (``http_request``), sent here, and read back into an outcome
-(``http_results``). Every connection goes through ``gateway.adapters.shared.egress``: the host is
-checked per request and per redirect hop, the resolved address at every connect.
+filled from the call context (``request``), sent here, and read back into an outcome
+(``results``). Every connection goes through ``gateway.adapters.shared.egress``: the host
+is checked per request and per redirect hop, the resolved address at every connect.
 
 Failures are translated at this edge, and whether anything left decides how:
 
@@ -12,7 +12,7 @@ Failures are translated at this edge, and whether anything left decides how:
     sent, no response: the deadline             → ``timeout``
     sent, no response: connection lost          → ``interrupted``   (reason response_lost)
     sent, no response: cancelled in flight      → ``cancelled``     (reason cancelled_in_flight)
-    a response                                  → by status (http_results.status_error)
+    a response                                  → by status (results.status_error)
 
 The pipeline reconciles the three uncertain codes of a write with the tool's ``reconcile``
 probes and otherwise reports ``unknown``; ``retryable`` is true for them only when a repeat
