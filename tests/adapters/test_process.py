@@ -28,12 +28,12 @@ from gateway.adapters.process import junit, sandbox
 from gateway.adapters.process.adapter import (
     Capture,
     ProcessAdapter,
-    ProcessOptions,
     create,
     split_budget,
 )
 from gateway.adapters.process.junit import JUnitError, parse_report, read_report
 from gateway.adapters.process.proctree import MARKER_ENV
+from gateway.adapters.process.spec import ProcessOptions
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError
