@@ -26,7 +26,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.integration.gateways import gateway, make_project
+from gateway.testing import gateway, make_project
 
 HEADERS = {"Authorization": "Bearer tg_dev_alice"}
 

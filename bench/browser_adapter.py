@@ -39,16 +39,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gateway.adapters.base import AdapterCall  # noqa: E402
-from gateway.adapters.browser import BrowserAdapter  # noqa: E402
-from gateway.adapters.browser_sessions import (  # noqa: E402
+from gateway.adapters.browser.adapter import BrowserAdapter  # noqa: E402
+from gateway.adapters.browser.sessions import (  # noqa: E402
     DEFAULT_ARGS,
     DEFAULT_EXECUTABLE,
-    ArtifactStore,
     BrowserConfig,
 )
-from gateway.declarations.loader import load_catalogue  # noqa: E402
+from gateway.adapters.shared.artifacts import ArtifactStore  # noqa: E402
 from gateway.server.app import create_app  # noqa: E402
 from gateway.settings import Settings, load_settings  # noqa: E402
+from gateway.testing import load_catalogue  # noqa: E402
 from gateway.workspace import Workspace  # noqa: E402
 from tests.adapters.test_browser import PageServer  # noqa: E402
 

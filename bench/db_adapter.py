@@ -33,10 +33,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gateway.adapters.base import AdapterCall  # noqa: E402
-from gateway.adapters.database import create  # noqa: E402
-from gateway.declarations.loader import load_catalogue  # noqa: E402
+from gateway.adapters.database.adapter import create  # noqa: E402
 from gateway.server.app import create_app  # noqa: E402
 from gateway.settings import Settings, load_settings  # noqa: E402
+from gateway.testing import load_catalogue  # noqa: E402
 from gateway.workspace import Workspace  # noqa: E402
 
 KEY = "tg_dev_alice"
@@ -100,8 +100,9 @@ def bench_api(settings: Settings, calls: int) -> list[float]:
 
 
 def bench_adapter(settings: Settings, calls: int) -> list[float]:
-    adapter = create(settings, settings.adapters["database"])
-    tool = load_catalogue(settings.path(settings.tools_dir)).resolve(TOOL)
+    catalogue = load_catalogue(settings.path(settings.tools_dir))
+    adapter = create(settings, settings.adapters["database"], catalogue)
+    tool = catalogue.resolve(TOOL)
     workspace = Workspace("demo", settings.base_dir)
 
     async def one() -> None:

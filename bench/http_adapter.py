@@ -37,7 +37,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.integration.gateways import free_port, gateway, make_project  # noqa: E402
+from gateway.testing import free_port, gateway, make_project  # noqa: E402
 
 HEADERS = {"Authorization": "Bearer tg_dev_alice"}
 
@@ -103,9 +103,9 @@ def direct_call(client: httpx.Client, url: str) -> float:
 
 async def adapter_alone(service_url: str, calls: int) -> tuple[list[float], list[float]]:
     """(adapter.execute, AsyncClient.get) seconds per call, interleaved, after a warm-up."""
-    from gateway.adapters.http import HttpAdapter
-    from gateway.adapters.http_options import HttpConfig
-    from gateway.declarations.loader import load_catalogue
+    from gateway.adapters.http.adapter import HttpAdapter
+    from gateway.adapters.http.options import HttpConfig
+    from gateway.testing import load_catalogue
     from tests.adapters.test_http import make_call
 
     tool = load_catalogue(ROOT / "tools.d").resolve("http.get_json")

@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.gateways import free_port, make_project, wait_healthy
+from gateway.testing import free_port, make_project, wait_healthy
 
 HEADERS = {"Authorization": "Bearer tg_dev_alice", "Content-Type": "application/json"}
 

@@ -33,10 +33,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gateway.adapters.base import AdapterCall  # noqa: E402
-from gateway.adapters.process import create  # noqa: E402
-from gateway.declarations.loader import load_catalogue  # noqa: E402
+from gateway.adapters.process.adapter import create  # noqa: E402
 from gateway.server.app import create_app  # noqa: E402
 from gateway.settings import Settings, load_settings  # noqa: E402
+from gateway.testing import load_catalogue  # noqa: E402
 from gateway.workspace import Workspace  # noqa: E402
 
 KEY = "tg_dev_alice"
@@ -86,8 +86,9 @@ def api_call(client: TestClient, n: int) -> None:
 
 
 def adapter_call(settings: Settings, root: Path) -> Callable[[], Awaitable[None]]:
-    adapter = create(settings, {})
-    tool = load_catalogue(settings.path(settings.tools_dir)).resolve("proc.python")
+    catalogue = load_catalogue(settings.path(settings.tools_dir))
+    adapter = create(settings, {}, catalogue)
+    tool = catalogue.resolve("proc.python")
     workspace = Workspace("demo", root)
     arguments = {"script": "trivial.py", "args": [], "stdin": ""}
 

@@ -30,7 +30,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.integration.gateways import (
+from gateway.testing import (
     free_port,
     make_project,
     run_agent_code_without_approval,

@@ -70,7 +70,7 @@ import httpx  # noqa: E402
 import yaml  # noqa: E402
 from openloop import run_open_loop  # noqa: E402
 
-from tests.integration.gateways import free_port, gateway, make_project  # noqa: E402
+from gateway.testing import free_port, gateway, make_project  # noqa: E402
 
 AUTH = "Bearer tg_dev_alice"
 KIB = "x" * 1024
@@ -843,7 +843,7 @@ def generate_catalogue(target: Path, count: int) -> list[str]:
 
 
 def catalogue_growth(plan: Plan, work: Path, results: dict[str, Any]) -> None:
-    from gateway.declarations.loader import load_catalogue
+    from gateway.testing import load_catalogue
 
     tools_dir = work / "tools-1000"
     names = generate_catalogue(tools_dir, plan.tools)
@@ -1713,7 +1713,7 @@ ratios, measured in one run with A/B alternation, are what to compare.
   settings as `toolgate serve` (one process, `access_log` off, `server_header` off, log level
   `warning`).
 - **Gateway**: `toolgate serve` on a temporary copy of this project (SQLite in WAL mode, the
-  embedded Rego policy, quotas lifted), started by `tests/integration/gateways.py`.
+  embedded Rego policy, quotas lifted), started by `gateway/testing.py`.
 - **Load**: `wrk` with {threads} threads, {connections} connections, {duration} s per run,
   `bench/wrk_post.lua` sending a unique `call_id` per request. Every gateway run follows its
   own bare run (A B A B ..., {rounds} rounds); a ratio is the median over rounds of gateway /

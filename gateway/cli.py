@@ -21,6 +21,8 @@ from gateway.types import ApprovalStatus
 if TYPE_CHECKING:
     import httpx
 
+    from gateway.declarations.catalogue import Catalogue
+
 MAX_WAIT_S = 60.0
 """The longest ``?wait=`` the gateway accepts; ``call --wait`` asks again after each."""
 
@@ -52,7 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         Path(args.config) if args.config else None, host=args.host, port=args.port
     )
     loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
-    anyio.run(check_adapters, settings)
+    anyio.run(check_adapters, settings, loaded.catalogue)
     print(f"toolgate: listening on http://{settings.host}:{settings.port}")
     print(f"toolgate: store {_safe_url(settings)}")
     print(
@@ -70,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for principal in settings.principals:
         if principal.label:
             print(f"toolgate: principal {principal.id}: {principal.label}")
-    app = create_app(settings)
+    app = create_app(settings, loaded=loaded)
     _freeze_startup_objects()
     uvicorn.run(
         app,
@@ -110,8 +112,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
     except ConfigError as exc:
         problems.extend(exc.problems)
+    catalogue = loaded.catalogue if loaded else _loadable_tools(settings)
     try:
-        anyio.run(check_adapters, settings)
+        anyio.run(check_adapters, settings, catalogue)
     except ConfigError as exc:
         problems.extend(exc.problems)
     if problems:
@@ -126,6 +129,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loadable_tools(settings: Settings) -> Catalogue:
+    """The tools that load when others do not, for the adapters' checks (only a failed
+    load reads tools.d a second time)."""
+    from gateway.adapters.registry import SPECS
+    from gateway.declarations.catalogue import Catalogue
+    from gateway.declarations.loader import read_catalogue
+
+    try:
+        return read_catalogue(settings.path(settings.tools_dir), SPECS)[0]
+    except ConfigError:
+        return Catalogue(())
+
+
 def _count(items: Sequence[object], noun: str) -> str:
     return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
 
@@ -137,11 +153,12 @@ def _warn(warnings: Sequence[str]) -> None:
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
+    from gateway.adapters.registry import SPECS
     from gateway.declarations.loader import load_catalogue
     from gateway.server.render import tool_detail
 
     settings = _settings(args)
-    catalogue = load_catalogue(settings.path(settings.tools_dir))
+    catalogue = load_catalogue(settings.path(settings.tools_dir), SPECS)
     if args.name:
         tool = catalogue.resolve(args.name, args.version)
         print(json.dumps(tool_detail(tool, catalogue.versions(args.name)), indent=2))
@@ -233,9 +250,10 @@ def cmd_keys_hash(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from gateway.adapters.registry import SPECS
     from gateway.declarations.loader import declaration_json_schema
 
-    schema = declaration_json_schema()
+    schema = declaration_json_schema(SPECS)
     print(json.dumps(schema, indent=2, sort_keys=True))
     return 0
 

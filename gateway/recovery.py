@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from gateway.adapters.base import SideEffectReport
+from gateway.adapters.base import Recovering, SideEffectReport
 from gateway.errors import ExecutionError, StoreError, ToolgateError
 from gateway.events.model import make_event
 from gateway.instance import INSTANCE_ID, owner_is_gone
@@ -177,12 +177,11 @@ async def _rebuild(services: Services, record: ExecutionRecord) -> Flow | None:
 async def _stop_leftovers(services: Services, flow: Flow, states: list[Any]) -> None:
     assert flow.tool is not None
     adapter = services.adapters.get(flow.tool.adapter)
-    stop = getattr(adapter, "recover", None)
-    if stop is None:
+    if not isinstance(adapter, Recovering):
         return
     for state in states:
         try:
-            await stop(state)
+            await adapter.recover(state)
         except ToolgateError as exc:
             log.warning("could not stop what %s left running: %s", flow.execution_id, exc)
         except Exception:

@@ -511,7 +511,7 @@ def test_example_calls_run_in_order_against_a_gateway(tmp_path: Path) -> None:
     202), none is refused as a reused call id or key."""
     import httpx
 
-    from tests.integration.gateways import gateway, make_project
+    from gateway.testing import gateway, make_project
 
     config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
     answers = []
@@ -647,6 +647,17 @@ def test_every_mcp_meta_key_is_in_mcp_md() -> None:
     assert set(meta.READ_KEYS) <= keys and set(meta.WRITTEN_KEYS) <= keys
     missing = missing_from_table(keys, doc("mcp.md"))
     assert not missing, f"docs/mcp.md has no table row for the _meta keys {missing}"
+
+
+def test_every_public_name_of_the_test_kit_is_in_writing_md() -> None:
+    """gateway.testing is public (issue 13 §1): each name it exports has a row in the
+    Testing table of docs/adapters/writing.md, and the page is linked from tools.md."""
+    from gateway import testing
+
+    table = section(doc("adapters/writing.md"), "## Testing")
+    missing = missing_from_table(set(testing.__all__), table)
+    assert not missing, f"add a row to docs/adapters/writing.md#testing for {missing}"
+    assert "(adapters/writing.md)" in doc("tools.md"), "link docs/adapters/writing.md"
 
 
 # --- the checks themselves --------------------------------------------------------------------

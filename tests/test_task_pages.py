@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.testing import free_port, stop, wait_healthy
 from tests.conftest import ALICE, REPO
-from tests.integration.gateways import free_port, stop, wait_healthy
 
 TASKS = REPO / "docs" / "tasks"
 PAGES = sorted(TASKS.glob("*.md"))

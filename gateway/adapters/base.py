@@ -3,6 +3,12 @@
 An adapter turns validated, normalised arguments into one real side effect (or a read) and
 reports what happened; it translates its library's exceptions into ``gateway.errors`` at
 its own edge. ``probe`` reads real state for state guards, verification and reconciliation.
+
+What more an adapter can do is an optional capability, a ``runtime_checkable`` Protocol the
+pipeline tests with ``isinstance``: ``Previewing`` (show the approver the effect),
+``Recovering`` (stop what a crashed call left running); the options of a declaration may be
+``Templating``. ``AdapterSpec`` (what the loader checks a declaration against) lives with
+the loader, in ``gateway.declarations.spec``, and is importable from here.
 """
 
 from __future__ import annotations
@@ -10,12 +16,12 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 import anyio
-from pydantic import BaseModel, ConfigDict
 
 from gateway.declarations.model import ToolDeclaration
+from gateway.declarations.spec import AdapterSpec, NoOptions, Templating
 from gateway.errors import ToolgateError
 from gateway.types import JSON, Outcome
 from gateway.workspace import ResolvedPath, Workspace
@@ -93,8 +99,23 @@ class AdapterCall:
         return self.deadline - time.time()
 
 
+__all__ = [
+    "NO_SIDE_EFFECT",
+    "Adapter",
+    "AdapterCall",
+    "AdapterOutcome",
+    "AdapterSpec",
+    "Evidence",
+    "NoOptions",
+    "Previewing",
+    "Recovering",
+    "SideEffectReport",
+    "Templating",
+]
+
+
 class Adapter(Protocol):
-    """One kind of real system. Implementations live one per module in this package."""
+    """One kind of real system: ``gateway/adapters/<kind>/`` (see ``registry``)."""
 
     name: ClassVar[str]
 
@@ -105,25 +126,19 @@ class Adapter(Protocol):
     async def aclose(self) -> None: ...
 
 
-class NoOptions(BaseModel):
-    """For adapters that take no declaration keys of their own."""
+@runtime_checkable
+class Previewing(Protocol):
+    """An adapter that can show an approver what a call would do (e.g. a file's diff)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    async def preview(self, call: AdapterCall) -> JSON:
+        """What the effect would be, without causing it; raises ToolgateError if it cannot tell."""
+        ...
 
 
-@dataclass(frozen=True, slots=True)
-class AdapterSpec:
-    """What the declaration loader checks a tool against, before any call."""
+@runtime_checkable
+class Recovering(Protocol):
+    """An adapter that can stop what a call left running when its gateway died."""
 
-    name: str
-    operations: Mapping[str, frozenset[str]]
-    """Operation → the side_effect values a tool of that operation may declare."""
-    probes: Mapping[str, frozenset[str]]
-    """Probe name → required parameter names."""
-    options: type[BaseModel] = NoOptions
-    durable_reads: bool = False
-    """True when even a read leaves something to clean up after a crash (a process):
-    such reads are reserved like writes, so recovery can find them."""
-    path_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """Operation → path specs a tool of that operation must list in ``paths`` (key ``*``:
-    every operation not listed)."""
+    async def recover(self, state: Mapping[str, JSON]) -> None:
+        """Stop what one ``state.checkpointed`` adapter state names (e.g. a process tree)."""
+        ...

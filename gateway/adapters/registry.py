@@ -1,30 +1,58 @@
-"""Which adapters exist, and what the declaration loader checks a tool against.
+"""Which adapters exist: their specs (light, imported here) and their implementations
+(imported only when ``build_adapters`` builds them).
 
-To add an adapter: a module in this package with ``SPEC`` (an ``AdapterSpec``) and
-``create(settings, config) -> Adapter``, registered in ``_MODULES`` below.
+To add an adapter kind ``NAME`` (docs/adapters/writing.md walks through it):
+
+1. ``gateway/adapters/NAME/spec.py``: ``SPEC = AdapterSpec(name="NAME", ...)`` and its
+   options model; it imports only pydantic and the gateway's leaf modules (``declarations``,
+   ``errors``, ``types``, ``adapters.shared``), never the implementation or its library;
+2. ``gateway/adapters/NAME/adapter.py``: ``create(settings, config, catalogue) -> Adapter``
+   (``config`` is ``adapters.NAME`` of toolgate.yaml; ``catalogue`` the loaded tools.d);
+3. one line in ``KINDS`` below.
+
+Optional capabilities are Protocols in ``gateway.adapters.base`` (``Previewing``,
+``Recovering``); helpers any adapter may use are in ``gateway.adapters.shared``. No kind
+imports another kind.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from types import ModuleType
 
-from gateway.adapters import browser, database, file, http, process
-from gateway.adapters.base import Adapter, AdapterSpec
+from gateway.adapters.base import Adapter
+from gateway.adapters.browser import spec as browser
+from gateway.adapters.database import spec as database
+from gateway.adapters.file import spec as file
+from gateway.adapters.http import spec as http
+from gateway.adapters.process import spec as process
+from gateway.declarations.catalogue import Catalogue
+from gateway.declarations.spec import AdapterSpec
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 
-_MODULES: tuple[ModuleType, ...] = (file, process, browser, database, http)
+KINDS: Mapping[str, AdapterSpec] = {
+    "file": file.SPEC,
+    "process": process.SPEC,
+    "browser": browser.SPEC,
+    "database": database.SPEC,
+    "http": http.SPEC,
+}
+"""Adapter kind → its spec; the implementation is ``gateway.adapters.<kind>.adapter``."""
 
-SPECS: Mapping[str, AdapterSpec] = {module.SPEC.name: module.SPEC for module in _MODULES}
+SPECS: Mapping[str, AdapterSpec] = {spec.name: spec for spec in KINDS.values()}
+"""What the declaration loader checks each tool against (``load_catalogue(dir, SPECS)``)."""
 
 
-def build_adapters(settings: Settings) -> dict[str, Adapter]:
-    """One live instance of every adapter, opened with the app and closed with it."""
+def build_adapters(settings: Settings, catalogue: Catalogue) -> dict[str, Adapter]:
+    """One live instance of every adapter, opened with the app and closed with it; each is
+    built from its ``adapters.<kind>`` section and the loaded catalogue (tools.d is not
+    read again)."""
     unknown = sorted(set(settings.adapters) - set(SPECS))
     if unknown:
         raise ConfigError(f"adapters: unknown adapter sections {unknown} (known: {sorted(SPECS)})")
-    return {
-        module.SPEC.name: module.create(settings, settings.adapters.get(module.SPEC.name, {}))
-        for module in _MODULES
-    }
+    built: dict[str, Adapter] = {}
+    for kind in KINDS:
+        module = importlib.import_module(f"gateway.adapters.{kind}.adapter")
+        built[kind] = module.create(settings, settings.adapters.get(kind, {}), catalogue)
+    return built

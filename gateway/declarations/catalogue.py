@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from gateway.declarations.fastvalid import FastValidator
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.semver import parse_range
 from gateway.errors import ResolveError
+from gateway.yamlsrc import Lines
 
 
 class Catalogue:
     """Immutable after construction; a reload builds a new one."""
 
-    def __init__(self, tools: Iterable[ToolDeclaration]) -> None:
+    def __init__(
+        self, tools: Iterable[ToolDeclaration], lines: Mapping[str, Lines] | None = None
+    ) -> None:
+        self._lines = dict(lines or {})
         by_name: dict[str, list[ToolDeclaration]] = {}
         for tool in tools:
             by_name.setdefault(tool.name, []).append(tool)
@@ -36,6 +40,11 @@ class Catalogue:
 
     def all(self) -> list[ToolDeclaration]:
         return [tool for versions in self._by_name.values() for tool in versions]
+
+    def lines(self, tool: ToolDeclaration) -> Lines:
+        """Where ``tool``'s keys are in its file, for messages naming file, line and key
+        (a tool built in code, not loaded, has no file: its ref stands for one)."""
+        return self._lines.get(tool.ref) or Lines(tool.ref, {})
 
     def resolve(self, name: str, requested: str | None = None) -> ToolDeclaration:
         """The newest enabled version of ``name`` matching ``requested`` (any when None)."""

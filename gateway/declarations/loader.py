@@ -2,6 +2,8 @@
 
 All files are read and every fault is collected; any fault means the whole load fails
 (a bad file never replaces a good catalogue) and each message names file, line and key.
+Each file is parsed once; the specs to check against are given (the shipped ones are
+``gateway.adapters.registry.SPECS``): this package imports no adapter.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from gateway.adapters.base import AdapterSpec
-from gateway.adapters.registry import SPECS
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.jsonschema import validate_cerberus_schema
 from gateway.declarations.model import ProbeDecl, ToolDeclaration
+from gateway.declarations.spec import AdapterSpec, Templating
 from gateway.declarations.templates import FIELDS, Template
 from gateway.errors import ConfigError
 from gateway.yamlsrc import Lines, load_yaml, pydantic_problems
@@ -25,13 +26,25 @@ from gateway.yamlsrc import Lines, load_yaml, pydantic_problems
 _COMMON_KEYS = frozenset(ToolDeclaration.model_fields) - {"options"}
 
 
-def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec] = SPECS) -> Catalogue:
+def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec]) -> Catalogue:
     """Read every ``*.yaml``/``*.yml`` below ``tools_dir``; raise ConfigError listing all faults."""
+    catalogue, problems = read_catalogue(tools_dir, specs)
+    if problems:
+        raise ConfigError(problems)
+    return catalogue
+
+
+def read_catalogue(
+    tools_dir: Path, specs: Mapping[str, AdapterSpec]
+) -> tuple[Catalogue, list[str]]:
+    """The tools that load, and the faults of those that do not (for a check that reports
+    everything at once: the good tools can still be checked against the configuration)."""
     if not tools_dir.is_dir():
         raise ConfigError(f"{tools_dir}: the tools directory does not exist")
     files = sorted(p for p in tools_dir.rglob("*") if p.suffix in (".yaml", ".yml"))
     problems: list[str] = []
     tools: list[ToolDeclaration] = []
+    where: dict[str, Lines] = {}
     seen: dict[tuple[str, str], str] = {}
     for path in files:
         try:
@@ -47,9 +60,8 @@ def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec] = SPECS) ->
             continue
         seen[key] = str(path)
         tools.append(tool)
-    if problems:
-        raise ConfigError(problems)
-    return Catalogue(tools)
+        where[tool.ref] = lines
+    return Catalogue(tools, where), problems
 
 
 def _line_of(problem: str, file: str) -> int:
@@ -58,9 +70,7 @@ def _line_of(problem: str, file: str) -> int:
     return int(line) if line.isdigit() else 0
 
 
-def load_declaration(
-    path: Path, specs: Mapping[str, AdapterSpec] = SPECS
-) -> tuple[ToolDeclaration, Lines]:
+def load_declaration(path: Path, specs: Mapping[str, AdapterSpec]) -> tuple[ToolDeclaration, Lines]:
     """Parse and check one declaration file."""
     raw, lines = load_yaml(path)
     if not isinstance(raw, dict):
@@ -164,7 +174,7 @@ def _templates(tool: ToolDeclaration) -> Iterable[tuple[tuple[str | int, ...], T
             if isinstance(decl, ProbeDecl) and decl.equals is not None:
                 yield (field, i, "equals"), decl.equals
     options = tool.options
-    if options is not None and hasattr(options, "templates"):
+    if isinstance(options, Templating):
         yield from options.templates()
 
 
@@ -262,7 +272,7 @@ def _check_probe(
         yield f"{lines.where(loc)}: probe {name!r} needs the parameter {missing!r}"
 
 
-def declaration_json_schema(specs: Mapping[str, AdapterSpec] = SPECS) -> dict[str, Any]:
+def declaration_json_schema(specs: Mapping[str, AdapterSpec]) -> dict[str, Any]:
     """The JSON Schema of a declaration file for editors: the common keys plus every
     adapter's own top-level keys (each described with the adapters it belongs to)."""
     schema = ToolDeclaration.model_json_schema(mode="validation")

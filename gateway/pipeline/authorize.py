@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, cast
+from typing import Any
 
-from gateway.adapters.base import SideEffectReport
+from gateway.adapters.base import Previewing, SideEffectReport
 from gateway.approvals import tokens
 from gateway.errors import CallError, PolicyDenied, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of
@@ -142,11 +142,10 @@ async def _approval_from_token(services: Services, flow: Flow) -> ApprovalRecord
 async def _preview(services: Services, flow: Flow) -> JSON:
     """What the approver will see of the effect, when the adapter can tell (e.g. a diff)."""
     adapter = adapter_of(services, flow)
-    preview = getattr(adapter, "preview", None)
-    if preview is None:
+    if not isinstance(adapter, Previewing):
         return None
     try:
-        return cast(JSON, await preview(adapter_call(services, flow)))
+        return await adapter.preview(adapter_call(services, flow))
     except ToolgateError as exc:
         return {"error": exc.message}
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.adapters.registry import build_adapters
+from gateway.adapters.registry import SPECS, build_adapters
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
@@ -40,7 +40,7 @@ def load_sources(settings: Settings) -> Loaded:
     sources: PolicySources | None = None
     policy_data: PolicyData | None = None
     try:
-        catalogue = load_catalogue(settings.path(settings.tools_dir))
+        catalogue = load_catalogue(settings.path(settings.tools_dir), SPECS)
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:
@@ -59,10 +59,10 @@ def load_sources(settings: Settings) -> Loaded:
     return Loaded(catalogue, sources, policy_data)
 
 
-async def check_adapters(settings: Settings) -> None:
+async def check_adapters(settings: Settings, catalogue: Catalogue) -> None:
     """Build and close every adapter: their ``adapters.*`` sections and the tools that
     use them are checked now, with a clear error, rather than in the server's start-up."""
-    adapters = build_adapters(settings)
+    adapters = build_adapters(settings, catalogue)
     for adapter in adapters.values():
         await adapter.aclose()
 
@@ -76,9 +76,10 @@ def make_policy(settings: Settings, sources: PolicySources) -> PolicyBackend:
     )
 
 
-async def open_runtime(settings: Settings) -> Runtime:
-    """Load, check and open everything; the caller must ``close_runtime``."""
-    loaded = load_sources(settings)
+async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runtime:
+    """Load (unless given what was loaded), check and open everything; the caller must
+    ``close_runtime``."""
+    loaded = loaded or load_sources(settings)
     workspaces = open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
     store = Store(settings.resolved_database_url)
     await store.open()
@@ -89,7 +90,7 @@ async def open_runtime(settings: Settings) -> Runtime:
         policy_data=loaded.policy_data,
         workspaces=workspaces,
         store=store,
-        adapters=build_adapters(settings),
+        adapters=build_adapters(settings, loaded.catalogue),
         approval_key=approval_key(settings),
         faults=Faults.parse(settings.faults),
     )

@@ -16,7 +16,7 @@ from gateway.errors import ToolgateError
 from gateway.mcp.endpoint import McpEndpoint
 from gateway.recovery import recover
 from gateway.runtime import approvals
-from gateway.runtime.bootstrap import close_runtime, open_runtime
+from gateway.runtime.bootstrap import Loaded, close_runtime, open_runtime
 from gateway.runtime.container import Runtime
 from gateway.server import artifacts, routes
 from gateway.server.openapi import build_openapi
@@ -27,8 +27,11 @@ from gateway.worker import run_workers
 log = logging.getLogger("toolgate.server")
 
 
-def create_app(settings: Settings, services: Runtime | None = None) -> Starlette:
-    """An app that opens its services on startup (or uses ``services`` as given)."""
+def create_app(
+    settings: Settings, services: Runtime | None = None, loaded: Loaded | None = None
+) -> Starlette:
+    """An app that opens its services on startup (or uses ``services`` as given; ``loaded``:
+    the sources already read, so that start-up does not parse them again)."""
     openapi = build_openapi()
     mcp = McpEndpoint(settings)
 
@@ -39,7 +42,7 @@ def create_app(settings: Settings, services: Runtime | None = None) -> Starlette
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         owned = services is None
-        app.state.services = services or await open_runtime(settings)
+        app.state.services = services or await open_runtime(settings, loaded)
         try:
             settled = await recover(app.state.services)
             if settled:

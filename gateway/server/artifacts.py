@@ -10,7 +10,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.browser_sessions import ArtifactStore
+from gateway.adapters.shared.artifacts import ArtifactStore
 from gateway.errors import NotFound
 from gateway.server.routes import principal_of, services_of
 

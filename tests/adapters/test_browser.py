@@ -23,12 +23,14 @@ import cerberus
 import pytest
 
 from gateway.adapters.base import AdapterCall
-from gateway.adapters.browser import BrowserAdapter, StepDecl
-from gateway.adapters.browser_sessions import DEFAULT_EXECUTABLE, ArtifactStore, BrowserConfig
-from gateway.adapters.browser_steps import fit_budget, translate_error
-from gateway.declarations.loader import load_catalogue, load_declaration
+from gateway.adapters.browser.adapter import BrowserAdapter
+from gateway.adapters.browser.sessions import DEFAULT_EXECUTABLE, BrowserConfig
+from gateway.adapters.browser.spec import StepDecl
+from gateway.adapters.browser.steps import fit_budget, translate_error
+from gateway.adapters.shared.artifacts import ArtifactStore
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError, ExecutionError
+from gateway.testing import load_catalogue, load_declaration
 from gateway.types import Outcome
 from gateway.workspace import Workspace
 from tests.conftest import IN_CI, REPO

@@ -24,17 +24,17 @@ import sqlalchemy as sa
 import yaml
 from starlette.testclient import TestClient
 
-from gateway.adapters import database
 from gateway.adapters.base import AdapterCall
-from gateway.adapters.database import DatabaseAdapter
-from gateway.adapters.database_engines import ConnectionConfig
-from gateway.adapters.database_errors import category
-from gateway.adapters.database_options import DatabaseOptions, check_tool
+from gateway.adapters.database import adapter as database
+from gateway.adapters.database.adapter import DatabaseAdapter
+from gateway.adapters.database.engines import ConnectionConfig
+from gateway.adapters.database.errors import category
+from gateway.adapters.database.options import DatabaseOptions, check_tool
 from gateway.declarations.catalogue import Catalogue
-from gateway.declarations.loader import load_catalogue, load_declaration
 from gateway.errors import CallError, ConfigError, ExecutionError
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
+from gateway.testing import catalogue_of, load_catalogue, load_declaration
 from gateway.types import Outcome
 from gateway.workspace import Workspace
 from tests.conftest import IN_CI, REPO
@@ -277,7 +277,7 @@ def shop(shop_url: str, tmp_path: Path) -> Iterator[Shop]:
         )
     tools_dir = write_tools(tmp_path / "tools.d", TOOLS.format(slow=SLOW_SQL[engine.dialect.name]))
     settings = shop_settings(tmp_path, tools_dir, shop_url)
-    adapter = database.create(settings, settings.adapters["database"])
+    adapter = database.create(settings, settings.adapters["database"], catalogue_of(settings))
     (tools_dir / "99.t.sneaky_write.yaml").write_text(SNEAKY)
     root = tmp_path / "ws"
     root.mkdir()
@@ -457,7 +457,7 @@ async def test_sqlite_writer_busy_is_retryable(tmp_path: Path) -> None:
     tools_dir = write_tools(tmp_path / "tools.d", TOOLS.format(slow=SLOW_SQL["sqlite"]))
     settings = shop_settings(tmp_path, tools_dir, url)
     shop = Shop(
-        database.create(settings, settings.adapters["database"]),
+        database.create(settings, settings.adapters["database"], catalogue_of(settings)),
         load_catalogue(tools_dir),
         engine,
         Workspace("demo", tmp_path),
@@ -485,7 +485,7 @@ async def test_unreachable_server_is_retryable_without_credentials(
     monkeypatch.setenv("TG_TEST_SHOP_PASSWORD", "s3cret-Pa55")
     tools_dir = write_tools(tmp_path / "tools.d", TOOLS.format(slow="SELECT 1"))
     settings = shop_settings(tmp_path, tools_dir, url, password_env="TG_TEST_SHOP_PASSWORD")
-    adapter = database.create(settings, settings.adapters["database"])
+    adapter = database.create(settings, settings.adapters["database"], catalogue_of(settings))
     catalogue = load_catalogue(tools_dir)
     shop = Shop(adapter, catalogue, sa.create_engine("sqlite://"), Workspace("demo", tmp_path))
     try:
@@ -591,7 +591,7 @@ def test_unknown_connection_and_query_fail_the_start_naming_the_file(tmp_path: P
     tools_dir = write_tools(tmp_path / "tools.d", text)
     settings = shop_settings(tmp_path, tools_dir, f"sqlite:///{tmp_path / 's.db'}")
     with pytest.raises(ConfigError) as caught:
-        database.create(settings, settings.adapters["database"])
+        database.create(settings, settings.adapters["database"], catalogue_of(settings))
     first, second = caught.value.problems
     assert "00.t.list_items.yaml:6: connection: connection 'shopp' is not declared" in first
     assert "(declared: shop)" in first
@@ -616,7 +616,7 @@ def test_bad_connections_are_refused_at_start(
     monkeypatch.delenv("TG_NOPE", raising=False)
     settings = shop_settings(tmp_path, tmp_path / "none", **connection)
     with pytest.raises(ConfigError) as caught:
-        database.create(settings, settings.adapters["database"])
+        database.create(settings, settings.adapters["database"], catalogue_of(settings))
     assert fault in str(caught.value)
     assert "pw@" not in str(caught.value)
 
@@ -625,7 +625,7 @@ def test_write_tool_on_a_read_only_connection_is_refused(tmp_path: Path) -> None
     tools_dir = write_tools(tmp_path / "tools.d", TOOLS.format(slow="SELECT 1"))
     settings = shop_settings(tmp_path, tools_dir, "sqlite:///s.db", read_only=True)
     with pytest.raises(ConfigError) as caught:
-        database.create(settings, settings.adapters["database"])
+        database.create(settings, settings.adapters["database"], catalogue_of(settings))
     assert all("is read-only; a write tool cannot use it" in p for p in caught.value.problems)
     assert len(caught.value.problems) == 4  # take, restock, add, typo
 
@@ -634,13 +634,13 @@ def test_seed_creates_a_missing_database_once(tmp_path: Path) -> None:
     settings = shop_settings(
         tmp_path, tmp_path / "none", "sqlite:///var/o.db", seed=str(REPO / "examples/orders_db.py")
     )
-    adapter = database.create(settings, settings.adapters["database"])
+    adapter = database.create(settings, settings.adapters["database"], catalogue_of(settings))
     engine = adapter.connections["shop"].engine
     with engine.begin() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM orders").scalar() == 40
         conn.exec_driver_sql("DELETE FROM orders WHERE id > 1")
     engine.dispose()
-    again = database.create(settings, settings.adapters["database"])
+    again = database.create(settings, settings.adapters["database"], catalogue_of(settings))
     with again.connections["shop"].engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM orders").scalar() == 1
     again.connections["shop"].engine.dispose()
@@ -652,7 +652,7 @@ def test_failing_seed_leaves_no_database(tmp_path: Path) -> None:
     script.write_text("def seed(url):\n    raise RuntimeError('boom')\n")
     settings = shop_settings(tmp_path, tmp_path / "none", "sqlite:///o.db", seed=str(script))
     with pytest.raises(ConfigError, match=r"bad_seed\.py failed: RuntimeError: boom"):
-        database.create(settings, settings.adapters["database"])
+        database.create(settings, settings.adapters["database"], catalogue_of(settings))
     left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")
     assert left == ["bad_seed.py"]
 
@@ -915,7 +915,7 @@ def test_a_read_tool_whose_sql_writes_fails_the_check(
     (tools_dir / "bad.yaml").write_text(READ_TOOL.format(name="bad", sql=sql))
     settings = shop_settings(tmp_path, tools_dir, shop_url)
     with pytest.raises(ConfigError) as caught:
-        database.create(settings, settings.adapters["database"])
+        database.create(settings, settings.adapters["database"], catalogue_of(settings))
     [problem] = caught.value.problems
     assert "bad.yaml:10: sql" in problem and "sql" in problem, problem
     assert why in problem, problem
@@ -936,7 +936,8 @@ def test_a_read_tool_whose_sql_reads_passes_the_check(tmp_path: Path, sql: str) 
     tools_dir.mkdir()
     (tools_dir / "ok.yaml").write_text(READ_TOOL.format(name="ok", sql=sql))
     settings = shop_settings(tmp_path, tools_dir, f"sqlite:///{tmp_path / 'shop.db'}")
-    database.create(settings, settings.adapters["database"]).connections["shop"].engine.dispose()
+    adapter = database.create(settings, settings.adapters["database"], catalogue_of(settings))
+    adapter.connections["shop"].engine.dispose()
 
 
 def test_a_probe_query_that_writes_fails_the_check(tmp_path: Path) -> None:
@@ -950,7 +951,7 @@ def test_a_probe_query_that_writes_fails_the_check(tmp_path: Path) -> None:
     )
     settings = shop_settings(tmp_path, tools_dir, f"sqlite:///{tmp_path / 'shop.db'}")
     with pytest.raises(ConfigError) as caught:
-        database.create(settings, settings.adapters["database"])
+        database.create(settings, settings.adapters["database"], catalogue_of(settings))
     [problem] = caught.value.problems
     assert take.name in problem and "queries.qty" in problem and "setval()" in problem, problem
 

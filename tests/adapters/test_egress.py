@@ -13,18 +13,17 @@ import httpx
 import pytest
 
 from examples.orders_service import create_app, serving
-from gateway.adapters.egress import (
+from gateway.adapters.shared.egress import (
     EgressPolicy,
     EgressRefused,
-    GuardedBackend,
     check_host,
     check_url,
-    guarded_transport,
     normalise_host,
     parse_network,
     refusal,
     resolve,
 )
+from gateway.adapters.shared.transport import GuardedBackend, guarded_transport
 from gateway.errors import ExecutionError
 
 pytestmark = pytest.mark.anyio

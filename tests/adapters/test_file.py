@@ -11,9 +11,10 @@ import anyio
 import pytest
 
 from gateway.adapters.base import AdapterCall
-from gateway.adapters.file import FileAdapter, atomic_write, file_sha256, sha256_bytes
-from gateway.declarations.loader import load_catalogue
+from gateway.adapters.file.adapter import FileAdapter
+from gateway.adapters.shared.fileio import atomic_write, file_sha256, sha256_bytes
 from gateway.errors import ExecutionError, ValidationError
+from gateway.testing import load_catalogue
 from gateway.types import Outcome
 from gateway.workspace import Workspace, confine
 from tests.conftest import REPO
@@ -139,7 +140,7 @@ def test_file_sha256_of_directory_is_an_error(ws: Workspace) -> None:
 async def test_small_reads_and_probes_on_the_loop_large_ones_on_a_thread(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway.adapters import file as file_adapter
+    from gateway.adapters.file import adapter as file_adapter
 
     hops: list[object] = []
     real_run_sync = anyio.to_thread.run_sync
@@ -164,7 +165,7 @@ async def test_small_reads_and_probes_on_the_loop_large_ones_on_a_thread(
 
 
 async def test_a_fifo_is_never_read_on_the_loop(ws: Workspace) -> None:
-    from gateway.adapters.file import small_file_bytes
+    from gateway.adapters.file.adapter import small_file_bytes
 
     os.mkfifo(ws.root / "pipe")
     assert small_file_bytes(ws.root / "pipe") is None  # returns at once: opened non-blocking

@@ -23,9 +23,9 @@ import anyio
 import pytest
 
 from gateway.adapters.base import AdapterCall
-from gateway.adapters.file import FileAdapter
-from gateway.declarations.loader import load_catalogue
+from gateway.adapters.file.adapter import FileAdapter
 from gateway.errors import ToolgateError
+from gateway.testing import load_catalogue
 from gateway.types import Outcome
 from gateway.workspace import Workspace, confine
 from tests.conftest import REPO

@@ -22,16 +22,16 @@ from starlette.testclient import TestClient
 
 from examples.orders_service import create_app as orders_app
 from examples.orders_service import serving
-from gateway.adapters import http
 from gateway.adapters.base import AdapterCall
-from gateway.adapters.egress import EgressRefused
-from gateway.adapters.http_options import HttpConfig, HttpOptions
-from gateway.adapters.http_results import parse_retry_after
-from gateway.declarations.loader import load_catalogue, load_declaration
+from gateway.adapters.http import adapter as http
+from gateway.adapters.http.options import HttpConfig, HttpOptions
+from gateway.adapters.http.results import parse_retry_after
+from gateway.adapters.shared.egress import EgressRefused
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError, ExecutionError
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
+from gateway.testing import catalogue_of, load_catalogue, load_declaration
 from gateway.types import Outcome
 from gateway.workspace import Workspace
 from tests.conftest import REPO
@@ -704,12 +704,14 @@ def test_bad_declarations_are_rejected_at_load(tmp_path: Path, extra: str, fault
 def test_unknown_service_and_bad_settings_fail_the_start(project: Path) -> None:
     settings = load_settings(project / "toolgate.yaml", env={})
     with pytest.raises(ConfigError) as info:
-        http.create(settings, {"services": {}})
+        http.create(settings, {"services": {}}, catalogue_of(settings))
     assert "orders.create.yaml" in str(info.value) and "service 'orders'" in str(info.value)
     with pytest.raises(ConfigError, match=r"adapters\.http\.max_conections"):
-        http.create(settings, {"max_conections": 3})
+        http.create(settings, {"max_conections": 3}, catalogue_of(settings))
     with pytest.raises(ConfigError, match=r"adapters\.http\.services\.orders\.base_url"):
-        http.create(settings, {"services": {"orders": {"base_url": "ftp://x"}}})
+        http.create(
+            settings, {"services": {"orders": {"base_url": "ftp://x"}}}, catalogue_of(settings)
+        )
 
 
 def test_options_publish_a_json_schema() -> None:
@@ -866,7 +868,7 @@ def test_probe_parameters_are_checked_at_start(project: Path) -> None:
     )
     settings = load_settings(project / "toolgate.yaml", env={})
     with pytest.raises(ConfigError) as info:
-        http.create(settings, settings.adapters["http"])
+        http.create(settings, settings.adapters["http"], catalogue_of(settings))
     problems = info.value.problems
     assert any(
         "t.probe.yaml:12: reconcile.0.jsonpath" in p and "no parameter" in p for p in problems

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gateway.adapters.patch import NO_NEWLINE, apply_unified_diff, unified_diff
+from gateway.adapters.file.patch import NO_NEWLINE, apply_unified_diff, unified_diff
 from gateway.errors import ValidationError
 
 TWENTY = "".join(f"line {i}\n" for i in range(1, 21))

@@ -23,23 +23,24 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from gateway.adapters import junit, sandbox
 from gateway.adapters.base import AdapterCall, AdapterOutcome
-from gateway.adapters.junit import JUnitError, parse_report, read_report
-from gateway.adapters.process import (
+from gateway.adapters.process import junit, sandbox
+from gateway.adapters.process.adapter import (
     Capture,
     ProcessAdapter,
-    ProcessOptions,
     create,
     split_budget,
 )
-from gateway.adapters.proctree import MARKER_ENV
-from gateway.declarations.loader import load_declaration
+from gateway.adapters.process.junit import JUnitError, parse_report, read_report
+from gateway.adapters.process.proctree import MARKER_ENV
+from gateway.adapters.process.spec import ProcessOptions
+from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError
 from gateway.runtime.bootstrap import approval_key
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
+from gateway.testing import load_declaration, run_agent_code_without_approval
 from gateway.types import Outcome
 from gateway.workspace import Workspace
 from tests.adapters.test_proctree import (
@@ -50,10 +51,10 @@ from tests.adapters.test_proctree import (
     wait_gone,
 )
 from tests.conftest import REPO
-from tests.integration.gateways import run_agent_code_without_approval
 from tests.server.conftest import auth, body
 
 __all__ = ["no_stray_children"]  # the autouse fixture applies here too
+NO_TOOLS = Catalogue(())
 pytestmark = pytest.mark.anyio
 
 
@@ -71,7 +72,7 @@ def ws(tmp_path: Path) -> Workspace:
 
 @pytest.fixture
 def adapter(tmp_path: Path) -> ProcessAdapter:
-    return create(Settings(base_dir=tmp_path), {})
+    return create(Settings(base_dir=tmp_path), {}, NO_TOOLS)
 
 
 class Recorder:
@@ -444,9 +445,9 @@ def test_the_documented_declaration_loads(tmp_path: Path) -> None:
 
 def test_adapter_settings_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"adapters\.process\.bogus"):
-        create(Settings(base_dir=tmp_path), {"bogus": 1})
+        create(Settings(base_dir=tmp_path), {"bogus": 1}, NO_TOOLS)
     with pytest.raises(ConfigError, match="absolute"):
-        create(Settings(base_dir=tmp_path), {"executables": {"python": "python3"}})
+        create(Settings(base_dir=tmp_path), {"executables": {"python": "python3"}}, NO_TOOLS)
 
 
 # --- JUnit --------------------------------------------------------------------------------------
@@ -771,7 +772,7 @@ def test_deadline_through_the_api_leaves_no_process(
 
 
 def test_sys_executable_is_the_default_python(tmp_path: Path) -> None:
-    adapter = create(Settings(base_dir=tmp_path), {})
+    adapter = create(Settings(base_dir=tmp_path), {}, NO_TOOLS)
     assert adapter._executables["python"] == sys.executable
 
 
@@ -858,7 +859,7 @@ async def test_a_child_cannot_reach_the_gateways_secrets_or_other_workspaces(
     layout: Layout, tmp_path: Path
 ) -> None:
     isolation_or_skip()
-    adapter = create(layout.settings, {})
+    adapter = create(layout.settings, {}, NO_TOOLS)
     assert adapter.isolation is not None
     seen = await _probe(adapter, layout, tmp_path)
     for name in ("key", "database", "wal", "config", "theirs", "dotdot", "proc_root"):
@@ -871,7 +872,7 @@ async def test_a_child_cannot_reach_the_gateways_secrets_or_other_workspaces(
 async def test_with_isolation_off_the_child_reads_the_key(layout: Layout, tmp_path: Path) -> None:
     """The probe above can fail: without isolation every secret is in reach."""
     settings = layout.settings.model_copy(update={"process_isolation": "off"})
-    adapter = create(settings, {})
+    adapter = create(settings, {}, NO_TOOLS)
     assert adapter.isolation is None
     seen = await _probe(adapter, layout, tmp_path)
     assert seen["key"] == "READ" and seen["config"] == "READ" and seen["database"] == "READ"
@@ -882,7 +883,7 @@ async def test_the_workspace_stays_readable_and_writable_at_its_own_path(
     layout: Layout, tmp_path: Path
 ) -> None:
     isolation_or_skip()
-    adapter = create(layout.settings, {})
+    adapter = create(layout.settings, {}, NO_TOOLS)
     (layout.ws.root / "sub").mkdir()
     (layout.ws.root / "sub" / "in.txt").write_text("input")
     root = layout.ws.root
@@ -905,7 +906,7 @@ async def test_the_workspace_stays_readable_and_writable_at_its_own_path(
 
 async def test_a_child_cannot_undo_its_view(layout: Layout, tmp_path: Path) -> None:
     isolation_or_skip()
-    adapter = create(layout.settings, {})
+    adapter = create(layout.settings, {}, NO_TOOLS)
     script(
         layout.ws,
         "import ctypes, os, sys\n"
@@ -933,7 +934,7 @@ async def test_isolated_trees_are_still_stopped_on_the_deadline_and_on_cancel(
     layout: Layout, tmp_path: Path
 ) -> None:
     isolation_or_skip()
-    adapter = create(layout.settings, {})
+    adapter = create(layout.settings, {}, NO_TOOLS)
     ws = layout.ws
     script(ws, TREE_SCRIPT)
     recorder = Recorder()
@@ -966,7 +967,7 @@ async def test_an_exec_failure_under_isolation_is_a_failed_start(
     layout: Layout, tmp_path: Path
 ) -> None:
     isolation_or_skip()
-    adapter = create(layout.settings, {})
+    adapter = create(layout.settings, {}, NO_TOOLS)
     script(layout.ws, "not a binary", name="prog")
     (layout.ws.root / "prog").chmod(0o755)
     out, rec = await run(adapter, layout.ws, declare(tmp_path, command=["./prog"]))
@@ -982,9 +983,9 @@ def test_required_isolation_refuses_to_start_where_the_kernel_refuses(
     monkeypatch.setattr(sandbox, "probe", lambda python, path: "unshare: Operation not permitted")
     required = layout.settings.model_copy(update={"process_isolation": "required"})
     with pytest.raises(ConfigError, match=r"process_isolation is 'required'.*not permitted"):
-        create(required, {})
+        create(required, {}, NO_TOOLS)
     with caplog.at_level("WARNING", logger="toolgate.process"):
-        adapter = create(layout.settings, {})  # auto: runs, unisolated, and says so
+        adapter = create(layout.settings, {}, NO_TOOLS)  # auto: runs, unisolated, and says so
     assert adapter.isolation is None
     assert "WITHOUT" in caplog.text and str(layout.var) in caplog.text
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gateway.adapters import proctree
-from gateway.adapters.proctree import (
+from gateway.adapters.process import proctree
+from gateway.adapters.process.proctree import (
     MARKER_ENV,
     ProcessIdentity,
     ProcessTree,

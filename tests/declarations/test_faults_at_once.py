@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.declarations.loader import load_catalogue
 from gateway.declarations.templates import FIELDS
 from gateway.errors import ConfigError
 from gateway.pipeline.context import template_context
 from gateway.pipeline.records import Flow, ToolExecutionRequest
+from gateway.testing import load_catalogue
 from gateway.workspace import Workspace
 
 HEAD = """\

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError, ResolveError
+from gateway.testing import load_catalogue
 from tests.conftest import REPO
 
 GOOD = """\

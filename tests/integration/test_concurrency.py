@@ -20,9 +20,9 @@ import pytest
 
 from gateway.store.records import LockBusy, LockRequest
 from gateway.store.store import Store
+from gateway.testing import gateway, make_project
 from gateway.types import LockMode
 from tests.conftest import ALICE
-from tests.integration.gateways import gateway, make_project
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 HEADERS = {"Authorization": f"Bearer {ALICE}"}

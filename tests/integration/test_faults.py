@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from gateway.faults import POINTS
+from gateway.testing import gateway, make_project, run_agent_code_without_approval
 from tests.conftest import ALICE
-from tests.integration.gateways import gateway, make_project, run_agent_code_without_approval
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}

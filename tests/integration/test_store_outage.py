@@ -11,8 +11,8 @@ import httpx
 import pytest
 import yaml
 
+from gateway.testing import gateway, make_project, run_agent_code_without_approval
 from tests.conftest import ALICE, _pg_admin
-from tests.integration.gateways import gateway, make_project, run_agent_code_without_approval
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}

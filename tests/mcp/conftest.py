@@ -15,8 +15,8 @@ from mcp import Client
 from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.testing import gateway, make_project, run_agent_code_without_approval
 from tests.conftest import ALICE, BOB
-from tests.integration.gateways import gateway, make_project, run_agent_code_without_approval
 
 ERAS = ("legacy", "2026-07-28")
 """The SDK client's ``mode``: the 2025-11-25 handshake, or the stateless 2026-07-28 wire."""

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from gateway.settings import load_settings
+from gateway.testing import gateway, make_project
 from tests.conftest import ALICE
-from tests.integration.gateways import gateway, make_project
 
 BODY = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 

@@ -14,7 +14,6 @@ import pytest
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.declarations.catalogue import Catalogue
-from gateway.declarations.loader import load_catalogue
 from gateway.faults import POINTS, Faults
 from gateway.pipeline.records import Flow
 from gateway.pipeline.runner import STAGES, Stage, run_call
@@ -22,6 +21,7 @@ from gateway.pipeline.services import Services
 from gateway.recovery import recover
 from gateway.store.records import ExecutionRecord
 from gateway.store.store import Store
+from gateway.testing import load_catalogue
 from gateway.types import JSON, Status
 from tests.conftest import REPO
 from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all

@@ -12,7 +12,6 @@ import pytest
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.declarations.catalogue import Catalogue
-from gateway.declarations.loader import load_catalogue
 from gateway.errors import ExecutionError
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.runner import STAGES, run_call
@@ -21,6 +20,7 @@ from gateway.policy.data import PolicyData
 from gateway.runtime.container import Runtime
 from gateway.settings import load_settings
 from gateway.store.store import Store
+from gateway.testing import load_catalogue
 from gateway.types import JSON, Decision, DecisionResult, Outcome, Status
 from gateway.workspace import Workspace
 from tests.conftest import REPO
@@ -349,7 +349,7 @@ async def test_unknown_is_resolved_by_a_person(
 async def test_recovery_settles_what_a_dead_owner_left(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:
-    from gateway.adapters.file import FileAdapter
+    from gateway.adapters.file.adapter import FileAdapter
     from gateway.events.model import make_event
     from gateway.recovery import recover
 

@@ -202,7 +202,7 @@ def test_the_shipped_policy_reads_only_data_that_exists() -> None:
 
 
 def test_the_shipped_proc_python_needs_approval_under_the_shipped_policy() -> None:
-    from gateway.declarations.loader import load_catalogue
+    from gateway.testing import load_catalogue
 
     tool = load_catalogue(REPO / "tools.d").resolve("proc.python", None)
     assert "runs_agent_code" in tool.tags

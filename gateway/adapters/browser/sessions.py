@@ -8,36 +8,33 @@ a cancellation closes the session's page, never its context, the browser or the 
 Sessions idle longer than ``idle_timeout`` are closed by a background reaper; ``aclose``
 closes everything.
 
-Egress: every request a page makes passes ``gateway.adapters.egress.check_url`` (the same
+Egress: every request a page makes passes ``gateway.adapters.shared.egress.check_url`` (the same
 check as the HTTP adapter: scheme, allowed hosts, and every resolved address public unless
 a declared network allows it) in a route handler; requests it refuses are aborted.
 
-Screenshots are stored by ``ArtifactStore`` under ``var/artifacts/`` with the owning
-principal; ``GET /v1/artifacts/{id}`` serves them to that principal only.
+Screenshots are stored by ``gateway.adapters.shared.artifacts.ArtifactStore`` under
+``var/artifacts/`` with the owning principal; ``GET /v1/artifacts/{id}`` serves them to that
+principal only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import re
-import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.adapters.egress import EgressPolicy, IPNetwork, check_url, parse_network
-from gateway.adapters.file import atomic_write, sha256_bytes
+from gateway.adapters.shared.egress import EgressPolicy, Networks, check_url
 from gateway.errors import ExecutionError
-from gateway.settings import Duration, Settings
+from gateway.settings import Duration
 
 if TYPE_CHECKING:
     from playwright.async_api import (
@@ -68,20 +65,6 @@ CLOSE_GRACE = 5.0
 MAX_REFUSALS = 20
 
 
-def _networks(value: Any) -> tuple[IPNetwork, ...]:
-    if not isinstance(value, list | tuple):
-        raise ValueError("must be a list of networks like [10.0.0.0/8, 127.0.0.1]")
-    return tuple(parse_network(item) for item in value)
-
-
-Networks = Annotated[
-    tuple[IPNetwork, ...],
-    BeforeValidator(_networks),
-    WithJsonSchema({"type": "array", "items": {"type": "string"}, "examples": [["10.0.0.0/8"]]}),
-]
-"""Networks as declared (``10.0.0.0/8``, ``127.0.0.1``), checked by ``egress.parse_network``."""
-
-
 class Viewport(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     width: int = Field(default=1280, ge=200, le=4096)
@@ -103,67 +86,6 @@ class BrowserConfig(BaseModel):
     allow_networks: Networks = ()
     """Non-public networks every browser tool of this gateway may reach (an operator's or a
     test's override; a tool can allow more with its own ``egress.allow_networks``)."""
-
-
-# --- artifacts ----------------------------------------------------------------------------
-
-_ARTIFACT_ID = re.compile(r"^art_[0-9a-f]{32}$")
-
-
-@dataclass(frozen=True, slots=True)
-class Artifact:
-    id: str
-    sha256: str
-    size: int
-    content_type: str
-    owner: str
-    workspace: str
-    execution_id: str
-
-    @property
-    def href(self) -> str:
-        return f"/v1/artifacts/{self.id}"
-
-
-class ArtifactStore:
-    """Files under ``var/artifacts/``: ``<id>.bin`` and ``<id>.json`` (owner, sha256, ...)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    @classmethod
-    def of(cls, settings: Settings) -> ArtifactStore:
-        return cls(settings.path(settings.var_dir) / "artifacts")
-
-    def save(
-        self, data: bytes, *, content_type: str, owner: str, workspace: str, execution_id: str
-    ) -> Artifact:
-        """Write the bytes, then the metadata (a reader that finds one finds both)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        artifact = Artifact(
-            id=f"art_{secrets.token_hex(16)}",
-            sha256=sha256_bytes(data),
-            size=len(data),
-            content_type=content_type,
-            owner=owner,
-            workspace=workspace,
-            execution_id=execution_id,
-        )
-        atomic_write(self.root / f"{artifact.id}.bin", data)
-        meta = {k: getattr(artifact, k) for k in Artifact.__slots__}
-        atomic_write(self.root / f"{artifact.id}.json", json.dumps(meta).encode("utf-8"))
-        return artifact
-
-    def load(self, artifact_id: str) -> tuple[Artifact, bytes] | None:
-        """The artifact and its bytes, or None for an unknown or malformed id."""
-        if not _ARTIFACT_ID.match(artifact_id):
-            return None
-        try:
-            meta = json.loads((self.root / f"{artifact_id}.json").read_text("utf-8"))
-            data = (self.root / f"{artifact_id}.bin").read_bytes()
-        except (OSError, ValueError):
-            return None
-        return Artifact(**meta), data
 
 
 # --- sessions -----------------------------------------------------------------------------

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 import anyio
 import psutil
 
+from gateway.adapters.process.spec import MARKER_ENV
+
 log = logging.getLogger("toolgate.proctree")
 
-MARKER_ENV = "TOOLGATE_EXECUTION_ID"
-"""Set in every command's environment to the execution id; descendants inherit it."""
 PR_SET_CHILD_SUBREAPER = 36
 CREATE_TIME_TOLERANCE = 0.01
 """psutil's create_time has clock-tick (10 ms) resolution; a reused pid differs by more."""

@@ -1,4 +1,5 @@
-"""Bounded, interruptible file I/O for the file adapter and the file probes.
+"""File I/O any adapter may use: bounded, interruptible reads and hashing (the file adapter,
+the file probes, the process adapter's outputs) and atomic writes (browser artifacts too).
 
 Three rules, each the answer to a way a workspace file could stall or exhaust the gateway:
 
@@ -23,6 +24,7 @@ import errno
 import hashlib
 import os
 import stat
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,3 +278,44 @@ def too_large(shown: str, size: int) -> ExecutionError:
         "bytes of a file it must read whole (a patch, a preview)",
         code="file_too_large",
     )
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never half."""
+    mode = None
+    with contextlib.suppress(FileNotFoundError):
+        mode = stat.S_IMODE(path.stat().st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tg-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode if mode is not None else NEW_FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def _default_mode() -> int:
+    """0o666 less the process umask: what open() would have given a new file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+NEW_FILE_MODE = _default_mode()  # read once: os.umask is process-wide, not thread-safe
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -4,6 +4,9 @@ Everything here is checked when ``tools.d`` loads (STYLE 3): the method, the sha
 URL (absolute, a path under ``base_url``/``service``, or one whole reference), header
 names, where credentials come from (never inline), the JSON body skeleton, the egress
 allowlist. ``docs/adapters/http.md`` documents every key with a full example.
+
+httpx parses URLs here (as the adapter will), imported when a URL is first checked: the
+declaration spec imports this module, and loading declarations needs no HTTP client.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import httpx
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -24,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.adapters.egress import EgressPolicy, IPNetwork, parse_network
+from gateway.adapters.shared.egress import EgressPolicy, Networks
 from gateway.declarations.located import Faults
 from gateway.declarations.model import TemplateStr
 from gateway.declarations.templates import Template, TemplateError, compile_template
@@ -69,16 +71,12 @@ def _header_name(value: Any) -> str:
     return value
 
 
-def _networks(value: Any) -> tuple[IPNetwork, ...]:
-    if not isinstance(value, list | tuple):
-        raise ValueError("must be a list of networks like [10.0.0.0/8, 127.0.0.1]")
-    return tuple(parse_network(item) for item in value)
-
-
 def check_base_url(value: str) -> str:
     """A fixed ``http(s)://host[:port][/prefix]`` with no template, query or fragment."""
     if "{" in value or "}" in value:
         raise ValueError("a base URL is fixed: put templates in url")
+    import httpx
+
     try:
         url = httpx.URL(value)
     except httpx.InvalidURL as exc:
@@ -91,11 +89,6 @@ def check_base_url(value: str) -> str:
 
 
 HeaderName = Annotated[str, BeforeValidator(_header_name)]
-Networks = Annotated[
-    tuple[IPNetwork, ...],
-    BeforeValidator(_networks),
-    WithJsonSchema({"type": "array", "items": {"type": "string"}, "examples": [["10.0.0.0/8"]]}),
-]
 JsonPath = Annotated[
     tuple[str, ...], BeforeValidator(parse_json_path), WithJsonSchema({"type": "string"})
 ]
@@ -195,7 +188,7 @@ def _tree_templates(node: Any, loc: Loc) -> Iterator[tuple[Loc, Template]]:
 
 
 class EgressDecl(_Frozen):
-    """Where the tool's requests may go beyond its own base URL (see gateway.adapters.egress)."""
+    """Where requests may go beyond the tool's own base URL (see adapters/shared/egress.py)."""
 
     allow_hosts: tuple[str, ...] = ()
     """More hosts: ``api.example.com``, ``*.example.com`` (subdomains), ``*`` (any)."""
@@ -287,7 +280,7 @@ class HttpOptions(_Frozen):
     @property
     def implied_hosts(self) -> tuple[str, ...]:
         """The hosts this declaration names itself (base_url, a literal url)."""
-        hosts = [httpx.URL(self.base_url).host] if self.base_url else []
+        hosts = [_host(self.base_url)] if self.base_url else []
         kind, host = url_origin(self.url)
         return (*hosts, host) if kind == "literal" and host else tuple(hosts)
 
@@ -331,7 +324,13 @@ def url_origin(url: Template) -> tuple[str, str | None]:
     authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
     if "{" in authority:
         return "templated", None
-    return "literal", httpx.URL(f"{scheme}://{authority}").host
+    return "literal", _host(f"{scheme}://{authority}")
+
+
+def _host(url: str) -> str:
+    import httpx
+
+    return httpx.URL(url).host
 
 
 class ServiceConfig(_Frozen):

@@ -6,7 +6,7 @@ one element per item). The child gets its own session, a confined ``cwd``, an en
 built only from the declaration's allowlist and constants, and optionally stdin from a
 template. stdout and stderr are read concurrently, streamed as ``tool.output`` and kept
 within the output budget (head and tail). The whole process tree is stopped on cancel, on
-the deadline and when the command ends (see ``gateway.adapters.proctree``); its identity is
+the deadline and when the command ends (see ``gateway.adapters.process.proctree``); its identity is
 checkpointed right after the spawn so that recovery can stop it after a crash.
 """
 
@@ -16,40 +16,36 @@ import codecs
 import hashlib
 import logging
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 import anyio
 import psutil
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from gateway.adapters import sandbox
-from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec, Evidence
+from gateway.adapters.base import AdapterCall, AdapterOutcome, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
-from gateway.adapters.file import file_sha256
-from gateway.adapters.junit import JUnitError, read_report
-from gateway.adapters.proctree import (
-    MARKER_ENV,
+from gateway.adapters.process import sandbox
+from gateway.adapters.process.junit import JUnitError, read_report
+from gateway.adapters.process.plan import Plan, make_plan
+from gateway.adapters.process.proctree import (
     ProcessIdentity,
     ProcessTree,
     become_subreaper,
     identify,
     kill_recorded,
 )
-from gateway.declarations.located import Faults
-from gateway.declarations.model import Duration, TemplateStr
-from gateway.declarations.templates import Template, TemplateError, compile_template, lookup
-from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
+from gateway.adapters.process.spec import ProcessSettings
+from gateway.adapters.shared.fileio import file_sha256
+from gateway.declarations.catalogue import Catalogue
+from gateway.errors import ConfigError, ExecutionError, ToolgateError
 from gateway.settings import Settings
 from gateway.types import JSON, Outcome, SideEffect
 from gateway.workspace import ResolvedPath, Workspace, confine
@@ -57,106 +53,10 @@ from gateway.workspace import ResolvedPath, Workspace, confine
 log = logging.getLogger("toolgate.process")
 TRACK_INTERVAL = 0.25
 """How often the root's descendants are recorded while it runs (seconds)."""
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _WRITES = (SideEffect.WRITE, SideEffect.EXTERNAL)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-
-class EnvOptions(_Frozen):
-    """The child's whole environment: nothing is inherited unless listed in ``allow``."""
-
-    allow: tuple[str, ...] = ()
-    """Names copied from the gateway's environment when they are set there."""
-    constants: dict[str, TemplateStr] = Field(default_factory=dict, alias="set")
-    """Names set to a template's value (rendered per call)."""
-
-    @model_validator(mode="after")
-    def _check_names(self) -> EnvOptions:
-        faults = Faults()
-        names: list[tuple[tuple[str | int, ...], str]] = [
-            *((("allow", i), name) for i, name in enumerate(self.allow)),
-            *((("set", name), name) for name in self.constants),
-        ]
-        for loc, name in names:
-            if not re.match(_ENV_NAME, name):
-                faults.add(loc, f"{name!r} is not an environment variable name", name)
-            elif name == MARKER_ENV:
-                faults.add(loc, f"{MARKER_ENV} is set by the gateway itself", name)
-        faults.raise_any("EnvOptions")
-        return self
-
-
-def _exit_code(value: int) -> int:
-    if not 0 <= value <= 255:
-        raise ValueError("success_exit_codes must be between 0 and 255")
-    return value
-
-
-def _kill_grace(value: float) -> float:
-    if not 0 <= value <= 60:
-        raise ValueError("kill_grace must be between 0s and 60s")
-    return value
-
-
-class ProcessOptions(_Frozen):
-    """The declaration keys of ``adapter: process`` (documented in docs/adapters/process.md)."""
-
-    command: tuple[TemplateStr, ...] = Field(min_length=1)
-    cwd: TemplateStr = Field(default_factory=lambda: compile_template("."))
-    env: EnvOptions = Field(default_factory=EnvOptions)
-    stdin: TemplateStr | None = None
-    success_exit_codes: tuple[Annotated[int, AfterValidator(_exit_code)], ...] = Field(
-        default=(0,), min_length=1
-    )
-    junit: TemplateStr | None = None
-    kill_grace: Annotated[Duration, AfterValidator(_kill_grace)] = 2.0
-
-    @field_validator("command")
-    @classmethod
-    def _fixed_program(cls, command: tuple[Template, ...]) -> tuple[Template, ...]:
-        program = command[0]
-        if program.references or not program.source.strip():
-            faults = Faults()
-            message = "command[0] (the program) must be a fixed, non-empty name or path"
-            faults.add((0,), message, program.source)
-            faults.raise_any("command")
-        return command
-
-    def templates(self) -> Iterable[tuple[tuple[str | int, ...], Template]]:
-        """Every template, with its location, for the loader's reference check."""
-        for i, element in enumerate(self.command):
-            yield ("command", i), element
-        yield ("cwd",), self.cwd
-        for name, value in self.env.constants.items():
-            yield ("env", "set", name), value
-        if self.stdin is not None:
-            yield ("stdin",), self.stdin
-        if self.junit is not None:
-            yield ("junit",), self.junit
-
-
-class ProcessSettings(_Frozen):
-    """The ``adapters.process`` section of the gateway configuration."""
-
-    executables: dict[str, str] = Field(default_factory=dict)
-    """Program names mapped to absolute paths; ``python`` defaults to the gateway's own."""
-    subreaper: bool = True
-    """Make the gateway a child subreaper (Linux) so that no descendant escapes tracking."""
-
-
-SPEC = AdapterSpec(
-    name="process",
-    operations={"run": frozenset({"none", "read", "write", "external"})},
-    probes={"file_sha256": frozenset({"path"}), "file_exists": frozenset({"path"})},
-    options=ProcessOptions,
-    durable_reads=True,  # a read still leaves a process tree to stop after a crash
-)
-
-
-def create(settings: Settings, config: Mapping[str, Any]) -> ProcessAdapter:
+def create(settings: Settings, config: Mapping[str, Any], catalogue: Catalogue) -> ProcessAdapter:
     """Check the ``adapters.process`` section and become a subreaper if asked to."""
     try:
         parsed = ProcessSettings.model_validate(dict(config))
@@ -175,7 +75,7 @@ def create(settings: Settings, config: Mapping[str, Any]) -> ProcessAdapter:
 
 @dataclass(frozen=True, slots=True)
 class Isolation:
-    """What every child's filesystem view hides (see ``gateway.adapters.sandbox``)."""
+    """What every child's filesystem view hides (see ``gateway.adapters.process.sandbox``)."""
 
     hidden_dirs: tuple[str, ...]
     hidden_files: tuple[str, ...]
@@ -268,137 +168,6 @@ class ProcessAdapter:
 def not_started(error: ToolgateError, outcome: Outcome = Outcome.FAILED) -> AdapterOutcome:
     """Nothing ran: the outcome says so, whatever the tool's side_effect."""
     return AdapterOutcome(outcome, error=error, side_effect=Effect(False, False, "not started"))
-
-
-# --- the plan: everything rendered and checked before anything starts ----------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    argv: tuple[str, ...]
-    cwd: ResolvedPath
-    env: Mapping[str, str]
-    stdin: bytes | None
-    junit: ResolvedPath | None
-    success_exit_codes: frozenset[int]
-    kill_grace: float
-
-    @property
-    def program(self) -> str:
-        return os.path.basename(self.argv[0])
-
-
-def make_plan(call: AdapterCall, executables: Mapping[str, str]) -> Plan:
-    """Render and check the declaration for this call; raises ValidationError/ExecutionError."""
-    options = call.tool.options
-    assert isinstance(options, ProcessOptions)
-    context = call.context
-    cwd = _cwd(call.workspace, _render(options.cwd, context, "cwd"))
-    env = {name: os.environ[name] for name in options.env.allow if name in os.environ}
-    env.update({k: _render(v, context, f"env.set.{k}") for k, v in options.env.constants.items()})
-    env[MARKER_ENV] = call.execution_id
-    argv = [arg for i, t in enumerate(options.command) for arg in _element(t, context, i)]
-    argv[0] = _program(argv[0], env, cwd.absolute, executables, call.tool.ref)
-    stdin = options.stdin
-    junit = options.junit
-    return Plan(
-        argv=tuple(argv),
-        cwd=cwd,
-        env=env,
-        stdin=_render(stdin, context, "stdin").encode("utf-8") if stdin is not None else None,
-        junit=_report_path(call.workspace, _render(junit, context, "junit")) if junit else None,
-        success_exit_codes=frozenset(options.success_exit_codes),
-        kill_grace=options.kill_grace,
-    )
-
-
-def _render(template: Template, context: Mapping[str, Any], where: str) -> str:
-    try:
-        text = template.render(context)
-    except TemplateError as exc:
-        raise _unfilled(where, template, exc) from exc
-    if "\x00" in text:
-        raise ValidationError(f"{where} contains a NUL byte", code="invalid_arguments")
-    return text
-
-
-def _unfilled(where: str, template: Template, exc: TemplateError) -> ValidationError:
-    """A hole with no value: the load checked every reference, so what is left is an
-    optional argument without a default. A fault of the declaration, not of the call."""
-    return ValidationError(
-        f"the declaration cannot be filled in for this call: {where} ({template.source!r}): "
-        f"{exc} (the declaration should give that argument a default or require it)",
-        code="template_error",
-    )
-
-
-def _element(template: Template, context: Mapping[str, Any], index: int) -> list[str]:
-    """One argv element, or one per item when the element is exactly a list-valued hole."""
-    where = f"command[{index}]"
-    parts = template.parts
-    if len(parts) == 1 and not isinstance(parts[0], str) and parts[0].fn is None:
-        try:
-            value = lookup(context, parts[0].path)
-        except TemplateError as exc:
-            raise _unfilled(where, template, exc) from exc
-        if isinstance(value, list | tuple):
-            return [_item(item, where) for item in value]
-    return [_render(template, context, where)]
-
-
-def _item(value: object, where: str) -> str:
-    if isinstance(value, dict | list | tuple) or value is None:
-        raise ValidationError(f"{where}: list items must be strings or numbers")
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    if "\x00" in text:
-        raise ValidationError(f"{where} contains a NUL byte", code="invalid_arguments")
-    return text
-
-
-def _cwd(workspace: Workspace, raw: str) -> ResolvedPath:
-    """``raw`` confined to the workspace; an absolute path is accepted only inside it."""
-    if os.path.isabs(raw):
-        absolute = Path(raw)
-        if absolute == workspace.root or workspace.root in absolute.parents:
-            raw = absolute.relative_to(workspace.root).as_posix() or "."
-    resolved = confine(workspace, raw, "cwd")
-    if not resolved.absolute.is_dir():
-        raise ValidationError(
-            f"cwd {resolved.relative!r} is not a directory in the workspace", code="invalid_cwd"
-        )
-    return resolved
-
-
-def _report_path(workspace: Workspace, raw: str) -> ResolvedPath:
-    resolved = confine(workspace, raw, "junit")
-    try:
-        resolved.absolute.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ExecutionError(
-            f"cannot create the directory of the test report {resolved.relative}",
-            code="test_report_missing",
-        ) from exc
-    confine(workspace, resolved.relative, "junit")  # a symlink may have been swapped in
-    return resolved
-
-
-def _program(
-    name: str, env: Mapping[str, str], cwd: Path, executables: Mapping[str, str], ref: str
-) -> str:
-    """The path of the program: configured, relative to cwd, or on the child's own PATH."""
-    if name in executables:
-        found: str | None = executables[name]
-    elif "/" in name:
-        found = str(cwd / name) if not os.path.isabs(name) else name
-    else:
-        found = shutil.which(name, path=env.get("PATH", os.defpath))
-    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise ExecutionError(
-            f"the program {name!r} declared by {ref} was not found or is not executable "
-            "(looked up on the PATH of the environment the declaration gives it)",
-            code="command_not_found",
-        )
-    return found
 
 
 # --- output: head and tail within the budget ------------------------------------------------

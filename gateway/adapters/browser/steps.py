@@ -24,8 +24,9 @@ import anyio
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
-from gateway.adapters.browser_sessions import Artifact, ArtifactStore, Session
-from gateway.adapters.egress import EgressPolicy, EgressRefused, check_url
+from gateway.adapters.browser.sessions import Session
+from gateway.adapters.shared.artifacts import Artifact, ArtifactStore
+from gateway.adapters.shared.egress import EgressPolicy, EgressRefused, check_url
 from gateway.declarations.templates import Template, TemplateError
 from gateway.errors import ExecutionError, ToolgateError, ValidationError
 from gateway.types import JSON, Outcome, SideEffect
@@ -33,7 +34,7 @@ from gateway.types import JSON, Outcome, SideEffect
 if TYPE_CHECKING:
     from playwright.async_api import Locator, Page
 
-    from gateway.adapters.browser import BrowserOptions, StepDecl
+    from gateway.adapters.browser.spec import BrowserOptions, StepDecl
 
 log = logging.getLogger("toolgate.browser")
 

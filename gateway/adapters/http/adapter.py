@@ -1,10 +1,10 @@
 """The HTTP adapter: one declared request per tool, sent with httpx behind egress control.
 
 A tool declares its method, URL, query, headers, body, credentials and egress allowlist
-(``gateway.adapters.http_options``; every key in ``docs/adapters/http.md``); the request is
-filled from the call context (``http_request``), sent here, and read back into an outcome
-(``http_results``). Every connection goes through ``gateway.adapters.egress``: the host is
-checked per request and per redirect hop, the resolved address at every connect.
+(``gateway.adapters.http.options``; every key in ``docs/adapters/http.md``); the request is
+filled from the call context (``request``), sent here, and read back into an outcome
+(``results``). Every connection goes through ``gateway.adapters.shared.egress``: the host
+is checked per request and per redirect hop, the resolved address at every connect.
 
 Failures are translated at this edge, and whether anything left decides how:
 
@@ -12,7 +12,7 @@ Failures are translated at this edge, and whether anything left decides how:
     sent, no response: the deadline             → ``timeout``
     sent, no response: connection lost          → ``interrupted``   (reason response_lost)
     sent, no response: cancelled in flight      → ``cancelled``     (reason cancelled_in_flight)
-    a response                                  → by status (http_results.status_error)
+    a response                                  → by status (results.status_error)
 
 The pipeline reconciles the three uncertain codes of a write with the tool's ``reconcile``
 probes and otherwise reports ``unknown``; ``retryable`` is true for them only when a repeat
@@ -23,28 +23,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import ssl
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import anyio
 import httpx
 from pydantic import ValidationError as PydanticValidationError
 
-from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec
-from gateway.adapters.egress import (
-    EgressPolicy,
-    EgressRefused,
-    IPNetwork,
-    check_host,
-    guarded_transport,
-)
-from gateway.adapters.http_options import HttpConfig, HttpOptions, parse_json_path
-from gateway.adapters.http_request import (
+from gateway.adapters.base import AdapterCall, AdapterOutcome
+from gateway.adapters.http.options import HttpConfig, HttpOptions, parse_json_path
+from gateway.adapters.http.request import (
     Redactor,
     check_header_values,
     credential_headers,
@@ -53,7 +44,7 @@ from gateway.adapters.http_request import (
     render_pairs,
     render_url,
 )
-from gateway.adapters.http_results import (
+from gateway.adapters.http.results import (
     IDEMPOTENT_METHODS,
     SAFE_METHODS,
     Exchange,
@@ -63,6 +54,14 @@ from gateway.adapters.http_results import (
     parse_statuses,
     probe_value,
 )
+from gateway.adapters.shared.egress import (
+    EgressPolicy,
+    EgressRefused,
+    IPNetwork,
+    check_host,
+)
+from gateway.adapters.shared.transport import guarded_transport
+from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.templates import TemplateError
 from gateway.errors import ConfigError, ExecutionError, ToolgateError
@@ -81,21 +80,13 @@ RESPONSE_LOST = "interrupted"
 reconciles (like ``timeout``), with ``reason: response_lost`` in the error."""
 _MARGIN = 0.05  # seconds kept back so this adapter's own timeout fires before the pipeline's
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_HTTP_TOOL = re.compile(r"""^adapter:\s*["']?http["']?\s*(#.*)?$""", re.MULTILINE)
 _PROBE_PARAMS = frozenset({"url", "status", "json_path", "header"})
 PROBE_FLOOR = 5.0
 """Seconds a probe may always take (capped by the tool's timeout): reconcile probes run
 after the call's own deadline has passed."""
 
-SPEC = AdapterSpec(
-    name="http",
-    operations={"request": frozenset({"none", "read", "write", "external"})},
-    probes={"http_get": frozenset({"url"})},
-    options=HttpOptions,
-)
 
-
-def create(settings: Settings, config: Mapping[str, Any]) -> HttpAdapter:
+def create(settings: Settings, config: Mapping[str, Any], catalogue: Catalogue) -> HttpAdapter:
     """Check ``adapters.http`` and open the adapter; ConfigError names every bad key."""
     try:
         parsed = HttpConfig.model_validate(dict(config))
@@ -110,7 +101,7 @@ def create(settings: Settings, config: Mapping[str, Any]) -> HttpAdapter:
     ca_bundle = settings.path(parsed.ca_bundle) if parsed.ca_bundle else None
     if ca_bundle is not None and not ca_bundle.is_file():
         raise ConfigError(f"adapters.http.ca_bundle: {ca_bundle} is not a file")
-    problems = check_declarations(settings.path(settings.tools_dir), parsed)
+    problems = check_declarations(catalogue, parsed)
     if problems:
         raise ConfigError(problems)
     return HttpAdapter(
@@ -118,26 +109,16 @@ def create(settings: Settings, config: Mapping[str, Any]) -> HttpAdapter:
     )
 
 
-def check_declarations(tools_dir: Path, config: HttpConfig) -> list[str]:
-    """What the loader cannot see in the http tools of ``tools_dir``: a ``service`` that
+def check_declarations(catalogue: Catalogue, config: HttpConfig) -> list[str]:
+    """What the loader cannot see in the http tools of ``catalogue``: a ``service`` that
     ``adapters.http.services`` does not declare, bad ``http_get`` probe parameters.
     Any of them fails the start, naming file, line and key."""
-    # Imported here: the loader imports the adapter registry, which imports this module.
-    from gateway.declarations.loader import load_declaration
-
-    if not tools_dir.is_dir():
-        return []
     problems: list[str] = []
     known = ", ".join(sorted(config.services)) or "none"
-    for path in sorted(p for p in tools_dir.rglob("*") if p.suffix in (".yaml", ".yml")):
-        if not _HTTP_TOOL.search(path.read_text("utf-8", "replace")):
-            continue  # parsing YAML is slow; only http tools can name a service
-        try:
-            tool, lines = load_declaration(path)
-        except ConfigError:
-            continue  # the catalogue's own load reports it
+    for tool in catalogue.all():
         if not isinstance(tool.options, HttpOptions):
             continue
+        lines = catalogue.lines(tool)
         service = tool.options.service
         if service is not None and service not in config.services:
             problems.append(

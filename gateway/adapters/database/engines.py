@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validat
 from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy.engine import Connection, Engine
 
-from gateway.adapters.database_errors import translate
-from gateway.adapters.database_options import Name
+from gateway.adapters.database.errors import translate
+from gateway.adapters.database.options import Name
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
 from gateway.settings import Settings
@@ -420,7 +420,7 @@ async def run_transaction(
     work: Callable[[Connection], T],
 ) -> T:
     """``work`` in one transaction (read-only unless ``write``) on a worker thread, within
-    ``seconds``; DBAPI errors come out translated (``gateway.adapters.database_errors``)."""
+    ``seconds``; DBAPI errors come out translated (``gateway.adapters.database.errors``)."""
     if cancelled.is_set():
         raise _not_started(tool, "cancelled")
     guard = _Interrupter(conn)

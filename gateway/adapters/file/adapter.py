@@ -4,71 +4,52 @@ Every path is confined to the workspace again right before it is touched (see
 ``gateway.workspace.confine``). Writes are atomic: a temp file in the same directory,
 fsync, ``os.replace``, fsync of the directory. Only regular files are read or written,
 read in bounded chunks that look at the call's deadline and cancel signal in between
-(``gateway.adapters.fileio``); OS errors become stable codes there (``os_error``).
+(``gateway.adapters.shared.fileio``); OS errors become stable codes there (``os_error``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 
-from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec, Evidence
+from gateway.adapters.base import AdapterCall, AdapterOutcome, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
-from gateway.adapters.fileio import (
+from gateway.adapters.file.patch import apply_unified_diff, unified_diff
+from gateway.adapters.shared.fileio import (
     UNWATCHED,
     DeadlinePassed,
     Head,
     Stopped,
     Watch,
+    atomic_write,
     file_sha256,
+    fsync_dir,
     head_of,
     open_regular,
     os_error,
     regular_or_missing,
+    sha256_bytes,
     whole_file,
 )
-from gateway.adapters.patch import apply_unified_diff, unified_diff
+from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
 from gateway.settings import Settings
 from gateway.types import JSON, Outcome
 from gateway.workspace import ResolvedPath, confine
 
-_READS = frozenset({"none", "read"})
-_WRITES = frozenset({"write"})
-SPEC = AdapterSpec(
-    name="file",
-    operations={
-        "read": _READS,
-        "list": _READS,
-        "write": _WRITES,
-        "atomic_replace": _WRITES,
-        "apply_patch": _WRITES,
-        "append": _WRITES,
-        "write_many": _WRITES,
-        "delete": _WRITES,
-    },
-    probes={"file_sha256": frozenset({"path"}), "file_exists": frozenset({"path"})},
-    path_arguments={"*": frozenset({"path"}), "write_many": frozenset({"files.*.path"})},
-)
 MAX_LIST_ENTRIES = 10_000
 INLINE_MAX_BYTES = 64 * 1024
 """Reading a regular file up to this size (a read, a sha256 probe) runs on the event loop:
 a hop to a worker thread costs more CPU (about 0.1 ms) than such a read. Larger files (read
 there in bounded chunks), anything that is not a regular file (refused there, at once) and
 every write (they fsync) go to a worker thread."""
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def small_file_bytes(path: Path) -> bytes | None:
@@ -96,44 +77,7 @@ def small_file_bytes(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never half."""
-    mode = None
-    with contextlib.suppress(FileNotFoundError):
-        mode = stat.S_IMODE(path.stat().st_mode)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tg-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode if mode is not None else NEW_FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _default_mode() -> int:
-    """0o666 less the process umask: what open() would have given a new file."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-NEW_FILE_MODE = _default_mode()  # read once: os.umask is process-wide, not thread-safe
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def create(settings: Settings, config: Mapping[str, Any]) -> FileAdapter:
+def create(settings: Settings, config: Mapping[str, Any], catalogue: Catalogue) -> FileAdapter:
     """The file adapter takes no configuration of its own."""
     if config:
         raise ConfigError(f"adapters.file: the file adapter has no settings ({sorted(config)})")
@@ -522,7 +466,7 @@ def _delete(call: AdapterCall) -> AdapterOutcome:
     watch.check()
     try:
         target.absolute.unlink()
-        _fsync_dir(target.absolute.parent)
+        fsync_dir(target.absolute.parent)
     except OSError as exc:
         raise os_error(exc, f"cannot delete {target.relative}") from exc
     return AdapterOutcome(

@@ -13,12 +13,12 @@ with ``{template}`` holes is refused when the declaration loads.
   ONLY``, MariaDB ``START TRANSACTION READ ONLY``.
 - The deadline becomes a statement timeout (SQLite progress handler and busy timeout,
   PostgreSQL ``statement_timeout``, MariaDB ``max_statement_time``); a cancel interrupts the
-  running statement (``gateway.adapters.database_engines``).
+  running statement (``gateway.adapters.database.engines``).
 - Probes: ``row_version`` (the declared version query, for ``expected_state.row_version``) and
   ``query`` (a declared read query: its ``column``, its only column, or the row).
-- DBAPI errors are translated at this edge (``gateway.adapters.database_errors``).
+- DBAPI errors are translated at this edge (``gateway.adapters.database.errors``).
 
-Declaration keys: ``gateway.adapters.database_options``; a full example with every key is in
+Declaration keys: ``gateway.adapters.database.options``; a full example with every key is in
 ``docs/adapters/database.md``.
 """
 
@@ -32,22 +32,21 @@ from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from functools import partial
-from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 from sqlalchemy.engine import Connection
 
-from gateway.adapters.base import AdapterCall, AdapterOutcome, AdapterSpec, Evidence
+from gateway.adapters.base import AdapterCall, AdapterOutcome, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
-from gateway.adapters.database_engines import (
+from gateway.adapters.database.engines import (
     DatabaseConfig,
     DatabaseConnection,
     open_connection,
     parse_config,
     run_transaction,
 )
-from gateway.adapters.database_options import (
+from gateway.adapters.database.options import (
     READS,
     DatabaseOptions,
     bind_names,
@@ -55,18 +54,14 @@ from gateway.adapters.database_options import (
     options_of,
     statement,
 )
+from gateway.adapters.database.spec import SPEC
+from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.templates import TemplateError
 from gateway.errors import ConfigError, ExecutionError, ValidationError
 from gateway.settings import Settings
 from gateway.types import JSON, Outcome
 
-SPEC = AdapterSpec(
-    name="database",
-    operations={"query": frozenset({"none", "read"}), "execute": frozenset({"write"})},
-    probes={"row_version": frozenset(), "query": frozenset({"query"})},
-    options=DatabaseOptions,
-)
 INT64 = (-(2**63), 2**63 - 1)
 """The integers a bind may carry, on every engine: SQLite's INTEGER, PostgreSQL's and
 MariaDB's BIGINT. A wider one (JSON allows it) is refused before anything starts; a tool
@@ -76,15 +71,15 @@ PROBE_FLOOR = 5.0
 Rows = list[dict[str, JSON]]
 
 
-def create(settings: Settings, config: Mapping[str, Any]) -> DatabaseAdapter:
+def create(settings: Settings, config: Mapping[str, Any], catalogue: Catalogue) -> DatabaseAdapter:
     """Open an engine per declared connection (seeding a missing example database), then
-    check every database tool of ``tools.d`` against them: a bad name fails the start."""
+    check every database tool of ``catalogue`` against them: a bad name fails the start."""
     parsed = parse_config(config)
     opened: dict[str, DatabaseConnection] = {}
     try:
         for name, spec in parsed.connections.items():
             opened[name] = open_connection(name, spec, settings)
-        problems = check_declarations(settings.path(settings.tools_dir), parsed)
+        problems = check_declarations(catalogue, parsed)
         if problems:
             raise ConfigError(problems)
     except BaseException:
@@ -94,25 +89,14 @@ def create(settings: Settings, config: Mapping[str, Any]) -> DatabaseAdapter:
     return DatabaseAdapter(opened)
 
 
-def check_declarations(tools_dir: Path, config: DatabaseConfig) -> list[str]:
-    """The faults of the database tools in ``tools_dir`` that only the configuration shows
+def check_declarations(catalogue: Catalogue, config: DatabaseConfig) -> list[str]:
+    """The faults of the database tools in ``catalogue`` that only the configuration shows
     (unknown or read-only connections) or that cross keys (probes naming queries)."""
-    # Imported here: the loader imports the adapter registry, which imports this module.
-    from gateway.declarations.loader import load_declaration
-
-    if not tools_dir.is_dir():
-        return []
     connections = {name: spec.read_only for name, spec in config.connections.items()}
     problems: list[str] = []
-    for path in sorted(p for p in tools_dir.rglob("*") if p.suffix in (".yaml", ".yml")):
-        if SPEC.name not in path.read_text(encoding="utf-8", errors="replace"):
-            continue  # cheap: only a file that names the adapter can be one of its tools
-        try:
-            tool, lines = load_declaration(path)
-        except ConfigError:
-            continue  # the catalogue's own load reports it
+    for tool in catalogue.all():
         if tool.adapter == SPEC.name:
-            problems.extend(check_tool(tool, lines, connections))
+            problems.extend(check_tool(tool, catalogue.lines(tool), connections))
     return problems
 
 

@@ -26,7 +26,7 @@ import anyio
 import httpx
 
 from gateway.adapters.base import AdapterOutcome, Evidence
-from gateway.adapters.http_options import Body, Credential, whole_reference
+from gateway.adapters.http.options import Body, Credential, whole_reference
 from gateway.declarations.templates import Template, TemplateError, lookup
 from gateway.errors import ExecutionError, ToolgateError
 

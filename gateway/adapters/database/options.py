@@ -12,9 +12,8 @@ import functools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, WithJsonSchema
 
 from gateway.declarations.model import TemplateStr, ToolDeclaration
@@ -22,6 +21,9 @@ from gateway.declarations.templates import Template, compile_template
 from gateway.errors import ExecutionError
 from gateway.types import SideEffect
 from gateway.yamlsrc import Lines
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 Loc = tuple[str | int, ...]
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -39,7 +41,12 @@ PROBE_PARAMETERS = {"row_version": frozenset(), "query": frozenset({"query", "co
 
 @functools.lru_cache(maxsize=1024)
 def statement(sql: str) -> sa.TextClause:
-    """The ``text()`` construct of a declared statement (cached: parsing it costs)."""
+    """The ``text()`` construct of a declared statement (cached: parsing it costs).
+
+    SQLAlchemy is imported here, when a database declaration is first checked: the
+    declaration spec imports this module, and importing the loader imports no engine."""
+    import sqlalchemy as sa
+
     return sa.text(sql)
 
 

@@ -16,26 +16,29 @@ kin) stay refused inside an allowed range; only a network naming exactly that ad
 The caller must connect to the addresses that were checked, never resolve the name again,
 or DNS rebinding could slip a refused address in between. ``GuardedBackend`` does that for
 httpx: give it to a connection pool and every TCP connect resolves, checks and connects
-to the checked address; nothing else needs to be trusted.
+to the checked address; nothing else needs to be trusted (it lives in
+``gateway.adapters.shared.transport``, with ``guarded_transport``).
 
 Public surface: ``EgressPolicy``, ``EgressRefused``, ``parse_network``, ``check_host``,
-``resolve``, ``check_url``, ``refusal``, ``GuardedBackend`` and ``guarded_transport``.
+``resolve``, ``check_url`` and ``refusal``. This module imports no HTTP library (httpx is
+imported by ``check_url`` when it is first called), so declaration specs may use it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
-import httpcore
-import httpx
+from pydantic import BeforeValidator, WithJsonSchema
 
 from gateway.errors import ExecutionError
+
+if TYPE_CHECKING:
+    import httpx
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -125,6 +128,20 @@ def parse_network(value: str | IPNetwork) -> IPNetwork:
         raise ValueError(
             f"{value!r} is not a network like 10.0.0.0/8 or 127.0.0.1 ({exc})"
         ) from exc
+
+
+def _networks(value: Any) -> tuple[IPNetwork, ...]:
+    if not isinstance(value, list | tuple):
+        raise ValueError("must be a list of networks like [10.0.0.0/8, 127.0.0.1]")
+    return tuple(parse_network(item) for item in value)
+
+
+Networks = Annotated[
+    tuple[IPNetwork, ...],
+    BeforeValidator(_networks),
+    WithJsonSchema({"type": "array", "items": {"type": "string"}, "examples": [["10.0.0.0/8"]]}),
+]
+"""Networks as declared (``10.0.0.0/8``, ``127.0.0.1``), checked by ``egress.parse_network``."""
 
 
 def _embedded_ipv4(ip: IPAddress) -> IPAddress:
@@ -222,6 +239,8 @@ async def _lookup(name: str, port: int) -> tuple[IPAddress, ...]:
 
 async def check_url(url: str | httpx.URL, policy: EgressPolicy) -> Destination:
     """Check scheme, host and every resolved address; connect only to ``addresses``."""
+    import httpx  # here, not at the top: the declaration specs import this module
+
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -230,80 +249,3 @@ async def check_url(url: str | httpx.URL, policy: EgressPolicy) -> Destination:
     host = parsed.raw_host.decode("ascii")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     return Destination(parsed, host, port, await resolve(host, port, policy))
-
-
-def guarded_transport(
-    policy: EgressPolicy, *, ssl_context: ssl.SSLContext, limits: httpx.Limits
-) -> httpx.AsyncHTTPTransport:
-    """An httpx transport whose connections are all made through ``GuardedBackend(policy)``.
-
-    Give it to an ``httpx.AsyncClient`` with ``trust_env=False`` (a proxy from the
-    environment would connect on the client's behalf, past the check). Only the
-    ``networks`` of ``policy`` matter here; check hosts per request with ``check_host``.
-    """
-    transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False, limits=limits)
-    # httpx takes no network backend argument, so its pool is replaced by an identical one
-    # built with ours (httpcore's public API); httpx 0.28 keeps the pool in ``_pool``.
-    transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=ssl_context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=GuardedBackend(policy),
-    )
-    return transport
-
-
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """An httpcore network backend whose every TCP connect goes through ``resolve``.
-
-    The connection is made to a checked address, so a name that resolves differently the
-    second time cannot reach a refused one. Unix sockets are refused outright.
-    """
-
-    def __init__(self, policy: EgressPolicy, inner: httpcore.AsyncNetworkBackend | None = None):
-        self._policy = policy
-        self._inner = inner or httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            with anyio.fail_after(timeout):
-                addresses = await resolve(host, port, self._policy)
-                return await self._connect_any(addresses, port, local_address, socket_options)
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
-
-    async def _connect_any(
-        self,
-        addresses: tuple[IPAddress, ...],
-        port: int,
-        local_address: str | None,
-        socket_options: Iterable[Any] | None,
-    ) -> httpcore.AsyncNetworkStream:
-        failure = httpcore.ConnectError(f"no address to connect to on port {port}")
-        for ip in addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    str(ip), port, local_address=local_address, socket_options=socket_options
-                )
-            except httpcore.ConnectError as exc:
-                failure = exc
-        raise failure
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise EgressRefused("unix sockets are not reachable through egress control")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)

@@ -19,9 +19,9 @@ import httpx
 
 from gateway.adapters.base import AdapterOutcome, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
-from gateway.adapters.egress import EgressPolicy
-from gateway.adapters.http_options import HttpOptions, parse_json_path
-from gateway.adapters.http_request import Redactor, as_text
+from gateway.adapters.http.options import HttpOptions, parse_json_path
+from gateway.adapters.http.request import Redactor, as_text
+from gateway.adapters.shared.egress import EgressPolicy
 from gateway.declarations.templates import TemplateError, lookup
 from gateway.errors import ExecutionError
 from gateway.types import JSON, Outcome

@@ -1,0 +1,52 @@
+"""What the declaration loader checks a tool against: one ``AdapterSpec`` per adapter kind.
+
+The specs are given to the loader (``load_catalogue(tools_dir, specs)``); this package never
+imports an adapter. Each kind declares its spec in a light module of its own
+(``gateway/adapters/<kind>/spec.py``), and ``gateway.adapters.registry.SPECS`` lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from gateway.declarations.templates import Template
+
+Loc = tuple[str | int, ...]
+"""Where a value is in a declaration file, as keys and list indexes (for ``Lines.where``)."""
+
+
+class NoOptions(BaseModel):
+    """For adapters that take no declaration keys of their own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+@runtime_checkable
+class Templating(Protocol):
+    """Options whose values hold templates: the loader checks each hole against ``input``."""
+
+    def templates(self) -> Iterable[tuple[Loc, Template]]:
+        """Every template of the options, with where it is in the declaration."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterSpec:
+    """What the declaration loader checks a tool against, before any call."""
+
+    name: str
+    operations: Mapping[str, frozenset[str]]
+    """Operation → the side_effect values a tool of that operation may declare."""
+    probes: Mapping[str, frozenset[str]]
+    """Probe name → required parameter names."""
+    options: type[BaseModel] = NoOptions
+    durable_reads: bool = False
+    """True when even a read leaves something to clean up after a crash (a process):
+    such reads are reserved like writes, so recovery can find them."""
+    path_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Operation → path specs a tool of that operation must list in ``paths`` (key ``*``:
+    every operation not listed)."""
