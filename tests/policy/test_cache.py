@@ -24,6 +24,7 @@ from tests.policy.helpers import BASE_INPUT, make_input
 
 Scratch = Callable[[str], PolicySources]
 
+
 def backend(sources: PolicySources, **kwargs: Any) -> Iterator[EmbeddedPolicy]:
     policy = EmbeddedPolicy(sources, **kwargs)
     yield policy
