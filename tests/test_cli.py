@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ALICE, BOB
 from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
+from tests.helpers import ALICE, BOB
 from tests.integration.gateways import free_port, gateway, make_project
 
 

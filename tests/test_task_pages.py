@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ALICE, REPO
+from tests.helpers import ALICE, REPO
 from tests.integration.gateways import free_port, stop, wait_healthy
 
 TASKS = REPO / "docs" / "tasks"

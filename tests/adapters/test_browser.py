@@ -31,7 +31,7 @@ from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError, ExecutionError
 from gateway.types import Outcome
 from gateway.workspace import Workspace
-from tests.conftest import IN_CI, REPO
+from tests.helpers import IN_CI, REPO
 
 pytestmark = pytest.mark.anyio
 CATALOGUE = load_catalogue(REPO / "tools.d")
@@ -176,11 +176,6 @@ def pages() -> Iterator[PageServer]:
 
 
 # --- the adapter under test ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")

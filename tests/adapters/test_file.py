@@ -16,15 +16,10 @@ from gateway.declarations.loader import load_catalogue
 from gateway.errors import ExecutionError, ValidationError
 from gateway.types import Outcome
 from gateway.workspace import Workspace, confine
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.anyio
 CATALOGUE = load_catalogue(REPO / "tools.d")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

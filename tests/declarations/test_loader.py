@@ -9,7 +9,7 @@ import pytest
 
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError, ResolveError
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 GOOD = """\
 name: t.echo

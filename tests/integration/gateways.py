@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def free_port() -> int:

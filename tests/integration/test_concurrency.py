@@ -21,17 +21,12 @@ import pytest
 from gateway.store.records import LockBusy, LockRequest
 from gateway.store.store import Store
 from gateway.types import LockMode
-from tests.conftest import ALICE
+from tests.helpers import ALICE
 from tests.integration.gateways import gateway, make_project
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
 _ids = itertools.count()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def _body(tool: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from gateway.faults import POINTS
-from tests.conftest import ALICE
+from tests.helpers import ALICE
 from tests.integration.gateways import gateway, make_project, run_agent_code_without_approval
 
 pytestmark = pytest.mark.slow
