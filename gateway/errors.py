@@ -21,8 +21,7 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     │   ├── ValidationError     phase=validate
     │   ├── PolicyDenied        phase=policy
     │   ├── ExecutionError      phase=execute
-    │   ├── VerificationError   phase=verify
-    │   └── CommitError         phase=commit
+    │   └── VerificationError   phase=verify
     └── StoreError              the store failed (retryable)
 """
 
@@ -156,12 +155,6 @@ class ExecutionError(CallError):
 class VerificationError(CallError):
     code = "verification_failed"
     phase = Phase.VERIFY
-
-
-class CommitError(CallError):
-    code = "commit_failed"
-    phase = Phase.COMMIT
-    retryable = True
 
 
 class StoreError(ToolgateError):

@@ -1,4 +1,5 @@
-"""Shared fixtures: a project laid out in a temp dir, and the SQLite/PostgreSQL stores.
+"""Shared fixtures: a project laid out in a temp dir, the SQLite/PostgreSQL stores, and the
+anyio backend. Constants and helpers are in tests/helpers.py.
 
 PostgreSQL tests use the server on 127.0.0.1:5432; each test gets a database of its own
 that is dropped afterwards. Off CI a missing server skips them with the reason; in CI
@@ -18,30 +19,21 @@ import pytest
 os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
 
 from gateway.settings import Settings, load_settings
-
-REPO = Path(__file__).resolve().parent.parent
-PG_HOST = os.environ.get("TOOLGATE_TEST_PG_HOST", "127.0.0.1")
-PG_USER = os.environ.get("TOOLGATE_TEST_PG_USER", "postgres")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-ALICE = "tg_dev_alice"
-BOB = "tg_dev_bob"
-CAROL = "tg_dev_carol"
+from tests.helpers import IN_CI, PG_HOST, PG_USER, REPO, pg_admin
 
 
-def _pg_admin():  # type: ignore[no-untyped-def]
-    import psycopg
-
-    return psycopg.connect(
-        host=PG_HOST, user=PG_USER, dbname="postgres", connect_timeout=3, autocommit=True
-    )
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    """Async tests (``pytest.mark.anyio``) run on asyncio; module scope lets a module's
+    async fixtures be module-scoped."""
+    return "asyncio"
 
 
 @pytest.fixture(scope="session")
 def pg_server() -> str:
     """The PostgreSQL server, or a skip (a failure in CI) saying why it is missing."""
     try:
-        with _pg_admin() as conn:
+        with pg_admin() as conn:
             conn.execute("SELECT 1")
     except Exception as exc:
         reason = f"PostgreSQL on {PG_HOST}:5432 does not answer ({exc})"
@@ -54,12 +46,12 @@ def pg_server() -> str:
 @pytest.fixture
 def pg_url(pg_server: str) -> Iterator[str]:
     name = f"toolgate_test_{uuid.uuid4().hex[:12]}"
-    with _pg_admin() as conn:
+    with pg_admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield f"{pg_server}/{name}"
     finally:
-        with _pg_admin() as conn:
+        with pg_admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

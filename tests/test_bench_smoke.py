@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI, REPO
+from tests.helpers import IN_CI, REPO
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from gateway.testing import free_port, gateway, make_project
-from tests.conftest import ALICE, BOB
 from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
+from tests.helpers import ALICE, BOB
 
 
 def toolgate(

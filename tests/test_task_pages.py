@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from gateway.testing import free_port, stop, wait_healthy
-from tests.conftest import ALICE, REPO
+from tests.helpers import ALICE, REPO
 
 TASKS = REPO / "docs" / "tasks"
 PAGES = sorted(TASKS.glob("*.md"))

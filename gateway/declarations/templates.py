@@ -70,11 +70,6 @@ class Template:
     def references(self) -> tuple[tuple[str, ...], ...]:
         return tuple(p.path for p in self.parts if isinstance(p, _Hole))
 
-    @property
-    def expands(self) -> bool:
-        """True when a hole has a ``*`` segment: the template renders once per list item."""
-        return any("*" in ref for ref in self.references)
-
     def render_all(self, context: Mapping[str, Any]) -> list[str]:
         """Every rendering of a template whose holes may contain one ``*`` (list items)."""
         wild = next((ref for ref in self.references if "*" in ref), None)

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 
+from gateway import tracecontext
 from gateway.adapters.base import Adapter, AdapterCall
 from gateway.pipeline.records import Flow
 from gateway.pipeline.services import Services
@@ -65,5 +66,6 @@ def adapter_call(
         fencing_tokens=flow.fencing,
         output_budget=flow.tool.output_budget,
         context=template_context(flow),
+        traceparent=tracecontext.child(flow.request.traceparent),
         **hooks,
     )

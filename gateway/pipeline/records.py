@@ -56,6 +56,8 @@ class ToolExecutionRequest:
     expected_state: Mapping[str, JSON]
     body: Mapping[str, JSON]
     """The request as received (for resume and recovery)."""
+    traceparent: str | None = None
+    """W3C trace context of the execution (gateway/tracecontext.py); kept in request_json."""
 
     def to_json(self) -> dict[str, JSON]:
         """Everything needed to run this request again (resume, recovery); no body copy.
@@ -76,11 +78,13 @@ class ToolExecutionRequest:
             "idempotency_key": self.idempotency_key,
             "approval_token": self.approval_token,
             "expected_state": dict(self.expected_state),
+            "traceparent": self.traceparent,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, JSON]) -> ToolExecutionRequest:
-        return cls(**{name: data[name] for name in _REQUEST_FIELDS}, body=data)
+        # ``traceparent`` is absent from a request stored before it was kept: it defaults
+        return cls(**{name: data[name] for name in _REQUEST_FIELDS if name in data}, body=data)
 
     @property
     def payload_sha256(self) -> str:

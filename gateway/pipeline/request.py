@@ -7,11 +7,13 @@ authenticated principal are refused here, before anything runs.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
+from gateway import tracecontext
 from gateway.errors import Forbidden, MalformedRequest
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.yamlsrc import list_wording
@@ -75,9 +77,14 @@ class ExecutionRequestBody(_Body):
 
 
 def parse_request(
-    body: Any, principal: str, header_idempotency_key: str | None = None
+    body: Any,
+    principal: str,
+    header_idempotency_key: str | None = None,
+    traceparent_headers: Sequence[str] = (),
 ) -> ToolExecutionRequest:
-    """Validate ``body`` for ``principal``; raises MalformedRequest or Forbidden."""
+    """Validate ``body`` for ``principal``; raises MalformedRequest or Forbidden. The
+    execution's trace context is the ``traceparent`` header's, or a new trace (a malformed
+    header is ignored)."""
     if not isinstance(body, dict):
         raise MalformedRequest("the request body must be a JSON object")
     try:
@@ -120,6 +127,7 @@ def parse_request(
         approval_token=parsed.approval_token,
         expected_state=parsed.expected_state,
         body=body,
+        traceparent=tracecontext.incoming(traceparent_headers),
     )
 
 

@@ -76,7 +76,13 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "summary": "Run one tool call through the pipeline",
                 "parameters": [
-                    {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}}
+                    {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}},
+                    {
+                        "name": "traceparent",
+                        "in": "header",
+                        "description": "W3C trace context; a malformed value is ignored",
+                        "schema": {"type": "string"},
+                    },
                 ],
                 "requestBody": {
                     "required": True,

@@ -87,7 +87,10 @@ async def create_execution(request: Request) -> Response:
     services = services_of(request)
     principal = principal_of(request)
     body = await read_json(request, services.settings.max_body_bytes)
-    call = parse_request(body, principal, request.headers.get("idempotency-key"))
+    headers = request.headers
+    call = parse_request(
+        body, principal, headers.get("idempotency-key"), headers.getlist("traceparent")
+    )
     respond_async = "respond-async" in request.headers.get("prefer", "").lower()
     record = await run_call(services, call, respond_async=respond_async)
     return await _execution_response(services, record)

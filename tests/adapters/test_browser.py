@@ -33,7 +33,7 @@ from gateway.errors import ConfigError, ExecutionError
 from gateway.testing import load_catalogue, load_declaration
 from gateway.types import Outcome
 from gateway.workspace import Workspace
-from tests.conftest import IN_CI, REPO
+from tests.helpers import IN_CI, REPO
 
 pytestmark = pytest.mark.anyio
 CATALOGUE = load_catalogue(REPO / "tools.d")
@@ -178,11 +178,6 @@ def pages() -> Iterator[PageServer]:
 
 
 # --- the adapter under test ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ from gateway.settings import Settings, load_settings
 from gateway.testing import catalogue_of, load_catalogue, load_declaration
 from gateway.types import Outcome
 from gateway.workspace import Workspace
-from tests.conftest import IN_CI, REPO
+from tests.helpers import IN_CI, REPO
 
 pytestmark = pytest.mark.anyio
 MARIADB_HOST = os.environ.get("TOOLGATE_TEST_MARIADB_HOST", "127.0.0.1")
@@ -287,11 +287,6 @@ def shop(shop_url: str, tmp_path: Path) -> Iterator[Shop]:
         for conn in adapter.connections.values():
             conn.engine.dispose()
         engine.dispose()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # -- query ----------------------------------------------------------------------------------

@@ -30,11 +30,6 @@ pytestmark = pytest.mark.anyio
 NOTHING = EgressPolicy()
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.parametrize(
     ("address", "kind"),
     [

@@ -17,15 +17,10 @@ from gateway.errors import ExecutionError, ValidationError
 from gateway.testing import load_catalogue
 from gateway.types import Outcome
 from gateway.workspace import Workspace, confine
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.anyio
 CATALOGUE = load_catalogue(REPO / "tools.d")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

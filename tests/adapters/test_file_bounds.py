@@ -28,7 +28,7 @@ from gateway.errors import ToolgateError
 from gateway.testing import load_catalogue
 from gateway.types import Outcome
 from gateway.workspace import Workspace, confine
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 CATALOGUE = load_catalogue(REPO / "tools.d")
 HANG_SECONDS = 5.0

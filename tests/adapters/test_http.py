@@ -34,8 +34,8 @@ from gateway.settings import Settings, load_settings
 from gateway.testing import catalogue_of, load_catalogue, load_declaration
 from gateway.types import Outcome
 from gateway.workspace import Workspace
-from tests.conftest import REPO
-from tests.server.conftest import auth, body
+from tests.helpers import REPO
+from tests.server.helpers import auth, body
 
 pytestmark = pytest.mark.anyio
 CATALOGUE = load_catalogue(REPO / "tools.d")
@@ -49,11 +49,6 @@ adapter: http
 operation: request
 risk: low
 """
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")

@@ -50,17 +50,12 @@ from tests.adapters.test_proctree import (
     read_pids,
     wait_gone,
 )
-from tests.conftest import REPO
-from tests.server.conftest import auth, body
+from tests.helpers import REPO
+from tests.server.helpers import auth, body
 
 __all__ = ["no_stray_children"]  # the autouse fixture applies here too
 NO_TOOLS = Catalogue(())
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

@@ -221,8 +221,3 @@ async def test_the_fake_adapter_is_declared_and_called(tmp_path: Path) -> None:
     assert await fake.probe("value", {}, call) == "value:3"
     await fake.aclose()
     assert fake.closed
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

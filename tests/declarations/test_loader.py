@@ -9,7 +9,7 @@ import pytest
 
 from gateway.errors import ConfigError, ResolveError
 from gateway.testing import load_catalogue
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 GOOD = """\
 name: t.echo

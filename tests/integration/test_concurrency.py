@@ -22,16 +22,11 @@ from gateway.store.records import LockBusy, LockRequest
 from gateway.store.store import Store
 from gateway.testing import gateway, make_project
 from gateway.types import LockMode
-from tests.conftest import ALICE
+from tests.helpers import ALICE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
 _ids = itertools.count()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def _body(tool: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import pytest
 
 from gateway.faults import POINTS
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.conftest import ALICE
+from tests.helpers import ALICE
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}

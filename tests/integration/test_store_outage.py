@@ -12,14 +12,14 @@ import pytest
 import yaml
 
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.conftest import ALICE, _pg_admin
+from tests.helpers import ALICE, pg_admin
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
 
 
 def _kill_backends(database: str) -> int:
-    with _pg_admin() as conn:
+    with pg_admin() as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = %s AND pid <> pg_backend_pid()",

@@ -16,7 +16,7 @@ from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.conftest import ALICE, BOB
+from tests.helpers import ALICE, BOB
 
 ERAS = ("legacy", "2026-07-28")
 """The SDK client's ``mode``: the 2025-11-25 handshake, or the stateless 2026-07-28 wire."""

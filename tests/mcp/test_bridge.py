@@ -12,7 +12,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from gateway.mcp import meta
-from tests.conftest import ALICE, REPO
+from tests.helpers import ALICE, REPO
 from tests.mcp.conftest import ERAS, Gateway, meta_of
 
 pytestmark = pytest.mark.slow

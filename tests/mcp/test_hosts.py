@@ -10,7 +10,7 @@ import pytest
 
 from gateway.settings import load_settings
 from gateway.testing import gateway, make_project
-from tests.conftest import ALICE
+from tests.helpers import ALICE
 
 BODY = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 

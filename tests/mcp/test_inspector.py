@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ALICE, IN_CI, REPO
+from tests.helpers import ALICE, IN_CI, REPO
 from tests.mcp.conftest import Gateway
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
 
 from gateway.mcp import meta
-from tests.conftest import ALICE, BOB
+from tests.helpers import ALICE, BOB
 from tests.mcp.conftest import ERAS, Gateway, connect, meta_of
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from gateway.store.records import ExecutionRecord
 from gateway.store.store import Store
 from gateway.testing import load_catalogue
 from gateway.types import JSON, Status
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all
 from tests.pipeline.test_runner import make_services, ok, request, sha_probe
 
@@ -31,11 +31,6 @@ pytestmark = pytest.mark.anyio
 HI = hashlib.sha256(b"hi").hexdigest()
 SECRET = "raw-exception-text-must-not-show"
 BEFORE_THE_ADAPTER = ("resolve", "normalise", "validate", "policy", "reserve", "lock", "execute")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -198,7 +193,7 @@ def test_the_http_answer_is_never_5xx_and_the_execution_terminal(
 
     from gateway.server.app import create_app
     from gateway.settings import load_settings
-    from tests.server.conftest import auth, body
+    from tests.server.helpers import auth, body
 
     settings = load_settings(
         project / "toolgate.yaml",

@@ -27,11 +27,6 @@ pytestmark = pytest.mark.anyio
 __all__ = ["catalogue", "store"]  # fixtures
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_a_fast_call_starts_no_watcher_task(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:

@@ -23,15 +23,10 @@ from gateway.store.store import Store
 from gateway.testing import load_catalogue
 from gateway.types import JSON, Decision, DecisionResult, Outcome, Status
 from gateway.workspace import Workspace
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all, slow
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

@@ -24,18 +24,6 @@ from tests.policy.helpers import BASE_INPUT, make_input
 
 Scratch = Callable[[str], PolicySources]
 
-SHIPPED_READS = (
-    ("actor", "user_id"),
-    ("approval", "approved_by"),
-    ("approval", "present"),
-    ("paths",),
-    ("tool", "name"),
-    ("tool", "reversible"),
-    ("tool", "risk"),
-    ("tool", "side_effect"),
-    ("workspace", "id"),
-)
-
 
 def backend(sources: PolicySources, **kwargs: Any) -> Iterator[EmbeddedPolicy]:
     policy = EmbeddedPolicy(sources, **kwargs)

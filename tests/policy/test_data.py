@@ -14,7 +14,7 @@ from gateway.policy.data import PolicyData
 from gateway.policy.loader import load_policy_sources
 from gateway.runtime.bootstrap import load_sources
 from gateway.settings import load_settings
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def parsed(root: Path) -> PolicyData:

@@ -17,8 +17,8 @@ from starlette.testclient import TestClient
 from gateway.pipeline.records import sha256_json
 from gateway.server.app import create_app
 from gateway.settings import Settings
-from tests.conftest import BOB, CAROL
-from tests.server.conftest import auth, body
+from tests.helpers import BOB, CAROL
+from tests.server.helpers import auth, body
 
 
 def _delete(client: TestClient, key: str | None = None, **extra: Any) -> dict[str, Any]:

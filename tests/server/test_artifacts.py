@@ -20,8 +20,8 @@ from starlette.testclient import TestClient
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from tests.adapters.test_browser import PageServer, require_chromium
-from tests.conftest import BOB, REPO
-from tests.server.conftest import auth, body
+from tests.helpers import BOB, REPO
+from tests.server.helpers import auth, body
 
 CLICK_MISSING = """name: test.click
 version: 1.0.0

@@ -12,8 +12,8 @@ from gateway.settings import Settings
 from gateway.store.records import LockBusy, LockRequest
 from gateway.store.store import Store
 from gateway.types import LockMode
-from tests.conftest import BOB
-from tests.server.conftest import auth, body
+from tests.helpers import BOB
+from tests.server.helpers import auth, body
 
 HOLDER = "ex_lock_holder"
 

@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 
 from gateway.server.app import create_app
 from gateway.settings import Settings
-from tests.server.conftest import auth, body
+from tests.server.helpers import auth, body
 
 
 def _files(root: Path) -> list[str]:
@@ -277,7 +277,7 @@ def test_retry_after_only_where_a_retry_can_help(client: TestClient) -> None:
 def test_a_chunked_approve_body_is_read_and_checked(
     client: TestClient, workspace_root: Path
 ) -> None:
-    from tests.conftest import BOB
+    from tests.helpers import BOB
 
     (workspace_root / "doomed.txt").write_text("bye")
     payload = body("fs.delete_file", {"path": "doomed.txt"}, idempotency_key="del-chunked")

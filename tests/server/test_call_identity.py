@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.conftest import BOB
-from tests.server.conftest import auth, body
+from tests.helpers import BOB
+from tests.server.helpers import auth, body
 
 
 def _post(client: TestClient, payload: dict[str, Any], **headers: str) -> Any:

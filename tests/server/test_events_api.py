@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from tests.server.conftest import auth, body
+from tests.server.helpers import auth, body
 
 
 def _events(client: TestClient, url: str, after: str | None = None) -> list[dict]:  # type: ignore[type-arg]

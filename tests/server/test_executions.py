@@ -9,8 +9,8 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
-from tests.conftest import BOB
-from tests.server.conftest import auth, body
+from tests.helpers import BOB
+from tests.server.helpers import auth, body
 
 
 def _post(client: TestClient, payload: dict, key: str | None = None, **kw) -> object:  # type: ignore[type-arg]

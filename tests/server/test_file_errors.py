@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.conftest import BOB
-from tests.server.conftest import auth, body
+from tests.helpers import BOB
+from tests.server.helpers import auth, body
 
 LONG = "n" * 300  # over NAME_MAX (255): ENAMETOOLONG, though the path is short enough
 PATCH = "--- a/x\n+++ b/x\n@@ -0,0 +1 @@\n+a\n"

@@ -11,8 +11,8 @@ from starlette.testclient import TestClient
 
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
-from tests.conftest import BOB
-from tests.server.conftest import auth, body
+from tests.helpers import BOB
+from tests.server.helpers import auth, body
 
 
 @pytest.fixture

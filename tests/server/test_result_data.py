@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from gateway.server.app import create_app
 from gateway.settings import Settings
 from gateway.testing import run_agent_code_without_approval
-from tests.server.conftest import auth, body
+from tests.server.helpers import auth, body
 
 
 def _result(client: TestClient, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

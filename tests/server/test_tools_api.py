@@ -6,7 +6,7 @@ from starlette.testclient import TestClient
 
 from gateway.server.app import create_app
 from gateway.settings import Settings
-from tests.server.conftest import auth
+from tests.server.helpers import auth
 
 
 def test_list_tools(client: TestClient) -> None:

@@ -28,11 +28,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def store(database_url: str) -> AsyncIterator[Store]:
     s = Store(database_url)
     await s.open()
