@@ -16,7 +16,7 @@ from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.faults import POINTS, Faults
-from gateway.pipeline.records import Flow
+from gateway.pipeline.records import State
 from gateway.pipeline.runner import STAGES, Stage, run_call
 from gateway.pipeline.services import Services
 from gateway.recovery import recover
@@ -55,8 +55,8 @@ class Boom(RuntimeError):
     """What a gateway bug raises."""
 
 
-def raising_instead_of(name: str) -> tuple[Stage, ...]:
-    async def boom(services: Services, flow: Flow) -> Flow:
+def raising_instead_of(name: str) -> tuple[Stage[Any], ...]:
+    async def boom(services: Services, state: Any) -> State:
         raise Boom(SECRET)
 
     return tuple(replace(s, run=boom) if s.name == name else s for s in STAGES)
@@ -174,7 +174,7 @@ async def test_a_reconcile_probe_that_raises_in_recovery_is_unknown(
 async def test_recovery_settles_an_execution_whose_rebuild_raises(
     tmp_path: Path, store: Store, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway import recovery
+    from gateway.pipeline import normalise
 
     adapter = FunctionAdapter(ok, sha_probe(HI))
     services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
@@ -182,10 +182,10 @@ async def test_recovery_settles_an_execution_whose_rebuild_raises(
     with pytest.raises(Exception, match="store is unavailable"):
         await run_call(faulty, request())
 
-    async def broken(services: Services, flow: Flow) -> Flow:
+    async def broken(services: Services, state: Any) -> State:
         raise Boom(SECRET)
 
-    monkeypatch.setattr(recovery.normalise, "run", broken)
+    monkeypatch.setattr(normalise, "run", broken)  # what pipeline.rebuild runs
     [settled] = await recover(services)
     await assert_settled(store, settled, "unknown", attempted=True)
 

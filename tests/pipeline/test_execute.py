@@ -16,7 +16,7 @@ from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.declarations.catalogue import Catalogue
 from gateway.events.model import make_event
 from gateway.pipeline import execute
-from gateway.pipeline.records import _REQUEST_FIELDS, Flow
+from gateway.pipeline.records import _REQUEST_FIELDS, Requested, Trail
 from gateway.pipeline.runner import run_call
 from gateway.store.store import Store
 from gateway.types import Outcome, Status
@@ -125,19 +125,19 @@ async def test_a_cancel_signal_after_the_call_ended_is_refused(
     assert services.cancellations.signal(record.id) is False
 
 
-def test_flow_but_copies_every_field_and_stays_frozen() -> None:
-    flow = Flow.start(request(), respond_async=True)
-    changed = flow.but(seq=7, ephemeral=True)
-    assert changed == replace(flow, seq=7, ephemeral=True)
-    assert (flow.seq, flow.ephemeral, flow.respond_async) == (1, False, True)
-    with pytest.raises(AttributeError):
-        flow.but(no_such_field=1)
-    with pytest.raises(AttributeError):
-        changed.seq = 3  # type: ignore[misc]
-    emitted = flow.but_emit({"ephemeral": True}, "tool.resolved", name="x")
-    assert emitted.ephemeral and emitted.seq == 2
+def test_a_trail_emits_into_a_copy_and_stays_frozen() -> None:
+    start = Requested.start(request(), respond_async=True)
+    trail = start.trail
+    emitted = trail.emit("tool.resolved", name="x")
+    assert (trail.seq, len(trail.events), start.ticket.respond_async) == (1, 1, True)
+    assert emitted.seq == 2 and emitted.execution_id == start.ticket.execution_id
     assert [e.type for e in emitted.events] == ["tool.requested", "tool.resolved"]
     assert [e.seq for e in emitted.events] == [0, 1]
+    assert emitted.drained() == Trail(trail.execution_id, (), 2)
+    with pytest.raises(AttributeError):
+        trail.seq = 3  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        start.trail = emitted  # type: ignore[misc]
 
 
 def test_request_to_json_has_every_field_but_the_body() -> None:
