@@ -24,8 +24,15 @@ from gateway.store.records import ExecutionRecord
 from gateway.store.store import Store
 from gateway.types import JSON, Status
 from tests.conftest import REPO
-from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all
-from tests.pipeline.test_runner import make_services, ok, request, sha_probe
+from tests.pipeline.fakes import (
+    FunctionAdapter,
+    FunctionPolicy,
+    allow_all,
+    make_services,
+    ok,
+    request,
+    sha_probe,
+)
 
 pytestmark = pytest.mark.anyio
 HI = hashlib.sha256(b"hi").hexdigest()
