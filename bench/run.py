@@ -928,8 +928,8 @@ async def micro_phase(
     plan: Plan, work: Path, results: dict[str, Any], profile_out: Path | None
 ) -> None:
     from gateway.pipeline import normalise, resolve, validate
-    from gateway.pipeline.authorize import policy_input
-    from gateway.pipeline.records import Flow
+    from gateway.pipeline.policy import policy_input
+    from gateway.pipeline.records import Requested
     from gateway.pipeline.runner import run_call
     from gateway.policy.embedded import EmbeddedPolicy
     from gateway.runtime.bootstrap import close_runtime, open_runtime
@@ -944,10 +944,9 @@ async def micro_phase(
     try:
         # The policy input documents, built by the real stages 1-3.
         async def document(payload: dict[str, Any]) -> dict[str, Any]:
-            flow = Flow.start(request_for(payload))
-            for stage in (resolve, normalise, validate):
-                flow = await stage.run(services, flow)
-            return policy_input(flow)
+            resolved = await resolve.run(services, Requested.start(request_for(payload)))
+            prepared = await validate.run(services, await normalise.run(services, resolved))
+            return policy_input(prepared.call)
 
         policy = services.policy
         assert isinstance(policy, EmbeddedPolicy)
@@ -1094,7 +1093,7 @@ async def stage_breakdown(
 
         return run
 
-    stages = tuple(Stage(s.name, timed_stage(s.name, s.run), s.always) for s in STAGES)
+    stages = tuple(Stage(s.name, s.takes, timed_stage(s.name, s.run)) for s in STAGES)
 
     def timed_tx(name: str, wall_s: float, thread_cpu_s: float) -> None:
         # SQLite's group commit: one transaction for the writes of a loop turn (sequential

@@ -24,11 +24,11 @@ from gateway.adapters.base import Recovering, SideEffectReport
 from gateway.errors import ExecutionError, StoreError, ToolgateError
 from gateway.events.model import make_event
 from gateway.instance import INSTANCE_ID, owner_is_gone
-from gateway.pipeline import normalise, resolve
 from gateway.pipeline.probes import run_probes
-from gateway.pipeline.records import Flow
+from gateway.pipeline.reconcile import WRITES, with_retryable
+from gateway.pipeline.records import Call
+from gateway.pipeline.runner import rebuild
 from gateway.pipeline.services import Services
-from gateway.pipeline.settle import WRITES, with_retryable
 from gateway.runtime.closing import close_execution
 from gateway.store.records import ExecutionRecord
 from gateway.types import Outcome, Status
@@ -108,17 +108,17 @@ async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionR
 async def _settle_started(
     services: Services, record: ExecutionRecord, states: list[Any]
 ) -> ExecutionRecord:
-    flow = await _rebuild(services, record)
-    if flow is None or flow.tool is None:
+    call = await _rebuild(services, record)
+    if call is None:
         return await _close_unknown(services, record, "the tool or workspace is gone", ())
-    await _stop_leftovers(services, flow, states)
+    await _stop_leftovers(services, call, states)
     cancelling = record.status is Status.CANCELLING
     error = ExecutionError(
         "the gateway stopped while this call was running"
         + (" (a cancel had been requested)" if cancelling else ""),
         code="interrupted",
     )
-    if flow.tool.side_effect not in WRITES:
+    if call.tool.side_effect not in WRITES:
         return await close_execution(
             services,
             record,
@@ -126,9 +126,9 @@ async def _settle_started(
             error,
             SideEffectReport(False, False, "interrupted; no side effect"),
         )
-    if not flow.tool.reconcile:
+    if not call.tool.reconcile:
         return await _close_unknown(services, record, "no reconcile probe is declared", ())
-    passed, evidence = await run_probes(services, flow, flow.tool.reconcile, "reconcile")
+    passed, evidence = await run_probes(services, call, call.tool.reconcile, "reconcile")
     if passed is None:
         return await _close_unknown(
             services, record, "the reconcile probe could not read", evidence
@@ -158,12 +158,11 @@ async def _close_unknown(
     )
 
 
-async def _rebuild(services: Services, record: ExecutionRecord) -> Flow | None:
-    """The flow of ``record`` as far as normalisation (what probes need)."""
-    flow = Flow.dequeued(record, 0)
+async def _rebuild(services: Services, record: ExecutionRecord) -> Call | None:
+    """The call of ``record`` as far as normalisation (what probes need); ``None`` when it
+    cannot be rebuilt."""
     try:
-        flow = await resolve.run(services, flow)
-        return await normalise.run(services, flow)
+        return await rebuild(services, record)
     except StoreError:
         raise
     except ToolgateError as exc:
@@ -174,15 +173,14 @@ async def _rebuild(services: Services, record: ExecutionRecord) -> Flow | None:
         return None
 
 
-async def _stop_leftovers(services: Services, flow: Flow, states: list[Any]) -> None:
-    assert flow.tool is not None
-    adapter = services.adapters.get(flow.tool.adapter)
+async def _stop_leftovers(services: Services, call: Call, states: list[Any]) -> None:
+    adapter = services.adapters.get(call.tool.adapter)
     if not isinstance(adapter, Recovering):
         return
     for state in states:
         try:
             await adapter.recover(state)
         except ToolgateError as exc:
-            log.warning("could not stop what %s left running: %s", flow.execution_id, exc)
+            log.warning("could not stop what %s left running: %s", call.execution_id, exc)
         except Exception:
-            log.exception("could not stop what %s left running", flow.execution_id)
+            log.exception("could not stop what %s left running", call.execution_id)

@@ -19,8 +19,8 @@ from gateway import cli, faults
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError
 from gateway.events.model import EVENT_TYPES
-from gateway.pipeline import authorize
-from gateway.pipeline.records import Flow, ToolExecutionRequest
+from gateway.pipeline import policy
+from gateway.pipeline.records import Call, Requested, ToolExecutionRequest
 from gateway.server.app import create_app
 from gateway.settings import _ENV, Settings
 from gateway.types import ApprovalStatus, Outcome, Status
@@ -340,10 +340,12 @@ RECOVERY_MODULES = (
     "gateway/runtime/cancellation.py",
     "gateway/recovery.py",
     "gateway/pipeline/execute.py",
-    "gateway/pipeline/locking.py",
+    "gateway/pipeline/existing.py",
+    "gateway/pipeline/guards.py",
+    "gateway/pipeline/lock.py",
     "gateway/pipeline/reserve.py",
+    "gateway/pipeline/result.py",
     "gateway/pipeline/runner.py",
-    "gateway/pipeline/settle.py",
     "gateway/pipeline/validate.py",
     "gateway/pipeline/verify.py",
 )
@@ -582,14 +584,16 @@ def _policy_input() -> dict[str, object]:
         expected_state={},
         body={},
     )
-    flow = Flow.start(request).but(
+    call = Call(
+        ticket=Requested.start(request).ticket,
         tool=tool,
         workspace=Workspace("demo", REPO / "var" / "workspaces" / "demo"),
         arguments={"path": "a.txt", "content": "hi", "create_dirs": True},
         arguments_sha256="0" * 64,
+        paths={},
         roles=("agent",),
     )
-    return authorize.policy_input(flow)
+    return policy.policy_input(call)
 
 
 def test_every_top_level_policy_input_field_is_in_policies_md() -> None:

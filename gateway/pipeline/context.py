@@ -1,25 +1,26 @@
-"""Helpers every stage shares: the template context and the adapter call of a flow."""
+"""Helpers every stage shares: the template context and the adapter call of a call."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 
 from gateway import tracecontext
 from gateway.adapters.base import Adapter, AdapterCall
-from gateway.pipeline.records import Flow
+from gateway.pipeline.records import NO_LOCKS, Call
 from gateway.pipeline.services import Services
 
 
-def template_context(flow: Flow) -> dict[str, Any]:
+def template_context(call: Call) -> dict[str, Any]:
     """What ``{dotted.path}`` templates in a declaration can see."""
-    req = flow.request
-    tool = flow.tool
+    req = call.ticket.request
+    tool = call.tool
     return {
-        "arguments": dict(flow.arguments or {}),
-        "workspace": flow.workspace.to_json() if flow.workspace else {},
+        "arguments": dict(call.arguments),
+        "workspace": call.workspace.to_json(),
         "actor": {"user_id": req.principal, "agent_id": req.agent_id},
         "request": {
             "run_id": req.run_id,
@@ -27,45 +28,47 @@ def template_context(flow: Flow) -> dict[str, Any]:
             "call_id": req.call_id,
             "idempotency_key": req.idempotency_key or "",
         },
-        "tool": {"name": tool.name, "version": str(tool.version)} if tool else {},
-        "execution": {"id": flow.execution_id},
+        "tool": {"name": tool.name, "version": str(tool.version)},
+        "execution": {"id": call.ticket.execution_id},
     }
 
 
-def deadline_of(services: Services, flow: Flow) -> float:
+def deadline_of(services: Services, call: Call) -> float:
     """Epoch seconds: the request's deadline, capped by the tool's timeout from now.
 
     Computed when asked: waiting for locks and running the adapter are each bounded by the
     tool's ``timeout`` (and both by the request's deadline)."""
-    assert flow.tool is not None
-    cap = time.time() + flow.tool.timeout
-    if flow.request.deadline_ms is None:
+    cap = time.time() + call.tool.timeout
+    deadline_ms = call.ticket.request.deadline_ms
+    if deadline_ms is None:
         return cap
-    return min(cap, flow.request.deadline_ms / 1000.0)
+    return min(cap, deadline_ms / 1000.0)
 
 
-def adapter_of(services: Services, flow: Flow) -> Adapter:
-    assert flow.tool is not None
-    return services.adapters[flow.tool.adapter]
+def adapter_of(services: Services, call: Call) -> Adapter:
+    return services.adapters[call.tool.adapter]
 
 
 def adapter_call(
-    services: Services, flow: Flow, cancelled: anyio.Event | None = None, **hooks: Any
+    services: Services,
+    call: Call,
+    fencing: Mapping[str, int] = NO_LOCKS,
+    cancelled: anyio.Event | None = None,
+    **hooks: Any,
 ) -> AdapterCall:
-    """The uniform call every adapter gets; ``hooks`` are AdapterCall's callbacks
-    (``emit_output``, ``checkpoint``)."""
-    assert flow.tool is not None and flow.workspace is not None
+    """The uniform call every adapter gets, holding the ``fencing`` tokens of its locks;
+    ``hooks`` are AdapterCall's callbacks (``emit_output``, ``checkpoint``)."""
     return AdapterCall(
-        execution_id=flow.execution_id,
-        tool=flow.tool,
-        arguments=flow.arguments or {},
-        workspace=flow.workspace,
-        paths=flow.paths,
-        deadline=deadline_of(services, flow),
+        execution_id=call.ticket.execution_id,
+        tool=call.tool,
+        arguments=call.arguments,
+        workspace=call.workspace,
+        paths=call.paths,
+        deadline=deadline_of(services, call),
         cancelled=cancelled or anyio.Event(),
-        fencing_tokens=flow.fencing,
-        output_budget=flow.tool.output_budget,
-        context=template_context(flow),
-        traceparent=tracecontext.child(flow.request.traceparent),
+        fencing_tokens=fencing,
+        output_budget=call.tool.output_budget,
+        context=template_context(call),
+        traceparent=tracecontext.child(call.request.traceparent),
         **hooks,
     )

@@ -5,7 +5,7 @@ the side effect may have begun. While the adapter runs, this stage renews lock l
 the execution's heartbeat, streams output, and watches for a cancel (local signal, or the
 store's status turned ``cancelling`` by another replica). A cancelled adapter gets
 ``cancel_grace`` seconds to stop by itself before it is cut off. Every exception is
-captured as the flow's ``failure``; stage 8 turns it into an outcome.
+captured as the call's failure (``Executed.returned``); stage 8 turns it into an outcome.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import time
 
 import anyio
 
-from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome, SideEffectReport
+from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ExecutionError, StoreError, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of, deadline_of
+from gateway.pipeline.outcomes import ended_before_start
 from gateway.pipeline.output import OutputSink
-from gateway.pipeline.records import Flow, ToolResult
+from gateway.pipeline.records import Executed, Locked, Settled, Started, Trail
 from gateway.pipeline.services import Services
 from gateway.types import Outcome, Status
 
@@ -34,37 +35,35 @@ FIRST_TICK = 0.25
 
 class Escaped(Exception):
     """Something escaped this stage (a gateway bug, an injected fault): raised from the
-    original exception, with the flow as far as it got and whether the adapter was called,
+    original exception, with the call as far as it got and whether the adapter was called,
     so that the runner's catch-all can settle the call truthfully."""
 
-    def __init__(self, flow: Flow, adapter_called: bool) -> None:
+    def __init__(self, state: Started | Executed, adapter_called: bool) -> None:
         super().__init__(f"escaped the execute stage (adapter called: {adapter_called})")
-        self.flow, self.adapter_called = flow, adapter_called
+        self.state, self.adapter_called = state, adapter_called
 
 
-async def run(services: Services, flow: Flow) -> Flow:
-    assert flow.tool is not None
-    flow = flow.but_emit(
-        {"started_ms": int(time.time() * 1000)},
-        "tool.started",
-        adapter=flow.tool.adapter,
-        operation=flow.tool.operation,
-    )
+async def run(services: Services, state: Locked) -> Executed | Settled:
+    call, record, fencing = state.call, state.record, state.fencing
+    started_ms = int(time.time() * 1000)
+    tool = call.tool
+    trail = state.trail.emit("tool.started", adapter=tool.adapter, operation=tool.operation)
     try:
-        durable = not flow.ephemeral
+        durable = record is not None
         if durable:
             running = [Status.RUNNING]
             if not await services.store.set_status(
-                flow.execution_id, running, Status.RUNNING, flow.events
+                call.ticket.execution_id, running, Status.RUNNING, trail.events
             ):
-                return _cancelled_before_start(flow)  # a cancel arrived while it waited for locks
-            flow = flow.drained()
+                # a cancel arrived while it waited for locks: tool.started is not kept
+                return _cancelled_before_start(state, trail.seq)
+            trail = trail.drained()
         await services.faults.hit("before_adapter")
     except StoreError:
         raise  # the store is down: nothing can be recorded now; recovery settles it later
     except Exception as exc:
-        raise Escaped(flow, adapter_called=False) from exc
-    return await _run_adapter(services, flow, durable)
+        raise Escaped(Started(call, record, fencing, started_ms, trail), False) from exc
+    return await _run_adapter(services, Started(call, record, fencing, started_ms, trail), durable)
 
 
 def _now() -> float:
@@ -77,40 +76,44 @@ START_FLOOR = 0.01
 could begin and not finish (the call would end ``timeout`` with something attempted)."""
 
 
-async def _run_adapter(services: Services, flow: Flow, durable: bool) -> Flow:
-    if deadline_of(services, flow) - _now() < START_FLOOR:
-        return _no_time_left(flow)  # the last look before the side effect: after the locks
-    sink = OutputSink(services.store, flow.execution_id, flow.seq, durable=durable)
-    watch = _Watch(services, flow, sink)
+async def _run_adapter(services: Services, state: Started, durable: bool) -> Executed | Settled:
+    call, trail = state.call, state.trail
+    if deadline_of(services, call) - _now() < START_FLOOR:
+        return _no_time_left(state)  # the last look before the side effect: after the locks
+    sink = OutputSink(services.store, call.ticket.execution_id, trail.seq, durable=durable)
+    watch = _Watch(services, state, sink)
     try:
         try:
-            call = adapter_call(
+            call_input = adapter_call(
                 services,
-                flow,
+                call,
+                state.fencing,
                 watch.cancelled,
                 emit_output=sink.emit,
                 checkpoint=sink.checkpoint,
             )
-            raw, failure = await _call_adapter(adapter_of(services, flow), call, watch)
+            returned = await _call_adapter(adapter_of(services, call), call_input, watch)
         finally:
             await watch.stop()
     except StoreError:
         raise
     except Exception as exc:
-        raise Escaped(flow, adapter_called=True) from exc
+        raise Escaped(state, adapter_called=True) from exc
     try:
         await sink.flush()
         await services.faults.hit("after_side_effect")
     except StoreError:
         raise
     except Exception as exc:
-        raise Escaped(flow.but(raw=raw, failure=failure), adapter_called=True) from exc
-    return flow.but(
-        events=(*flow.events, *sink.kept),
-        seq=sink.next_seq,
-        raw=raw,
-        failure=failure,
-        finished_ms=int(time.time() * 1000),
+        raise Escaped(_executed(state, returned, trail), adapter_called=True) from exc
+    done = Trail(trail.execution_id, (*trail.events, *sink.kept), sink.next_seq)
+    return _executed(state, returned, done)
+
+
+def _executed(state: Started, returned: AdapterOutcome | ToolgateError, trail: Trail) -> Executed:
+    finished_ms = int(time.time() * 1000)
+    return Executed(
+        state.call, state.record, state.fencing, state.started_ms, finished_ms, returned, trail
     )
 
 
@@ -125,8 +128,9 @@ class _Watch:
     task, opens no task group and cancels nothing (each costs more than a short adapter).
     """
 
-    def __init__(self, services: Services, flow: Flow, sink: OutputSink) -> None:
-        self._services, self._flow, self._sink = services, flow, sink
+    def __init__(self, services: Services, state: Started, sink: OutputSink) -> None:
+        self._services, self._sink = services, sink
+        self._execution_id, self._fencing = state.call.ticket.execution_id, state.fencing
         self.grace = services.settings.cancel_grace
         self._began = time.monotonic()
         self._task: asyncio.Task[None] | None = None
@@ -135,7 +139,7 @@ class _Watch:
         self.scope: anyio.CancelScope | None = None
         """The adapter's scope, cancelled at the cut-off."""
         self.cut_off = False
-        self.cancelled = services.cancellations.register(flow.execution_id, self.start)
+        self.cancelled = services.cancellations.register(self._execution_id, self.start)
         """The call's cancel signal; signalling it starts the watchers at once."""
         self._tick = asyncio.get_running_loop().call_later(FIRST_TICK, self.start)
 
@@ -166,7 +170,7 @@ class _Watch:
     async def stop(self) -> None:
         """The adapter is done: stop the watchers, if any started, and wait for them (a
         store call of theirs in flight completes first)."""
-        self._services.cancellations.unregister(self._flow.execution_id)
+        self._services.cancellations.unregister(self._execution_id)
         self._stopped = True
         self._tick.cancel()
         if self._task is not None:
@@ -184,7 +188,7 @@ class _Watch:
 
     async def _keep_alive(self, first_wait: float) -> None:
         """Renew leases and the heartbeat; turn a store-side ``cancelling`` into the signal."""
-        services, flow = self._services, self._flow
+        services, execution_id = self._services, self._execution_id
         lease = services.settings.lock_lease
         last_renew = self._began
         wait = first_wait
@@ -192,51 +196,39 @@ class _Watch:
             await anyio.sleep(wait)
             wait = WATCH_INTERVAL
             try:
-                record = await services.store.get_execution(flow.execution_id)
+                record = await services.store.get_execution(execution_id)
                 if record is not None and record.status is Status.CANCELLING:
                     self.cancelled.set()
                 if time.monotonic() - last_renew >= lease / 3:
                     last_renew = time.monotonic()
-                    await services.store.heartbeat(flow.execution_id)
-                    if flow.fencing:
-                        await services.store.renew_locks(flow.execution_id, lease)
+                    await services.store.heartbeat(execution_id)
+                    if self._fencing:
+                        await services.store.renew_locks(execution_id, lease)
             except ToolgateError:
-                log.warning("could not renew the leases of %s", flow.execution_id)
+                log.warning("could not renew the leases of %s", execution_id)
 
 
-def _cancelled_before_start(flow: Flow) -> Flow:
-    assert flow.tool is not None
-    result = ToolResult(
-        call_id=flow.request.call_id,
-        tool_version=str(flow.tool.version),
-        outcome=Outcome.CANCELLED,
-        error=ExecutionError("cancelled before the adapter started", code="cancelled"),
-        side_effect=SideEffectReport(False, False, "nothing was attempted"),
+def _cancelled_before_start(state: Locked, next_seq: int) -> Settled:
+    """``state`` as it was before ``tool.started`` (whose number stays used), cancelled."""
+    error = ExecutionError("cancelled before the adapter started", code="cancelled")
+    trail = Trail(state.trail.execution_id, state.trail.events, next_seq)
+    return ended_before_start(state, Outcome.CANCELLED, error, trail)
+
+
+def _no_time_left(state: Started) -> Settled:
+    tool = state.call.tool
+    error = ExecutionError(
+        f"{tool.ref} reached its adapter with no time left before its deadline "
+        "(after validation and locks); nothing was started: send a later deadline",
+        code="deadline_exceeded",
+        retryable=True,
     )
-    unstarted = tuple(e for e in flow.events if e.type != "tool.started")
-    return flow.but(result=result, started_ms=None, events=unstarted)
-
-
-def _no_time_left(flow: Flow) -> Flow:
-    assert flow.tool is not None
-    result = ToolResult(
-        call_id=flow.request.call_id,
-        tool_version=str(flow.tool.version),
-        outcome=Outcome.FAILED,
-        error=ExecutionError(
-            f"{flow.tool.ref} reached its adapter with no time left before its deadline "
-            "(after validation and locks); nothing was started: send a later deadline",
-            code="deadline_exceeded",
-            retryable=True,
-        ),
-        side_effect=SideEffectReport(False, False, "nothing was attempted"),
-    )
-    return flow.but(result=result, finished_ms=int(_now() * 1000))
+    return ended_before_start(state, Outcome.FAILED, error)
 
 
 async def _call_adapter(
     adapter: Adapter, call: AdapterCall, watch: _Watch
-) -> tuple[AdapterOutcome | None, ToolgateError | None]:
+) -> AdapterOutcome | ToolgateError:
     """The adapter's outcome, or its failure translated into the error tree.
 
     The adapter runs in this task, in one cancel scope: its deadline, and the watch's
@@ -247,21 +239,21 @@ async def _call_adapter(
     )
     with scope:
         try:
-            return await adapter.execute(call), None
+            return await adapter.execute(call)
         except TimeoutError:
-            return None, _timeout(tool)
+            return _timeout(tool)
         except ToolgateError as exc:
-            return None, exc
+            return exc
         except Exception as exc:
             log.exception("adapter %s failed in execution %s", tool.adapter, call.execution_id)
-            return None, ExecutionError(
+            return ExecutionError(
                 f"the {tool.adapter} adapter failed unexpectedly ({type(exc).__name__}); "
                 f"see the gateway log for execution {call.execution_id}",
                 code="adapter_crashed",
             )
     if not watch.cut_off:
-        return None, _timeout(tool)  # the deadline cancelled the scope
-    return None, ExecutionError(
+        return _timeout(tool)  # the deadline cancelled the scope
+    return ExecutionError(
         f"{tool.ref} was cancelled and did not stop within {watch.grace:g} s; it was cut off",
         code="cancelled",
     )

@@ -19,8 +19,9 @@ import anyio
 
 from gateway import jsonlimits
 from gateway.declarations.fastvalid import FastValidator
+from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ValidationError
-from gateway.pipeline.records import Flow, sha256_json
+from gateway.pipeline.records import Call, Prepared, Resolved, sha256_json
 from gateway.pipeline.services import Services
 from gateway.workspace import ResolvedPath, Workspace, confine
 
@@ -30,8 +31,8 @@ OFF_LOOP_VALUES = 500
 OFF_LOOP_CHARS = 256 * 1024
 
 
-async def run(services: Services, flow: Flow) -> Flow:
-    req = flow.request
+async def run(services: Services, state: Resolved) -> Prepared:
+    req, tool = state.ticket.request, state.tool
     workspace = services.workspaces.get(req.workspace_id)
     if workspace is None:
         raise ValidationError(
@@ -42,22 +43,24 @@ async def run(services: Services, flow: Flow) -> Flow:
             "workspace.root does not match the declared root of the workspace; omit it",
             code="workspace_root_mismatch",
         )
-    assert flow.tool is not None
     shape = _bounded(services, req.arguments)
-    validator = services.catalogue.validator(flow.tool)
+    validator = services.catalogue.validator(tool)
     if shape.values > OFF_LOOP_VALUES or shape.chars > OFF_LOOP_CHARS:
         arguments, paths = await anyio.to_thread.run_sync(
-            _normalise, flow, workspace, validator.fresh(), dict(req.arguments)
+            _normalise, tool, workspace, validator.fresh(), dict(req.arguments)
         )
     else:
-        arguments, paths = _normalise(flow, workspace, validator, dict(req.arguments))
-    return flow.but(
-        workspace=workspace,
-        arguments=arguments,
-        paths=paths,
-        arguments_sha256=sha256_json(arguments),
-        roles=services.roles(req.principal),
+        arguments, paths = _normalise(tool, workspace, validator, dict(req.arguments))
+    call = Call(
+        state.ticket,
+        tool,
+        workspace,
+        arguments,
+        sha256_json(arguments),
+        paths,
+        services.roles(req.principal),
     )
+    return Prepared(call, state.trail)
 
 
 def _bounded(services: Services, arguments: Any) -> jsonlimits.Shape:
@@ -74,7 +77,7 @@ def _bounded(services: Services, arguments: Any) -> jsonlimits.Shape:
 
 
 def _confine_paths(
-    flow: Flow,
+    tool: ToolDeclaration,
     workspace: Workspace,
     arguments: dict[str, Any],
     known: dict[str, ResolvedPath] | None,
@@ -82,9 +85,8 @@ def _confine_paths(
     """Confine every path the tool declares, in place (each becomes its workspace-relative
     form). The first pass (``known`` is ``None``) skips values that are not strings: the
     input schema reports them; the second reuses what the first confined at the same place."""
-    assert flow.tool is not None
     paths: dict[str, ResolvedPath] = {}
-    for spec in flow.tool.paths:
+    for spec in tool.paths:
         for where, container, key in _path_slots(arguments, spec.split(".")):
             value = container[key]
             if known is None and not isinstance(value, str):
@@ -117,24 +119,23 @@ def _path_slots(value: Any, parts: list[str], prefix: str = "") -> list[tuple[st
 
 
 def _normalise(
-    flow: Flow, workspace: Workspace, validator: FastValidator, raw: dict[str, Any]
+    tool: ToolDeclaration, workspace: Workspace, validator: FastValidator, raw: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, ResolvedPath]]:
     """Confine the paths, validate and normalise against the input schema, then confine the
     paths the schema filled in (defaults). Plain code: it runs on the loop or in a thread."""
-    assert flow.tool is not None
-    first = _confine_paths(flow, workspace, raw, None)
+    first = _confine_paths(tool, workspace, raw, None)
     if not validator.validate(raw):
         errors = validator.errors
         more = " (and more: validation stopped there)" if validator.errors_truncated else ""
         raise ValidationError(
-            f"the arguments do not match the input schema of {flow.tool.ref}: "
+            f"the arguments do not match the input schema of {tool.ref}: "
             + _describe(errors)
             + more,
             code="invalid_arguments",
             details={"errors": errors, "errors_truncated": validator.errors_truncated},
         )
     arguments = dict(validator.document)
-    return arguments, _confine_paths(flow, workspace, arguments, first)
+    return arguments, _confine_paths(tool, workspace, arguments, first)
 
 
 def _describe(errors: dict[str, Any]) -> str:

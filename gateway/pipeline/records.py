@@ -6,7 +6,8 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from gateway import jsontext
@@ -16,7 +17,7 @@ from gateway.errors import ToolgateError
 from gateway.events.model import Event, make_event
 from gateway.ids import sortable_id
 from gateway.store.records import ApprovalRecord, ExecutionRecord
-from gateway.types import JSON, Decision, Outcome
+from gateway.types import JSON, Outcome
 from gateway.workspace import ResolvedPath, Workspace
 
 NOTHING_ATTEMPTED = SideEffectReport(False, False)
@@ -136,67 +137,50 @@ class ToolResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Flow:
-    """The state of one call between stages; each stage returns a new Flow."""
+class Trail:
+    """The events of a call not yet durable, and the number of its next event."""
+
+    execution_id: str
+    events: tuple[Event, ...]
+    seq: int
+
+    def emit(self, type_: str, **data: JSON) -> Trail:
+        event = make_event(self.execution_id, self.seq, type_, data)
+        return Trail(self.execution_id, (*self.events, event), self.seq + 1)
+
+    def drained(self) -> Trail:
+        """The trail once its events are durable."""
+        return Trail(self.execution_id, (), self.seq)
+
+
+NO_LOCKS: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """How a call entered the pipeline; fixed from the first stage to the last."""
 
     request: ToolExecutionRequest
     execution_id: str
     received_ms: int
-    tool: ToolDeclaration | None = None
-    workspace: Workspace | None = None
-    arguments: Mapping[str, JSON] | None = None
-    arguments_sha256: str | None = None
-    paths: Mapping[str, ResolvedPath] = field(default_factory=dict)
-    roles: tuple[str, ...] = ()
-    decision: Decision | None = None
-    awaiting: ApprovalRecord | None = None
-    """A new approval to ask for (policy said require_approval)."""
-    approval: ApprovalRecord | None = None
-    """The approval this call runs under (resumed by the gateway, or an approval_token)."""
-    record: ExecutionRecord | None = None
-    """Set once the execution is durable in the store."""
-    ephemeral: bool = False
-    """A read with nothing to protect: no reservation; one insert at commit."""
-    existing: ExecutionRecord | None = None
-    """Set when the call resolves to an execution that already exists (replay)."""
     respond_async: bool = False
     """Park the call as ``queued`` once reserved; a worker runs the rest."""
-    fencing: Mapping[str, int] = field(default_factory=dict)
-    started_ms: int | None = None
-    finished_ms: int | None = None
-    raw: AdapterOutcome | None = None
-    failure: ToolgateError | None = None
-    result: ToolResult | None = None
-    events: tuple[Event, ...] = ()
-    """Events not yet durable."""
-    seq: int = 0
+    stored: ExecutionRecord | None = None
+    """The execution this call continues (resumed after approval, or dequeued), as stored;
+    ``None`` for a new call."""
+    approval: ApprovalRecord | None = None
+    """The approval a resumed call runs under."""
+
+
+@dataclass(frozen=True, slots=True)
+class Requested:
+    """A call as asked for: stage ``resolve`` takes it."""
+
+    ticket: Ticket
+    trail: Trail
 
     @classmethod
-    def resume(cls, record: ExecutionRecord, approval: ApprovalRecord, next_seq: int) -> Flow:
-        """The flow of a parked execution whose approval was granted."""
-        request = ToolExecutionRequest.from_json(json.loads(record.request_json))
-        request = replace(request, requested_version=approval.tool_version)
-        flow = cls(request, record.id, record.created_ms, record=record, approval=approval)
-        flow = flow.but(seq=next_seq)
-        return flow.emit(
-            "approval.resolved",
-            approval_id=approval.id,
-            status=approval.status,
-            decided_by=approval.decided_by,
-            comment=approval.comment,
-        )
-
-    @classmethod
-    def dequeued(cls, record: ExecutionRecord, next_seq: int) -> Flow:
-        """The flow of a queued execution a worker has claimed."""
-        request = ToolExecutionRequest.from_json(json.loads(record.request_json))
-        if record.tool_version is not None:
-            request = replace(request, requested_version=record.tool_version)
-        flow = cls(request, record.id, record.created_ms, record=record, seq=next_seq)
-        return flow.emit("state.checkpointed", status="running", dequeued=True)
-
-    @classmethod
-    def start(cls, request: ToolExecutionRequest, respond_async: bool = False) -> Flow:
+    def start(cls, request: ToolExecutionRequest, respond_async: bool = False) -> Requested:
         execution_id = new_execution_id()
         requested = make_event(
             execution_id,
@@ -213,52 +197,160 @@ class Flow:
                 "idempotency_key_present": bool(request.idempotency_key),
             },
         )
-        return cls(
-            request,
-            execution_id,
-            int(time.time() * 1000),
-            respond_async=respond_async,
-            events=(requested,),
-            seq=1,
+        ticket = Ticket(request, execution_id, int(time.time() * 1000), respond_async)
+        return cls(ticket, Trail(execution_id, (requested,), 1))
+
+    @classmethod
+    def resume(cls, record: ExecutionRecord, approval: ApprovalRecord, next_seq: int) -> Requested:
+        """A parked execution whose approval was granted."""
+        request = ToolExecutionRequest.from_json(json.loads(record.request_json))
+        request = replace(request, requested_version=approval.tool_version)
+        ticket = Ticket(request, record.id, record.created_ms, stored=record, approval=approval)
+        trail = Trail(record.id, (), next_seq).emit(
+            "approval.resolved",
+            approval_id=approval.id,
+            status=approval.status,
+            decided_by=approval.decided_by,
+            comment=approval.comment,
         )
+        return cls(ticket, trail)
+
+    @classmethod
+    def dequeued(cls, record: ExecutionRecord, next_seq: int) -> Requested:
+        """A queued execution a worker has claimed."""
+        request = ToolExecutionRequest.from_json(json.loads(record.request_json))
+        if record.tool_version is not None:
+            request = replace(request, requested_version=record.tool_version)
+        ticket = Ticket(request, record.id, record.created_ms, stored=record)
+        trail = Trail(record.id, (), next_seq)
+        return cls(ticket, trail.emit("state.checkpointed", status="running", dequeued=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The exact tool version is known: stage ``normalise`` takes it."""
+
+    ticket: Ticket
+    tool: ToolDeclaration
+    trail: Trail
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What the call is once normalised, fixed from then on: what templates, probes, the
+    policy input and the adapter call are made of."""
+
+    ticket: Ticket
+    tool: ToolDeclaration
+    workspace: Workspace
+    arguments: Mapping[str, JSON]
+    arguments_sha256: str
+    paths: Mapping[str, ResolvedPath]
+    roles: tuple[str, ...]
 
     @property
-    def finished(self) -> bool:
-        return self.result is not None or self.existing is not None
+    def request(self) -> ToolExecutionRequest:
+        return self.ticket.request
 
-    def emit(self, type_: str, **data: JSON) -> Flow:
-        event = make_event(self.execution_id, self.seq, type_, data)
-        return self.but(events=(*self.events, event), seq=self.seq + 1)
-
-    def but_emit(self, changes: Mapping[str, Any], type_: str, **data: JSON) -> Flow:
-        """``self.but(**changes).emit(type_, **data)`` in one copy."""
-        event = make_event(self.execution_id, self.seq, type_, data)
-        return _copy_flow(self, {**changes, "events": (*self.events, event), "seq": self.seq + 1})
-
-    def drained(self) -> Flow:
-        return self.but(events=())
-
-    def but(self, **changes: Any) -> Flow:
-        """A copy with ``changes`` (what ``dataclasses.replace`` does, for a quarter of its CPU:
-        a call makes some twenty copies). An unknown field name raises AttributeError."""
-        return _copy_flow(self, changes)
+    @property
+    def execution_id(self) -> str:
+        return self.ticket.execution_id
 
 
-def _field_copier(cls: type) -> Any:
-    """``copy(obj, changes)`` for a frozen, slotted dataclass without ``__post_init__``:
-    one straight-line function (built like the dataclass's own ``__init__``) that copies
-    each slot through its descriptor, then sets the changed ones; no ``__init__`` call, no
-    per-field checks."""
-    assert "__slots__" in cls.__dict__ and not hasattr(cls, "__post_init__")
-    names = [f.name for f in fields(cls)]
-    namespace: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__, "_cls": cls}
-    namespace.update({f"_set_{name}": cls.__dict__[name].__set__ for name in names})
-    lines = ["def copy(obj, changes):", "    new = _new(_cls)"]
-    lines += [f"    _set_{name}(new, obj.{name})" for name in names]
-    lines += ["    for name, value in changes.items():", "        _set(new, name, value)"]
-    lines += ["    return new"]
-    exec("\n".join(lines), namespace)
-    return namespace["copy"]
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Normalised (and, after stage ``validate``, checked): stage ``policy`` takes it."""
+
+    call: Call
+    trail: Trail
 
 
-_copy_flow = _field_copier(Flow)
+@dataclass(frozen=True, slots=True)
+class Authorized:
+    """The policy let the call go on: stage ``reserve`` takes it."""
+
+    call: Call
+    approval: ApprovalRecord | None
+    """The approval this call runs under (resumed by the gateway, or an approval_token)."""
+    awaiting: ApprovalRecord | None
+    """A new approval to ask for (the policy said require_approval)."""
+    trail: Trail
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """Durable (or needing no reservation): stage ``lock`` takes it."""
+
+    call: Call
+    record: ExecutionRecord | None
+    """The execution as reserved; ``None`` for an ephemeral read (one insert at commit)."""
+    trail: Trail
+
+
+@dataclass(frozen=True, slots=True)
+class Locked:
+    """Holding its locks: stage ``execute`` takes it."""
+
+    call: Call
+    record: ExecutionRecord | None
+    fencing: Mapping[str, int]
+    trail: Trail
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """``tool.started`` is emitted: the adapter may be called (inside stage ``execute``)."""
+
+    call: Call
+    record: ExecutionRecord | None
+    fencing: Mapping[str, int]
+    started_ms: int
+    trail: Trail
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """The adapter returned or failed: stage ``result`` takes it."""
+
+    call: Call
+    record: ExecutionRecord | None
+    fencing: Mapping[str, int]
+    started_ms: int
+    finished_ms: int
+    returned: AdapterOutcome | ToolgateError
+    """The adapter's outcome, or its failure translated into the error tree."""
+    trail: Trail
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A result, not yet committed: stages ``verify`` and ``commit`` take it (a call that
+    ends early, e.g. refused by the policy, becomes one at once)."""
+
+    ticket: Ticket
+    tool: ToolDeclaration | None
+    arguments_sha256: str | None
+    record: ExecutionRecord | None
+    ephemeral: bool
+    """A read reserved with nothing to protect: one insert at commit; counts against quotas."""
+    fencing: Mapping[str, int]
+    started_ms: int | None
+    """Set once ``tool.started`` was emitted: past that, the side effect may have begun."""
+    ran: Call | None
+    """The call whose adapter returned an outcome (verify reads its effect back)."""
+    result: ToolResult
+    trail: Trail
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The call resolved to an execution as the store holds it: nothing runs after this."""
+
+    record: ExecutionRecord
+    release_locks: bool = False
+    """Locks this call holds are still to be released (its own result was not committed)."""
+
+
+Working = Requested | Resolved | Prepared | Authorized | Reserved | Locked | Executed | Settled
+"""A call on its way, in the record of the phase it is in."""
+State = Working | Ended

@@ -1,8 +1,11 @@
 """The pipeline: the ordered list of stages, and the loop that runs a call through them.
 
-Each stage is ``async def run(services, flow) -> Flow``. A stage ends a call early by
-raising a ``CallError`` (the call becomes a failed execution in that error's phase) or by
-setting ``flow.existing`` (the call resolves to an execution that already exists).
+Each stage is ``async def run(services, state) -> State``: it takes the record of the phase
+it acts on (``Stage.takes``) and returns the next one, a ``Settled`` call (it ended early
+with a result), or ``Ended`` (the call resolves to an execution that already exists, or is
+parked). A stage whose record the call is not in is skipped: a call that settled early goes
+straight to ``verify`` and ``commit``. A stage also ends a call by raising a ``CallError``
+(the call becomes a failed execution in that error's phase).
 ``RequestError`` (400/409/422) propagates: such a request never becomes an execution.
 Anything else that escapes a stage is settled by the one catch-all below (``_escaped``):
 ``failed`` before the adapter was called, reconciled or ``unknown`` after a write's adapter
@@ -14,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 from gateway import jsontext
 from gateway.adapters.base import SideEffectReport
@@ -26,67 +30,93 @@ from gateway.errors import (
     ToolgateError,
 )
 from gateway.pipeline import (
-    authorize,
     commit,
     execute,
-    locking,
+    lock,
     normalise,
+    policy,
     reserve,
     resolve,
-    settle,
+    result,
     validate,
     verify,
 )
-from gateway.pipeline.records import Flow, ToolExecutionRequest, ToolResult
+from gateway.pipeline.outcomes import (
+    Before,
+    failed,
+    record_of,
+    settled,
+    started_ms_of,
+    ticket_of,
+    tool_of,
+)
+from gateway.pipeline.reconcile import WRITES, reconcile
+from gateway.pipeline.records import (
+    Authorized,
+    Call,
+    Ended,
+    Executed,
+    Locked,
+    Prepared,
+    Requested,
+    Reserved,
+    Resolved,
+    Settled,
+    Started,
+    State,
+    ToolExecutionRequest,
+    ToolResult,
+    Trail,
+    Working,
+)
 from gateway.pipeline.services import Services
 from gateway.store.records import ApprovalRecord, ExecutionRecord
-from gateway.types import Outcome, Phase
+from gateway.types import Outcome
 
 log = logging.getLogger("toolgate.pipeline")
-StageFn = Callable[[Services, Flow], Awaitable[Flow]]
+S = TypeVar("S")
 
 
 @dataclass(frozen=True, slots=True)
-class Stage:
+class Stage(Generic[S]):
+    """One stage: its name (that of its module), the record it takes, and its function."""
+
     name: str
-    run: StageFn
-    always: bool = False
-    """Runs even when an earlier stage already produced the result (it acts on results)."""
+    takes: type[S]
+    run: Callable[[Services, S], Awaitable[State]]
 
 
-STAGES: tuple[Stage, ...] = (
-    Stage("resolve", resolve.run),
-    Stage("normalise", normalise.run),
-    Stage("validate", validate.run),
-    Stage("policy", authorize.run),
-    Stage("reserve", reserve.run),
-    Stage("lock", locking.run),
-    Stage("execute", execute.run),
-    Stage("result", settle.run),
-    Stage("verify", verify.run, always=True),
-    Stage("commit", commit.run, always=True),
+STAGES: tuple[Stage[Any], ...] = (
+    Stage("resolve", Requested, resolve.run),
+    Stage("normalise", Resolved, normalise.run),
+    Stage("validate", Prepared, validate.run),
+    Stage("policy", Prepared, policy.run),
+    Stage("reserve", Authorized, reserve.run),
+    Stage("lock", Reserved, lock.run),
+    Stage("execute", Locked, execute.run),
+    Stage("result", Executed, result.run),
+    Stage("verify", Settled, verify.run),
+    Stage("commit", Settled, commit.run),
 )
 
 
 async def run_call(
     services: Services,
     request: ToolExecutionRequest,
-    stages: tuple[Stage, ...] = STAGES,
+    stages: tuple[Stage[Any], ...] = STAGES,
     respond_async: bool = False,
 ) -> ExecutionRecord:
     """Run one call through ``stages``; returns the execution as the store now holds it.
 
     With ``respond_async`` the call stops once reserved (status ``queued``) and a worker
     runs the rest (``run_queued``)."""
-    flow = Flow.start(request, respond_async=respond_async)
-    return await run_flow(services, flow, stages)
+    return await run_flow(services, Requested.start(request, respond_async), stages)
 
 
 async def run_queued(services: Services, record: ExecutionRecord) -> ExecutionRecord:
     """Run a queued execution this process has claimed; validation and policy run again."""
     events = await services.store.events(record.id)
-    flow = Flow.dequeued(record, events[-1].seq + 1 if events else 0)
-    return await run_flow(services, flow)
+    return await run_flow(services, Requested.dequeued(record, _next_seq(events)))
 
 
 async def resume_call(services: Services, approval: ApprovalRecord) -> ExecutionRecord:
@@ -96,30 +126,50 @@ async def resume_call(services: Services, approval: ApprovalRecord) -> Execution
     if record is None:
         raise NotFound(f"execution {approval.execution_id} of approval {approval.id} is gone")
     events = await services.store.events(record.id)
-    flow = Flow.resume(record, approval, events[-1].seq + 1 if events else 0)
-    return await run_flow(services, flow)
+    return await run_flow(services, Requested.resume(record, approval, _next_seq(events)))
+
+
+async def rebuild(services: Services, record: ExecutionRecord) -> Call:
+    """The call of a stored execution as far as normalisation (what its probes and its
+    adapter's ``recover`` need): how recovery rebuilds a call it settles. Raises what those
+    stages raise (the tool or the workspace may be gone)."""
+    resolved = await resolve.run(services, Requested.dequeued(record, 0))
+    return (await normalise.run(services, resolved)).call
+
+
+def _next_seq(events: list[Any]) -> int:
+    return events[-1].seq + 1 if events else 0
 
 
 async def run_flow(
-    services: Services, flow: Flow, stages: tuple[Stage, ...] = STAGES
+    services: Services, state: Requested, stages: tuple[Stage[Any], ...] = STAGES
 ) -> ExecutionRecord:
-    """Run ``flow`` through ``stages``."""
-    services.active.add(flow.execution_id)
+    """Run the call ``state`` through ``stages``."""
+    execution_id = state.ticket.execution_id
+    services.active.add(execution_id)
+    current: State = state
     try:
         for stage in stages:
-            if flow.existing is not None:
+            if isinstance(current, Ended):
                 break
-            if flow.result is not None and not stage.always:
-                continue
-            flow = await _run_stage(stage, services, flow)
+            if isinstance(current, stage.takes):
+                current = await _run_stage(stage, services, current)
     finally:
-        services.active.discard(flow.execution_id)
-        if flow.fencing and (flow.record is None or not flow.record.terminal):
-            await _release(services, flow)
-    if flow.existing is not None:
-        return flow.existing
-    assert flow.record is not None
-    return flow.record
+        services.active.discard(execution_id)
+        if _holds_locks(current):
+            await _release(services, execution_id)
+    assert isinstance(current, Ended), "the last stage ends every call"
+    return current.record
+
+
+def _holds_locks(state: State) -> bool:
+    """Whether the call holds locks its commit did not release."""
+    if isinstance(state, Ended):
+        return state.release_locks
+    if isinstance(state, Locked | Executed | Settled):
+        record = state.record
+        return bool(state.fencing) and (record is None or not record.terminal)
+    return False
 
 
 FAULT_POINTS: dict[str, tuple[str | None, str | None]] = {
@@ -130,23 +180,35 @@ FAULT_POINTS: dict[str, tuple[str | None, str | None]] = {
 """Stage → (fault point before it, fault point after it); execute has its own two."""
 
 
-async def _run_stage(stage: Stage, services: Services, flow: Flow) -> Flow:
+async def _run_stage(stage: Stage[Any], services: Services, state: Working) -> State:
     before, after = FAULT_POINTS.get(stage.name, (None, None))
+    execution_id = ticket_of(state).execution_id
+    current: State = state
     try:
         if before:
             await services.faults.hit(before)
-        flow = await stage.run(services, flow)
-        if after and (flow.record is not None or stage.name == "commit"):
+        current = await stage.run(services, state)
+        if after and (_durable(current, execution_id) or stage.name == "commit"):
             await services.faults.hit(after)
-        return flow
+        return current
     except CallError as exc:
-        if flow.started_ms is not None and stage.name != "execute":
-            return await _escaped(stage, services, flow, exc)  # too late to end it "failed"
-        return _failed(flow, exc)
+        if isinstance(current, Ended):
+            return current
+        if started_ms_of(current) is not None and stage.name != "execute":
+            # too late to end it "failed"
+            return await _escaped(stage, services, current, execution_id, exc)
+        return failed(current, exc)
     except (RequestError, StoreError):
         raise  # 4xx by design; or the store is down and nothing can be recorded now
     except Exception as exc:
-        return await _escaped(stage, services, flow, exc)
+        return await _escaped(stage, services, current, execution_id, exc)
+
+
+def _durable(state: State, execution_id: str) -> bool:
+    """Whether the call's own execution is in the store."""
+    if isinstance(state, Ended):
+        return state.record.id == execution_id
+    return record_of(state) is not None
 
 
 # -- the catch-all ----------------------------------------------------------------------------
@@ -158,66 +220,81 @@ async def _run_stage(stage: Stage, services: Services, flow: Flow) -> Flow:
 # The caller gets a result (200), never the exception; the traceback goes to the log.
 
 
-async def _escaped(stage: Stage, services: Services, flow: Flow, exc: Exception) -> Flow:
-    adapter_called = flow.started_ms is not None
+async def _escaped(
+    stage: Stage[Any], services: Services, state: State, execution_id: str, exc: Exception
+) -> State:
+    escaped: Before | Ended = state
+    adapter_called = not isinstance(state, Ended) and started_ms_of(state) is not None
     if isinstance(exc, execute.Escaped):
-        flow, adapter_called = exc.flow, exc.adapter_called
+        escaped, adapter_called = exc.state, exc.adapter_called
     cause = exc.__cause__ if isinstance(exc, execute.Escaped) else exc
     log.error(
         "stage %s failed for execution %s",
         stage.name,
-        flow.execution_id,
+        execution_id,
         exc_info=(type(cause), cause, cause.__traceback__) if cause else None,
     )
-    tool = flow.tool
-    if not adapter_called or tool is None or tool.side_effect not in settle.WRITES:
+    if isinstance(escaped, Ended):
+        return escaped  # it had ended already: that stands
+    tool = tool_of(escaped)
+    if not adapter_called or tool is None or tool.side_effect not in WRITES:
         nothing = "nothing was executed" if not adapter_called else "it changed nothing"
-        flow = _failed(flow, _internal(stage, flow, nothing))
+        ended = failed(escaped, _internal(stage, execution_id, nothing))
     else:
-        flow = await _uncertain(stage, services, flow)
+        ended = await _uncertain(stage, services, escaped, execution_id)
     if stage.name == "commit":
-        return await _commit_anyway(services, flow)
-    return flow
+        return await _commit_anyway(services, ended)
+    return ended
 
 
-def _internal(stage: Stage, flow: Flow, what: str) -> ExecutionError:
+def _internal(stage: Stage[Any], execution_id: str, what: str) -> ExecutionError:
     return ExecutionError(
         f"the gateway failed in stage {stage.name}; {what} "
-        f"(see the gateway log for execution {flow.execution_id})",
+        f"(see the gateway log for execution {execution_id})",
         code="internal_error",
     )
 
 
-async def _uncertain(stage: Stage, services: Services, flow: Flow) -> Flow:
+async def _uncertain(
+    stage: Stage[Any], services: Services, state: Before, execution_id: str
+) -> Settled:
     """A write whose side effect may have begun: reconciled by its probes when the
     failure came before the result was settled, else ``unknown``."""
-    error = _internal(stage, flow, "the side effect may have happened")
-    base = flow.result or ToolResult(
-        call_id=flow.request.call_id,
-        tool_version=str(flow.tool.version) if flow.tool else None,
-        outcome=Outcome.UNKNOWN,
+    error = _internal(stage, execution_id, "the side effect may have happened")
+    tool = tool_of(state)
+    base = (
+        state.result
+        if isinstance(state, Settled)
+        else ToolResult(
+            call_id=ticket_of(state).request.call_id,
+            tool_version=str(tool.version) if tool else None,
+            outcome=Outcome.UNKNOWN,
+        )
     )
-    if stage.name == "execute":
+    if stage.name == "execute" and isinstance(state, Started | Executed):
         try:
-            return await settle.reconcile(services, flow, base, error, Outcome.FAILED)
+            found = await reconcile(
+                services, state.call, base, error, Outcome.FAILED, state.fencing
+            )
+            return settled(state, found)
         except Exception:
-            log.exception("reconciling execution %s failed", flow.execution_id)
+            log.exception("reconciling execution %s failed", execution_id)
     unknown = replace(
         base,
         outcome=Outcome.UNKNOWN,
         error=error,
         side_effect=SideEffectReport(True, False, "the side effect may have happened"),
     )
-    return flow.but(result=unknown)
+    return settled(state, unknown)
 
 
-async def _commit_anyway(services: Services, flow: Flow) -> Flow:
+async def _commit_anyway(services: Services, state: Settled) -> Ended:
     """The commit stage itself failed (not the store): commit a bare result instead, with
     nothing of the one that could not be recorded but its outcome's truth."""
-    assert flow.result is not None
-    bare = replace(flow.result, data=None, evidence=(), truncated=False)
-    flow = flow.but(result=bare, events=tuple(e for e in flow.events if _plain(e.data)))
-    return await commit.run(services, flow)
+    bare = replace(state.result, data=None, evidence=(), truncated=False)
+    trail = state.trail
+    plain = Trail(trail.execution_id, tuple(e for e in trail.events if _plain(e.data)), trail.seq)
+    return await commit.run(services, replace(state, result=bare, trail=plain))
 
 
 def _plain(data: object) -> bool:
@@ -229,21 +306,8 @@ def _plain(data: object) -> bool:
     return True
 
 
-def _failed(flow: Flow, error: ToolgateError) -> Flow:
-    if error.phase in (Phase.RESOLVE, Phase.VALIDATE):
-        flow = flow.emit("tool.validation_failed", **error.to_json())
-    result = ToolResult(
-        call_id=flow.request.call_id,
-        tool_version=str(flow.tool.version) if flow.tool else None,
-        outcome=Outcome.FAILED,
-        error=error,
-        side_effect=SideEffectReport(False, False, "nothing was attempted"),
-    )
-    return flow.but(result=result)
-
-
-async def _release(services: Services, flow: Flow) -> None:
+async def _release(services: Services, execution_id: str) -> None:
     try:
-        await services.store.release_locks(flow.execution_id)
+        await services.store.release_locks(execution_id)
     except ToolgateError:
-        log.warning("locks of %s stay until their lease expires", flow.execution_id)
+        log.warning("locks of %s stay until their lease expires", execution_id)

@@ -6,22 +6,23 @@ from dataclasses import replace
 
 from gateway.errors import VerificationError
 from gateway.pipeline.probes import run_probes
-from gateway.pipeline.records import Flow
+from gateway.pipeline.records import Settled
 from gateway.pipeline.services import Services
 from gateway.types import Outcome
 
 
-async def run(services: Services, flow: Flow) -> Flow:
-    result, tool = flow.result, flow.tool
-    if result is None or tool is None or flow.raw is None:
-        return flow  # nothing was executed: nothing to verify
+async def run(services: Services, state: Settled) -> Settled:
+    call, result = state.ran, state.result
+    if call is None:
+        return state  # the adapter returned nothing: nothing to verify
+    tool = call.tool
     if result.outcome is not Outcome.SUCCEEDED or not tool.verify:
-        return flow
-    passed, evidence = await run_probes(services, flow, tool.verify, "verify")
+        return state
+    passed, evidence = await run_probes(services, call, tool.verify, "verify", state.fencing)
     result = replace(result, evidence=(*result.evidence, *evidence))
+    trail = state.trail.emit("tool.verified", passed=passed)
     if passed:
-        return flow.but_emit({"result": result}, "tool.verified", passed=passed)
-    flow = flow.emit("tool.verified", passed=passed)
+        return replace(state, result=result, trail=trail)
     why = "could not be read back" if passed is None else "was not found as expected"
     error = VerificationError(
         f"the side effect of {tool.ref} {why} after the adapter reported success; "
@@ -29,4 +30,4 @@ async def run(services: Services, flow: Flow) -> Flow:
         code="verification_failed" if passed is False else "verification_unavailable",
     )
     outcome = Outcome.FAILED if passed is False else Outcome.UNKNOWN
-    return flow.but(result=replace(result, outcome=outcome, error=error))
+    return replace(state, result=replace(result, outcome=outcome, error=error), trail=trail)

@@ -15,7 +15,7 @@ import pytest
 from gateway.declarations.templates import FIELDS
 from gateway.errors import ConfigError
 from gateway.pipeline.context import template_context
-from gateway.pipeline.records import Flow, ToolExecutionRequest
+from gateway.pipeline.records import Call, Ticket, ToolExecutionRequest
 from gateway.testing import load_catalogue
 from gateway.workspace import Workspace
 
@@ -242,8 +242,9 @@ def test_known_fields_are_what_a_call_fills_in(tmp_path: Path) -> None:
         expected_state={},
         body={},
     )
-    flow = Flow(request, "ex_1", 0, tool=tool, workspace=Workspace("demo", tmp_path), arguments={})
-    context = template_context(flow)
+    ticket = Ticket(request, "ex_1", 0)
+    call = Call(ticket, tool, Workspace("demo", tmp_path), {}, "0" * 64, {}, ())
+    context = template_context(call)
     assert set(context) == set(FIELDS)
     for root, fields in FIELDS.items():
         if root != "arguments":

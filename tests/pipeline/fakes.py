@@ -5,12 +5,23 @@ real adapters and the real policy engine."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 
-from gateway.adapters.base import AdapterCall, AdapterOutcome
-from gateway.types import JSON, Decision, DecisionResult
+from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
+from gateway.declarations.catalogue import Catalogue
+from gateway.pipeline import normalise, resolve
+from gateway.pipeline.records import Prepared, Requested, ToolExecutionRequest
+from gateway.pipeline.services import Services
+from gateway.policy.data import PolicyData
+from gateway.runtime.container import Runtime
+from gateway.settings import load_settings
+from gateway.store.store import Store
+from gateway.types import JSON, Decision, DecisionResult, Outcome
+from gateway.workspace import Workspace
+from tests.helpers import REPO
 
 
 class FunctionAdapter:
@@ -60,3 +71,64 @@ async def slow(call: AdapterCall) -> AdapterOutcome:
     """An adapter that outlasts the tests' deadlines: it is always stopped first."""
     await anyio.sleep(5)
     raise AssertionError("not reached")
+
+
+def make_services(
+    tmp_path: Path,
+    store: Store,
+    catalogue: Catalogue,
+    adapter: FunctionAdapter,
+    policy: FunctionPolicy,
+) -> Services:
+    root = tmp_path / "ws"
+    root.mkdir(exist_ok=True)
+    settings = load_settings(REPO / "toolgate.yaml", env={}, lock_lease="2s")
+    return Runtime(
+        settings=settings,
+        catalogue=catalogue,
+        policy=policy,
+        policy_data=PolicyData.parse({"actors": {"alice": {"roles": ["agent"]}}}),
+        workspaces={"demo": Workspace("demo", root.resolve())},
+        store=store,
+        adapters={"file": adapter},
+    )
+
+
+def request(tool: str = "fs.write_file", **kw: object) -> ToolExecutionRequest:
+    fields: dict[str, object] = dict(
+        principal="alice",
+        run_id="r",
+        turn_id="t",
+        call_id="c1",
+        tool_name=tool,
+        requested_version=None,
+        arguments={"path": "a.txt", "content": "hi"},
+        agent_id="agent",
+        workspace_id="demo",
+        workspace_root=None,
+        deadline_ms=None,
+        cancellation_token=None,
+        idempotency_key=None,
+        approval_token=None,
+        expected_state={},
+        body={},
+    )
+    fields.update(kw)
+    return ToolExecutionRequest(**fields)  # type: ignore[arg-type]
+
+
+async def ok(call: AdapterCall) -> AdapterOutcome:
+    return AdapterOutcome(Outcome.SUCCEEDED, {"ok": True}, SideEffectReport(True, True, "done"))
+
+
+def sha_probe(value: str | None) -> object:
+    async def probe(name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
+        return value
+
+    return probe
+
+
+async def prepared(services: Services, req: ToolExecutionRequest) -> Prepared:
+    """``req`` through the stages resolve and normalise: what the later stages start from."""
+    resolved = await resolve.run(services, Requested.start(req))
+    return await normalise.run(services, resolved)

@@ -15,7 +15,7 @@ import pytest
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.declarations.catalogue import Catalogue
 from gateway.faults import POINTS, Faults
-from gateway.pipeline.records import Flow
+from gateway.pipeline.records import State
 from gateway.pipeline.runner import STAGES, Stage, run_call
 from gateway.pipeline.services import Services
 from gateway.recovery import recover
@@ -24,8 +24,15 @@ from gateway.store.store import Store
 from gateway.testing import load_catalogue
 from gateway.types import JSON, Status
 from tests.helpers import REPO
-from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all
-from tests.pipeline.test_runner import make_services, ok, request, sha_probe
+from tests.pipeline.fakes import (
+    FunctionAdapter,
+    FunctionPolicy,
+    allow_all,
+    make_services,
+    ok,
+    request,
+    sha_probe,
+)
 
 pytestmark = pytest.mark.anyio
 HI = hashlib.sha256(b"hi").hexdigest()
@@ -50,8 +57,8 @@ class Boom(RuntimeError):
     """What a gateway bug raises."""
 
 
-def raising_instead_of(name: str) -> tuple[Stage, ...]:
-    async def boom(services: Services, flow: Flow) -> Flow:
+def raising_instead_of(name: str) -> tuple[Stage[Any], ...]:
+    async def boom(services: Services, state: Any) -> State:
         raise Boom(SECRET)
 
     return tuple(replace(s, run=boom) if s.name == name else s for s in STAGES)
@@ -169,7 +176,7 @@ async def test_a_reconcile_probe_that_raises_in_recovery_is_unknown(
 async def test_recovery_settles_an_execution_whose_rebuild_raises(
     tmp_path: Path, store: Store, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway import recovery
+    from gateway.pipeline import normalise
 
     adapter = FunctionAdapter(ok, sha_probe(HI))
     services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
@@ -177,10 +184,10 @@ async def test_recovery_settles_an_execution_whose_rebuild_raises(
     with pytest.raises(Exception, match="store is unavailable"):
         await run_call(faulty, request())
 
-    async def broken(services: Services, flow: Flow) -> Flow:
+    async def broken(services: Services, state: Any) -> State:
         raise Boom(SECRET)
 
-    monkeypatch.setattr(recovery.normalise, "run", broken)
+    monkeypatch.setattr(normalise, "run", broken)  # what pipeline.rebuild runs
     [settled] = await recover(services)
     await assert_settled(store, settled, "unknown", attempted=True)
 

@@ -16,15 +16,23 @@ from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.declarations.catalogue import Catalogue
 from gateway.events.model import make_event
 from gateway.pipeline import execute
-from gateway.pipeline.records import _REQUEST_FIELDS, Flow
+from gateway.pipeline.records import _REQUEST_FIELDS, Requested, Trail
 from gateway.pipeline.runner import run_call
+from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.types import Outcome, Status
-from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all, slow
-from tests.pipeline.test_runner import catalogue, make_services, ok, request, sha_probe, store
+from tests.pipeline.fakes import (
+    FunctionAdapter,
+    FunctionPolicy,
+    allow_all,
+    make_services,
+    ok,
+    request,
+    sha_probe,
+    slow,
+)
 
 pytestmark = pytest.mark.anyio
-__all__ = ["catalogue", "store"]  # fixtures
 
 
 async def test_a_fast_call_starts_no_watcher_task(
@@ -120,19 +128,19 @@ async def test_a_cancel_signal_after_the_call_ended_is_refused(
     assert services.cancellations.signal(record.id) is False
 
 
-def test_flow_but_copies_every_field_and_stays_frozen() -> None:
-    flow = Flow.start(request(), respond_async=True)
-    changed = flow.but(seq=7, ephemeral=True)
-    assert changed == replace(flow, seq=7, ephemeral=True)
-    assert (flow.seq, flow.ephemeral, flow.respond_async) == (1, False, True)
-    with pytest.raises(AttributeError):
-        flow.but(no_such_field=1)
-    with pytest.raises(AttributeError):
-        changed.seq = 3  # type: ignore[misc]
-    emitted = flow.but_emit({"ephemeral": True}, "tool.resolved", name="x")
-    assert emitted.ephemeral and emitted.seq == 2
+def test_a_trail_emits_into_a_copy_and_stays_frozen() -> None:
+    start = Requested.start(request(), respond_async=True)
+    trail = start.trail
+    emitted = trail.emit("tool.resolved", name="x")
+    assert (trail.seq, len(trail.events), start.ticket.respond_async) == (1, 1, True)
+    assert emitted.seq == 2 and emitted.execution_id == start.ticket.execution_id
     assert [e.type for e in emitted.events] == ["tool.requested", "tool.resolved"]
     assert [e.seq for e in emitted.events] == [0, 1]
+    assert emitted.drained() == Trail(trail.execution_id, (), 2)
+    with pytest.raises(AttributeError):
+        trail.seq = 3  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        start.trail = emitted  # type: ignore[misc]
 
 
 def test_request_to_json_has_every_field_but_the_body() -> None:
@@ -141,3 +149,98 @@ def test_request_to_json_has_every_field_but_the_body() -> None:
     assert list(data) == list(_REQUEST_FIELDS)
     assert data == {name: getattr(req, name) for name in _REQUEST_FIELDS}
     assert type(req).from_json(data) == replace(req, body=data)
+
+
+async def _cancel_soon(services: Services, store: Store) -> None:
+    """Cancel the first execution that shows up running, the way the API does."""
+    from gateway import cancellation
+
+    for _ in range(200):
+        running = await store.unfinished([Status.RUNNING])
+        started = [
+            r for r in running if any(e.type == "tool.started" for e in await store.events(r.id))
+        ]
+        if started:
+            await cancellation.cancel(services, started[0], "bob")
+            return
+        await anyio.sleep(0.01)
+    raise AssertionError("nothing started")
+
+
+async def test_cancel_reaches_a_cooperative_adapter(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    async def polite(call: AdapterCall) -> AdapterOutcome:
+        await call.cancelled.wait()
+        return AdapterOutcome(Outcome.CANCELLED, None, SideEffectReport(False, False, "stopped"))
+
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(polite), FunctionPolicy(allow_all)
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_soon, services, store)
+        record = await run_call(services, request())
+    assert record.outcome == "cancelled"
+    types = [e.type for e in await store.events(record.id)]
+    assert "state.checkpointed" in types and types[-1] == "tool.completed"
+
+
+async def test_cancel_cuts_off_a_deaf_adapter_then_reconciles(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    async def deaf(call: AdapterCall) -> AdapterOutcome:
+        await anyio.sleep(30)
+        raise AssertionError("not reached")
+
+    # The reconcile probe finds the content absent: the cut-off call is cancelled, not failed.
+    services = make_services(
+        tmp_path,
+        store,
+        catalogue,
+        FunctionAdapter(deaf, sha_probe(None)),
+        FunctionPolicy(allow_all),
+    )
+    services = replace(
+        services, settings=services.settings.model_copy(update={"cancel_grace": 0.1})
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_soon, services, store)
+        record = await run_call(services, request())
+    result = record.result
+    assert result is not None and result["outcome"] == "cancelled"
+    assert result["error"]["type"] == "cancelled"
+    assert result["side_effect"]["summary"] == "reconciled: the side effect did not happen"
+
+
+async def test_no_side_effect_starts_once_the_deadline_has_passed(
+    tmp_path: Path, store: Store, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20 §5: a call that passed validation with 1 ms left started its adapter and
+    ended ``timeout`` with something attempted. The clock the last check reads is moved past
+    the deadline once the locks are held: deterministic, no race with the real clock."""
+    import time
+
+    from gateway.pipeline import execute
+
+    adapter = FunctionAdapter(ok, sha_probe(hashlib.sha256(b"hi").hexdigest()))
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    deadline = int(time.time() * 1000) + 60_000
+    # raising=False: on the code before the fix the seam did not exist, and the test fails
+    # on its assertions, not on the patch.
+    monkeypatch.setattr(execute, "_now", lambda: deadline / 1000 + 0.001, raising=False)
+    record = await run_call(services, request(deadline_ms=deadline, idempotency_key="k"))
+    result = record.result
+    assert record.status is Status.COMPLETED and result is not None
+    assert result["outcome"] == "failed" and result["error"]["type"] == "deadline_exceeded"
+    assert result["error"]["phase"] == "execute" and result["error"]["retryable"] is True
+    assert result["side_effect"]["attempted"] is False
+    assert adapter.calls == []
+    assert await store.unfinished([Status.RUNNING]) == []
+    # With less than START_FLOOR left it does not start either; with more, it runs.
+    floor = getattr(execute, "START_FLOOR", 0.01)
+    monkeypatch.setattr(execute, "_now", lambda: deadline / 1000 - floor / 2, raising=False)
+    record = await run_call(services, request(call_id="c2", deadline_ms=deadline))
+    assert record.outcome == "failed" and adapter.calls == []
+    monkeypatch.setattr(execute, "_now", time.time, raising=False)
+    record = await run_call(services, request(call_id="c3", deadline_ms=deadline))
+    assert record.outcome == "succeeded" and len(adapter.calls) == 1

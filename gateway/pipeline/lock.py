@@ -11,23 +11,22 @@ import time
 
 import anyio
 
-from gateway.adapters.base import SideEffectReport
 from gateway.declarations.templates import TemplateError
 from gateway.errors import ExecutionError, ValidationError
 from gateway.pipeline.context import deadline_of, template_context
-from gateway.pipeline.records import Flow, ToolResult
+from gateway.pipeline.guards import check_state_guards
+from gateway.pipeline.outcomes import ended_before_start
+from gateway.pipeline.records import NO_LOCKS, Call, Locked, Reserved, Settled
 from gateway.pipeline.services import Services
-from gateway.pipeline.validate import check_state_guards
-from gateway.store.records import LockBusy, LockRequest
+from gateway.store.records import ExecutionRecord, LockBusy, LockRequest
 from gateway.types import Outcome
 
 
-def lock_requests(flow: Flow) -> list[LockRequest]:
+def lock_requests(call: Call) -> list[LockRequest]:
     """The interpolated lock keys of the call; one mode per key (exclusive wins)."""
-    assert flow.tool is not None
-    context = template_context(flow)
+    context = template_context(call)
     modes: dict[str, LockRequest] = {}
-    for decl in flow.tool.locks:
+    for decl in call.tool.locks:
         try:
             keys = decl.key.render_all(context)
         except TemplateError as exc:
@@ -38,38 +37,46 @@ def lock_requests(flow: Flow) -> list[LockRequest]:
     return sorted(modes.values(), key=lambda r: r.key)
 
 
-async def run(services: Services, flow: Flow) -> Flow:
-    requests = lock_requests(flow)
+async def run(services: Services, state: Reserved) -> Locked | Settled:
+    call, record = state.call, state.record
+    requests = lock_requests(call)
     if not requests:
-        await check_state_guards(services, flow)
-        return flow
-    if flow.record is None:  # an ephemeral call has no execution anyone could cancel
-        got = await _wait_for_locks(services, flow, requests, anyio.Event())
+        await check_state_guards(services, call)
+        return Locked(call, record, NO_LOCKS, state.trail)
+    execution_id = call.ticket.execution_id
+    if record is None:  # an ephemeral call has no execution anyone could cancel
+        got = await _wait_for_locks(services, call, record, requests, anyio.Event())
     else:
-        cancelled = services.cancellations.register(flow.execution_id)
+        cancelled = services.cancellations.register(execution_id)
         try:
-            got = await _wait_for_locks(services, flow, requests, cancelled)
+            got = await _wait_for_locks(services, call, record, requests, cancelled)
         finally:
-            services.cancellations.unregister(flow.execution_id)
-    if got is None:
-        return _cancelled_while_waiting(flow)
-    flow = flow.but_emit({"fencing": got}, "lock.acquired", tokens=dict(got))
-    await check_state_guards(services, flow)
-    return flow
+            services.cancellations.unregister(execution_id)
+    if got is None:  # cancelled before it held its locks: nothing was attempted
+        error = ExecutionError("cancelled while it waited for a lock", code="cancelled")
+        return ended_before_start(state, Outcome.CANCELLED, error)
+    locked = Locked(call, record, got, state.trail.emit("lock.acquired", tokens=dict(got)))
+    await check_state_guards(services, call, got)
+    return locked
 
 
 async def _wait_for_locks(
-    services: Services, flow: Flow, requests: list[LockRequest], cancelled: anyio.Event
+    services: Services,
+    call: Call,
+    record: ExecutionRecord | None,
+    requests: list[LockRequest],
+    cancelled: anyio.Event,
 ) -> dict[str, int] | None:
     """The fencing tokens once every lock is held; None when the call was cancelled while
     it waited: by this process's signal (at once), or, from another process, as the store
     reports with each busy answer."""
-    deadline = deadline_of(services, flow)
+    deadline = deadline_of(services, call)
+    execution_id = call.ticket.execution_id
     delay = 0.005
     beat = time.monotonic()
     while True:
         got = await services.store.try_acquire(
-            flow.execution_id, flow.request.call_id, requests, services.settings.lock_lease
+            execution_id, call.ticket.request.call_id, requests, services.settings.lock_lease
         )
         if not isinstance(got, LockBusy):
             return got
@@ -88,19 +95,6 @@ async def _wait_for_locks(
         if cancelled.is_set():
             return None
         delay = min(delay * 2, 0.1)
-        if flow.record is not None and time.monotonic() - beat >= services.settings.lock_lease / 3:
+        if record is not None and time.monotonic() - beat >= services.settings.lock_lease / 3:
             beat = time.monotonic()
-            await services.store.heartbeat(flow.execution_id)  # alive, only waiting
-
-
-def _cancelled_while_waiting(flow: Flow) -> Flow:
-    """The call was cancelled before it held its locks: nothing was attempted."""
-    assert flow.tool is not None
-    result = ToolResult(
-        call_id=flow.request.call_id,
-        tool_version=str(flow.tool.version),
-        outcome=Outcome.CANCELLED,
-        error=ExecutionError("cancelled while it waited for a lock", code="cancelled"),
-        side_effect=SideEffectReport(False, False, "nothing was attempted"),
-    )
-    return flow.but(result=result)
+            await services.store.heartbeat(execution_id)  # alive, only waiting

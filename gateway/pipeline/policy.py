@@ -1,0 +1,168 @@
+"""Stage 4 — policy & approval: ask the policy backend; deny, park for approval, or go on."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from gateway.adapters.base import Previewing
+from gateway.approvals import tokens
+from gateway.errors import CallError, PolicyDenied, ToolgateError
+from gateway.pipeline.context import adapter_call, adapter_of
+from gateway.pipeline.guards import check_state_guards
+from gateway.pipeline.outcomes import failed
+from gateway.pipeline.records import Authorized, Call, Prepared, Settled, Trail
+from gateway.pipeline.services import Services
+from gateway.policy.inputs import recorded_input
+from gateway.store.records import ApprovalRecord
+from gateway.types import JSON, Decision, DecisionResult
+
+
+def policy_input(call: Call, approval: ApprovalRecord | None = None) -> dict[str, Any]:
+    """The stable policy input document (documented in docs/policies.md)."""
+    req, tool = call.ticket.request, call.tool
+    now_ms = int(time.time() * 1000)
+    left = None if req.deadline_ms is None else int(req.deadline_ms - now_ms)
+    return {
+        "tool": {
+            "name": tool.name,
+            "version": str(tool.version),
+            "risk": tool.risk.value,
+            "side_effect": tool.side_effect.value,
+            "reversible": tool.reversible,
+            "adapter": tool.adapter,
+            "operation": tool.operation,
+            "tags": list(tool.tags),
+        },
+        "arguments": dict(call.arguments),
+        "arguments_sha256": call.arguments_sha256,
+        "paths": [p.to_json() for p in call.paths.values()],
+        "actor": {"user_id": req.principal, "agent_id": req.agent_id, "roles": list(call.roles)},
+        "workspace": {"id": call.workspace.id, "root": str(call.workspace.root)},
+        "request": {
+            "run_id": req.run_id,
+            "turn_id": req.turn_id,
+            "call_id": req.call_id,
+            "deadline_ms_left": left,
+            "idempotency_key_present": bool(req.idempotency_key),
+            "time_ms": now_ms,  # of this decision; a policy that never reads it keeps its cache
+        },
+        "approval": {
+            "present": approval is not None,
+            "approved_by": approval.decided_by if approval else None,
+        },
+        "usage": {},
+    }
+
+
+async def run(services: Services, state: Prepared) -> Authorized | Settled:
+    call = state.call
+    approval = call.ticket.approval
+    if call.ticket.request.approval_token and approval is None:
+        approval = await _approval_from_token(services, call)
+    if approval is not None and approval.arguments_sha256 != call.arguments_sha256:
+        raise PolicyDenied(
+            "the approval was given for other arguments than this call", code="approval_mismatch"
+        )
+    document = policy_input(call, approval)
+    decision = await services.policy.decide(document)
+    recorded, truncated = recorded_input(document)
+    trail = state.trail.emit(
+        "policy.decided",
+        result=decision.result.value,
+        reasons=list(decision.reasons),
+        input=recorded,
+        input_truncated=truncated,
+    )
+    try:
+        return await _follow(services, call, approval, decision, trail)
+    except CallError as exc:  # failed here, the call keeps its policy.decided event
+        return failed(Prepared(call, trail), exc)
+
+
+async def _follow(
+    services: Services,
+    call: Call,
+    approval: ApprovalRecord | None,
+    decision: Decision,
+    trail: Trail,
+) -> Authorized:
+    """Act on the decision: refuse, park for approval, or go on."""
+    if decision.result is DecisionResult.DENY:
+        raise PolicyDenied(
+            "denied by policy: " + ("; ".join(decision.reasons) or "no reason given"),
+            details={"reasons": list(decision.reasons)},
+        )
+    await check_state_guards(services, call)  # only now: the caller may see this state
+    if decision.result is DecisionResult.REQUIRE_APPROVAL:
+        if approval is not None:
+            raise PolicyDenied(
+                "the approval does not satisfy the policy: " + "; ".join(decision.reasons),
+                code="approval_insufficient",
+            )
+        preview = await _preview(services, call)
+        awaiting = _approval(services, call, decision.reasons, preview)
+        return Authorized(call, approval, awaiting, trail)
+    return Authorized(call, approval, None, trail)
+
+
+async def _approval_from_token(services: Services, call: Call) -> ApprovalRecord:
+    """The approved approval an ``approval_token`` stands for, checked against this call."""
+    req = call.ticket.request
+    assert req.approval_token is not None
+    claims = tokens.verify(req.approval_token, services.approval_key)
+    binding = {
+        "tool": call.tool.name,
+        "version": str(call.tool.version),
+        "arguments_sha256": call.arguments_sha256,
+        "actor": req.principal,
+        "workspace": req.workspace_id,
+    }
+    tokens.check_binding(claims, **binding)
+    approval = await services.store.get_approval(claims.approval_id)
+    if approval is None or approval.status != "approved":
+        state = approval.status if approval else "unknown"
+        raise PolicyDenied(
+            f"approval_token refused: its approval is {state}, not approved (a token is "
+            "good for one call)",
+            code="approval_token_used" if state == "used" else "approval_token_invalid",
+        )
+    tokens.check_binding(tokens.claims_for(approval), **binding)  # the record, not the claims
+    return approval
+
+
+async def _preview(services: Services, call: Call) -> JSON:
+    """What the approver will see of the effect, when the adapter can tell (e.g. a diff)."""
+    adapter = adapter_of(services, call)
+    if not isinstance(adapter, Previewing):
+        return None
+    try:
+        return await adapter.preview(adapter_call(services, call))
+    except ToolgateError as exc:
+        return {"error": exc.message}
+
+
+def _approval(
+    services: Services, call: Call, reasons: tuple[str, ...], preview: JSON
+) -> ApprovalRecord:
+    req = call.ticket.request
+    now = int(time.time() * 1000)
+    expires_ms = now + int(services.settings.approval_ttl * 1000)
+    if req.deadline_ms is not None:  # past its deadline the call can no longer run
+        expires_ms = min(expires_ms, req.deadline_ms)
+    return ApprovalRecord(
+        id=f"ap_{uuid.uuid4().hex}",
+        execution_id=call.ticket.execution_id,
+        status="pending",
+        tool_name=call.tool.name,
+        tool_version=str(call.tool.version),
+        arguments_sha256=call.arguments_sha256,
+        principal=req.principal,
+        workspace_id=call.workspace.id,
+        reasons=reasons,
+        arguments=dict(call.arguments),
+        preview=preview,
+        requested_ms=now,
+        expires_ms=expires_ms,
+    )

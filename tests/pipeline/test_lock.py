@@ -1,0 +1,91 @@
+"""Stage lock (gateway/pipeline/lock.py): declared locks, waited for, cancellable."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gateway.declarations.catalogue import Catalogue
+from gateway.pipeline.runner import run_call
+from gateway.store.store import Store
+from gateway.types import Status
+from tests.pipeline.fakes import (
+    FunctionAdapter,
+    FunctionPolicy,
+    allow_all,
+    make_services,
+    ok,
+    prepared,
+    request,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_lock_held_elsewhere_times_out_retryable(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+
+    from gateway.store.records import LockRequest
+    from gateway.types import LockMode
+
+    await store.try_acquire(
+        "ex_other", "other-call", [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)], 30
+    )
+    adapter = FunctionAdapter(ok)
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    result = (await run_call(services, request(deadline_ms=int(time.time() * 1000) + 300))).result
+    assert result is not None and result["error"]["type"] == "lock_timeout"
+    assert result["error"]["retryable"] is True and "other-call" in result["error"]["message"]
+    assert adapter.calls == []
+
+
+async def test_cancel_while_waiting_for_locks_is_not_lost(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+
+    from gateway import cancellation
+    from gateway.store.records import LockRequest
+    from gateway.types import LockMode
+
+    key = [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)]
+    await store.try_acquire("ex_holder", "holder", key, 30)
+    adapter = FunctionAdapter(ok)
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+
+    async def cancel_then_release() -> None:
+        for _ in range(300):
+            waiting = await store.unfinished([Status.RUNNING])
+            if waiting:
+                await cancellation.cancel(services, waiting[0], "bob")
+                await store.release_locks("ex_holder")
+                return
+            await anyio.sleep(0.01)
+        raise AssertionError("the call never reserved")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancel_then_release)
+        record = await run_call(services, request(deadline_ms=int(time.time() * 1000) + 5000))
+    assert record.outcome == "cancelled"
+    assert adapter.calls == []
+    assert "tool.started" not in [e.type for e in await store.events(record.id)]
+
+
+async def test_the_lock_keys_are_rendered_sorted_and_exclusive_wins(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    from gateway.pipeline import lock
+    from gateway.pipeline.records import Locked, Reserved
+
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
+    )
+    state = await prepared(services, request())
+    [wanted] = lock.lock_requests(state.call)
+    assert wanted.key == "ws:demo:file:a.txt" and wanted.mode.value == "exclusive"
+    locked = await lock.run(services, Reserved(state.call, None, state.trail))
+    assert isinstance(locked, Locked) and list(locked.fencing) == [wanted.key]
+    assert locked.trail.events[-1].type == "lock.acquired"
