@@ -1,40 +1,13 @@
-"""One real gateway process on loopback for the MCP tests, and clients of both eras."""
+"""One real gateway process on loopback for the MCP tests (helpers: tests/mcp/helpers.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
-import httpx
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.extension import ClientExtension
-from mcp.client.streamable_http import streamable_http_client
 
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE, BOB
-
-ERAS = ("legacy", "2026-07-28")
-"""The SDK client's ``mode``: the 2025-11-25 handshake, or the stateless 2026-07-28 wire."""
-
-
-@dataclass(frozen=True)
-class Gateway:
-    url: str
-    root: Path
-
-    @property
-    def workspace(self) -> Path:
-        return self.root / "var" / "workspaces" / "demo"
-
-    def rest(self, key: str = BOB) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        )
+from tests.mcp.helpers import Gateway
 
 
 @pytest.fixture(scope="module")
@@ -44,27 +17,3 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     run_agent_code_without_approval(root, ("proc.python",))
     with gateway(config) as url:
         yield Gateway(url, root)
-
-
-@asynccontextmanager
-async def connect(
-    url: str,
-    era: str,
-    key: str = ALICE,
-    extensions: Sequence[ClientExtension] | None = None,
-) -> AsyncIterator[Client]:
-    """The official SDK client over streamable HTTP with a bearer key."""
-    headers = {"Authorization": f"Bearer {key}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60, read=120)) as http,
-        Client(
-            streamable_http_client(url + "/mcp", http_client=http),
-            mode=era,  # type: ignore[arg-type]
-            extensions=extensions,
-        ) as client,
-    ):
-        yield client
-
-
-def meta_of(result: Any) -> dict[str, Any]:
-    return dict(result.meta or {})

@@ -13,7 +13,7 @@ from mcp import Client, StdioServerParameters
 
 from gateway.mcp import meta
 from tests.helpers import ALICE, REPO
-from tests.mcp.conftest import ERAS, Gateway, meta_of
+from tests.mcp.helpers import ERAS, Gateway, meta_of
 
 pytestmark = pytest.mark.slow
 

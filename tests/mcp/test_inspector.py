@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ALICE, IN_CI, REPO
-from tests.mcp.conftest import Gateway
+from tests.mcp.helpers import Gateway
 
 pytestmark = pytest.mark.slow
 INSPECTOR = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "mcp-inspector"

@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.mcp import meta
 from tests.helpers import ALICE, BOB
-from tests.mcp.conftest import ERAS, Gateway, connect, meta_of
+from tests.mcp.helpers import ERAS, Gateway, connect, meta_of
 
 pytestmark = pytest.mark.slow
 

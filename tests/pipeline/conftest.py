@@ -14,11 +14,6 @@ from tests.helpers import REPO
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def catalogue() -> Catalogue:
     return load_catalogue(REPO / "tools.d")
 

@@ -153,7 +153,7 @@ def test_request_to_json_has_every_field_but_the_body() -> None:
 
 async def _cancel_soon(services: Services, store: Store) -> None:
     """Cancel the first execution that shows up running, the way the API does."""
-    from gateway import cancellation
+    from gateway.runtime import cancellation
 
     for _ in range(200):
         running = await store.unfinished([Status.RUNNING])

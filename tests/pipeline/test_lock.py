@@ -47,7 +47,7 @@ async def test_cancel_while_waiting_for_locks_is_not_lost(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:
 
-    from gateway import cancellation
+    from gateway.runtime import cancellation
     from gateway.store.records import LockRequest
     from gateway.types import LockMode
 
