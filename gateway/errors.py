@@ -3,7 +3,7 @@
 Every error carries a stable ``code``, the pipeline ``phase`` it belongs to (or ``None``
 for errors about the HTTP request itself), ``retryable`` and a message written for the
 agent. Foreign exceptions are translated into these at the edge that meets them
-(``raise ... from exc``); the HTTP mapping lives only in ``gateway.server.problems``.
+(``raise ... from exc``); the HTTP mapping lives only in ``gateway.http.problems``.
 
     ToolgateError
     ├── RequestError            the request itself is unusable (HTTP 4xx, no execution)

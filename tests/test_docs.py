@@ -338,7 +338,7 @@ def test_every_gateway_crash_point_has_a_recovery_row() -> None:
 
 RECOVERY_MODULES = (
     "gateway/runtime/cancellation.py",
-    "gateway/recovery.py",
+    "gateway/runtime/recovery.py",
     "gateway/pipeline/execute.py",
     "gateway/pipeline/existing.py",
     "gateway/pipeline/guards.py",

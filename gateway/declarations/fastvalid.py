@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import re
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import cerberus
 
-from gateway.declarations.jsonschema import JsonValidator
+from gateway.declarations import fastrules
+from gateway.declarations.fastrules import SIZED, Unsupported, Unsure
+from gateway.declarations.validator import JsonValidator
 
 Check = Callable[[Any], Any]
-"""Normalise and check one value: returns the normalised value or raises ``_Unsure``."""
+"""Normalise and check one value: returns the normalised value or raises ``Unsure``."""
 MappingCheck = Callable[[dict[Any, Any]], dict[Any, Any]]
 
 # The rules the fast path models; any other rule leaves the whole schema to cerberus.
@@ -71,16 +72,7 @@ _BOOL_RULES = ("required", "nullable", "readonly", "empty", "allow_unknown", "re
 # of any other type (a subclass included) goes to cerberus.
 _KINDS: tuple[type, ...] = (bool, int, float, str, list, dict)
 _ALL_KINDS = frozenset(_KINDS)
-_SIZED = frozenset({str, list, dict})  # Sized and Iterable among _KINDS
 _IMMUTABLE = (type(None), bool, int, float, str, bytes)
-
-
-class Unsupported(Exception):
-    """The schema uses a rule, or a rule value, that the fast path does not model."""
-
-
-class _Unsure(Exception):
-    """The fast path does not accept the document: cerberus decides."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +190,7 @@ class FastValidator:
         if fast is not None and type(document) is dict and not args and not kwargs:
             try:
                 self._document = fast(document)
-            except Exception:  # _Unsure, or anything unexpected: cerberus decides
+            except Exception:  # Unsure, or anything unexpected: cerberus decides
                 pass
             else:
                 self.last_fast = True
@@ -272,14 +264,14 @@ def _compile_mapping(schema: Any, scope: _Scope, path: str) -> MappingCheck:
         if rules.get("required", scope.require_all) is True:
             required.append(name)
         if "dependencies" in rules:
-            posts.append(_dependencies(name, rules["dependencies"], where))
+            posts.append(fastrules.dependencies(name, rules["dependencies"], where))
         if "excludes" in rules:
-            excluded = _excluded(rules["excludes"], where)
+            excluded = fastrules.excluded(rules["excludes"], where)
             excludes.append((name, excluded, bool(rules.get("required", scope.require_all))))
 
     allow_unknown = scope.allow_unknown
     if excludes:
-        posts.append(_required_with_excludes(required, excludes, frozenset(schema)))
+        posts.append(fastrules.required_with_excludes(required, excludes, frozenset(schema)))
         required = []
 
     def check_mapping(doc: dict[Any, Any]) -> dict[Any, Any]:
@@ -293,13 +285,13 @@ def _compile_mapping(schema: Any, scope: _Scope, path: str) -> MappingCheck:
             elif allow_unknown:
                 out[key] = value
             else:
-                raise _Unsure
+                raise Unsure
         for name, fill in fills:
             if name not in out:
                 out[name] = fill()
         for name in required:
             if name not in out:
-                raise _Unsure
+                raise Unsure
         for post in posts:
             post(out)
         return out
@@ -327,19 +319,19 @@ def _compile_value(rules: Mapping[str, Any], scope: _Scope, where: str, *, item:
     tests: list[Callable[[Any], bool]] = []
     for rule, value in rules.items():
         if rule == "allowed":
-            sized_tests.append(_allowed(value, where))
+            sized_tests.append(fastrules.allowed(value, where))
         elif rule == "forbidden":
-            sized_tests.append(_forbidden(value, where))
+            sized_tests.append(fastrules.forbidden(value, where))
         elif rule == "minlength":
-            sized_tests.append(_minlength(_length(value, rule, where)))
+            sized_tests.append(fastrules.minlength(fastrules.length(value, rule, where)))
         elif rule == "maxlength":
-            sized_tests.append(_maxlength(_length(value, rule, where)))
+            sized_tests.append(fastrules.maxlength(fastrules.length(value, rule, where)))
         elif rule == "regex":
-            sized_tests.append(_regex(value, where))
+            sized_tests.append(fastrules.regex(value, where))
         elif rule == "min":
-            tests.append(_min(value))
+            tests.append(fastrules.min_rule(value))
         elif rule == "max":
-            tests.append(_max(value))
+            tests.append(fastrules.max_rule(value))
     all_tests = tuple(sized_tests + tests)
     empty_tests = tuple(tests)
 
@@ -349,25 +341,25 @@ def _compile_value(rules: Mapping[str, Any], scope: _Scope, where: str, *, item:
             # are checked on the dict).
             if nullable:
                 return None
-            raise _Unsure
+            raise Unsure
         kind = type(value)
         if kind not in accepted:
-            raise _Unsure
+            raise Unsure
         if kind is dict:
             if dict_norm is not None:
                 value = dict_norm(value)
         elif kind is list and list_norm is not None:
             value = list_norm(value)
-        if empty_rule is not None and kind in _SIZED and not value:
+        if empty_rule is not None and kind in SIZED and not value:
             # `empty` drops allowed, forbidden, minlength, maxlength and regex.
             if not empty_rule:
-                raise _Unsure
+                raise Unsure
             selected = empty_tests
         else:
             selected = all_tests
         for test in selected:
             if not test(value):
-                raise _Unsure
+                raise Unsure
         return value
 
     return check
@@ -452,159 +444,7 @@ def _maker(default: Any) -> Callable[[], Any]:
 
 
 def _refuse(value: Any) -> Any:
-    raise _Unsure
-
-
-# --- rules --------------------------------------------------------------------------------
-# Each test mirrors the expression of cerberus's (or JsonValidator's) rule method, so that
-# its result, and any exception, is the same for every value the fast path lets through.
-
-
-def _allowed(allowed: Any, where: str) -> Callable[[Any], bool]:
-    if isinstance(allowed, str) or not isinstance(allowed, list | tuple | set | frozenset):
-        raise Unsupported(f"{where}: allowed {allowed!r}")
-
-    def test(value: Any) -> bool:
-        kind = type(value)
-        if kind is list or kind is dict:  # each member (or key) must be allowed
-            return all(member in allowed for member in value)
-        return value in allowed
-
-    return test
-
-
-def _forbidden(forbidden: Any, where: str) -> Callable[[Any], bool]:
-    if not isinstance(forbidden, list):
-        raise Unsupported(f"{where}: forbidden {forbidden!r}")
-    try:
-        banned = set(forbidden)  # cerberus intersects sets for a list value
-    except TypeError as exc:
-        raise Unsupported(f"{where}: forbidden {forbidden!r}") from exc
-
-    def test(value: Any) -> bool:
-        if type(value) is list:
-            return not any(member in banned for member in value)
-        return value not in forbidden
-
-    return test
-
-
-def _length(value: Any, rule: str, where: str) -> int:
-    if not isinstance(value, int):
-        raise Unsupported(f"{where}: {rule} {value!r}")
-    return value
-
-
-def _minlength(bound: int) -> Callable[[Any], bool]:
-    return lambda value: type(value) not in _SIZED or not len(value) < bound
-
-
-def _maxlength(bound: int) -> Callable[[Any], bool]:
-    return lambda value: type(value) not in _SIZED or not len(value) > bound
-
-
-def _regex(pattern: Any, where: str) -> Callable[[Any], bool]:
-    if not isinstance(pattern, str):
-        raise Unsupported(f"{where}: regex {pattern!r}")
-    try:
-        fullmatch = re.compile(pattern).fullmatch  # JsonValidator: re.fullmatch(pattern, v)
-    except re.error as exc:
-        raise Unsupported(f"{where}: regex {pattern!r} does not compile") from exc
-    return lambda value: type(value) is not str or fullmatch(value) is not None
-
-
-def _min(bound: Any) -> Callable[[Any], bool]:
-    def test(value: Any) -> bool:
-        try:
-            return not value < bound
-        except TypeError:  # cerberus ignores values it cannot compare
-            return True
-
-    return test
-
-
-def _max(bound: Any) -> Callable[[Any], bool]:
-    def test(value: Any) -> bool:
-        try:
-            return not value > bound
-        except TypeError:
-            return True
-
-    return test
-
-
-def _names(value: Any) -> bool:
-    """Plain field names: no ``^`` (document root) or ``.`` (path) lookups."""
-    return isinstance(value, str) and "." not in value and not value.startswith("^")
-
-
-def _dependencies(name: Any, deps: Any, where: str) -> Callable[[dict[Any, Any]], None]:
-    """cerberus's ``dependencies``, checked on the normalised dict when ``name`` is in it."""
-    if isinstance(deps, str):
-        deps = [deps]
-    if isinstance(deps, list) and all(_names(d) for d in deps):
-        wanted = tuple(deps)
-
-        def fields(out: dict[Any, Any]) -> None:
-            if name in out:
-                for dep in wanted:
-                    if dep not in out:
-                        raise _Unsure
-
-        return fields
-    if isinstance(deps, Mapping) and all(_names(d) for d in deps):
-        values = tuple(
-            (dep, v if isinstance(v, Sequence) and not isinstance(v, str) else [v])
-            for dep, v in deps.items()
-        )
-
-        def field_values(out: dict[Any, Any]) -> None:
-            if name in out:
-                for dep, allowed in values:
-                    if out.get(dep) not in allowed:  # a missing field counts as None
-                        raise _Unsure
-
-        return field_values
-    raise Unsupported(f"{where}: dependencies {deps!r}")
-
-
-def _excluded(value: Any, where: str) -> tuple[Any, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise Unsupported(f"{where}: excludes {value!r}")
-
-
-def _required_with_excludes(
-    required: list[Any],
-    excludes: list[tuple[Any, tuple[Any, ...], bool]],
-    names: frozenset[Hashable],
-) -> Callable[[dict[Any, Any]], None]:
-    """Required fields, as cerberus checks them when ``excludes`` is used.
-
-    A present field with ``excludes`` refuses the excluded fields; if it is required, it
-    and the excluded fields it names are no longer required, but one of them must have a
-    value (not None).
-    """
-
-    def check(out: dict[Any, Any]) -> None:
-        unrequired: set[Any] = set()
-        for name, excluded, is_required in excludes:
-            if name in out:
-                for other in excluded:
-                    if other in out:
-                        raise _Unsure
-                if is_required:
-                    unrequired.add(name)
-                    unrequired.update(other for other in excluded if other in names)
-        for name in required:
-            if name not in out and name not in unrequired:
-                raise _Unsure
-        if unrequired and all(out.get(name) is None for name in unrequired):
-            raise _Unsure
-
-    return check
+    raise Unsure
 
 
 # --- the screen ---------------------------------------------------------------------------
@@ -670,7 +510,7 @@ def _screen_value(rules: Mapping[str, Any], allow_unknown: bool) -> ValueScreen:
 
     def screen(value: Any, path: tuple[Any, ...], found: _Found) -> None:
         kind = type(value)
-        if kind not in accepted or kind not in _SIZED:
+        if kind not in accepted or kind not in SIZED:
             return
         if bound is not None and len(value) > bound:
             found.add(

@@ -31,9 +31,9 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import __version__
 from gateway.errors import ToolgateError
+from gateway.http.auth import authenticate
+from gateway.http.problems import problem
 from gateway.mcp import calls
-from gateway.server.auth import authenticate
-from gateway.server.problems import problem
 from gateway.settings import Settings
 
 INSTRUCTIONS = (

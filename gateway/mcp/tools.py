@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.declarations.definitions import tool_definition
 from gateway.declarations.model import ToolDeclaration
 from gateway.mcp import meta
 from gateway.pipeline.records import sha256_json
 from gateway.runtime.container import Runtime
-from gateway.server.render import tool_definition
 from gateway.types import DecisionResult, SideEffect
 
 OPEN_WORLD_ADAPTERS = frozenset({"http", "browser"})

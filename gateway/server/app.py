@@ -13,16 +13,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.errors import ToolgateError
+from gateway.http.problems import HANDLERS
 from gateway.mcp.endpoint import McpEndpoint
-from gateway.recovery import recover
 from gateway.runtime import approvals
 from gateway.runtime.bootstrap import Loaded, close_runtime, open_runtime
 from gateway.runtime.container import Runtime
+from gateway.runtime.recovery import recover
+from gateway.runtime.worker import run_workers
 from gateway.server import artifacts, routes
 from gateway.server.openapi import build_openapi
-from gateway.server.problems import HANDLERS
 from gateway.settings import Settings
-from gateway.worker import run_workers
 
 log = logging.getLogger("toolgate.server")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import __version__
+from gateway.declarations.definitions import TOOL_FORMATS
 from gateway.pipeline.request import ExecutionRequestBody
-from gateway.server.render import TOOL_FORMATS
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 

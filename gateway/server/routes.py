@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway import jsonlimits
+from gateway.declarations import definitions
 from gateway.errors import (
     Forbidden,
     MalformedRequest,
@@ -18,12 +19,12 @@ from gateway.errors import (
     ResolveError,
     UnsupportedMediaType,
 )
+from gateway.http.auth import authenticate
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
 from gateway.runtime import approvals, cancellation
 from gateway.runtime.container import Runtime
 from gateway.server import render
-from gateway.server.auth import authenticate
 from gateway.store.records import ExecutionRecord
 from gateway.types import ApprovalStatus, Status
 
@@ -222,9 +223,9 @@ async def list_tools(request: Request) -> Response:
 
 
 def _tool_definitions(services: Runtime, fmt: str) -> Response:
-    if fmt not in render.TOOL_FORMATS:
+    if fmt not in definitions.TOOL_FORMATS:
         raise MalformedRequest(
-            f"format must be one of {', '.join(render.TOOL_FORMATS)} (got {fmt!r})",
+            f"format must be one of {', '.join(definitions.TOOL_FORMATS)} (got {fmt!r})",
             code="invalid_format",
         )
     catalogue = services.catalogue
@@ -232,8 +233,8 @@ def _tool_definitions(services: Runtime, fmt: str) -> Response:
     for name in catalogue.names:
         enabled = [v for v in catalogue.versions(name) if not v.disabled]
         if enabled:  # a tool whose every version is disabled cannot be called
-            items.append(render.tool_definition(enabled[0], fmt))
-            names[render.definition_name(enabled[0], fmt)] = name
+            items.append(definitions.tool_definition(enabled[0], fmt))
+            names[definitions.definition_name(enabled[0], fmt)] = name
     return JSONResponse({"format": fmt, "items": items, "count": len(items), "names": names})
 
 

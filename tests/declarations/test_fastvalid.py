@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.fastvalid import FastValidator, Unsupported, compile_schema
-from gateway.declarations.jsonschema import JsonValidator
+from gateway.declarations.validator import JsonValidator
 from gateway.testing import load_catalogue
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,11 +14,11 @@ from jsonschema import Draft202012Validator
 
 from gateway.declarations.jsonschema import (
     UNMAPPED_KEY,
-    JsonValidator,
     cerberus_to_json_schema,
     unmapped_rules,
     validate_cerberus_schema,
 )
+from gateway.declarations.validator import JsonValidator
 
 
 def _convert(schema: dict[str, Any], **options: Any) -> dict[str, Any]:

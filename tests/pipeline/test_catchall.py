@@ -18,7 +18,7 @@ from gateway.faults import POINTS, Faults
 from gateway.pipeline.records import State
 from gateway.pipeline.runner import STAGES, Stage, run_call
 from gateway.pipeline.services import Services
-from gateway.recovery import recover
+from gateway.runtime.recovery import recover
 from gateway.store.records import ExecutionRecord
 from gateway.store.store import Store
 from gateway.testing import load_catalogue

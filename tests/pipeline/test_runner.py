@@ -88,7 +88,7 @@ async def test_recovery_settles_what_a_dead_owner_left(
 ) -> None:
     from gateway.adapters.file.adapter import FileAdapter
     from gateway.events.model import make_event
-    from gateway.recovery import recover
+    from gateway.runtime.recovery import recover
 
     services = make_services(
         tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
@@ -131,7 +131,7 @@ async def test_a_failure_after_the_side_effect_is_settled_by_recovery(
 ) -> None:
     from gateway.errors import StoreError
     from gateway.faults import Faults
-    from gateway.recovery import recover
+    from gateway.runtime.recovery import recover
 
     adapter = FunctionAdapter(ok, sha_probe(hashlib.sha256(b"hi").hexdigest()))
     services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))

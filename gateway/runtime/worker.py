@@ -10,8 +10,8 @@ import anyio
 from gateway.errors import ToolgateError
 from gateway.instance import INSTANCE_ID
 from gateway.pipeline.runner import run_queued
-from gateway.recovery import recover
 from gateway.runtime.container import Runtime
+from gateway.runtime.recovery import recover
 
 log = logging.getLogger("toolgate.worker")
 IDLE_POLL = 1.0
