@@ -100,3 +100,69 @@ def test_the_scans_find_what_they_look_for() -> None:
     assert [n.lineno for n in conftest_imports(tree)] == [1, 2, 3]
     assert [n.lineno for n in conditional_asserts(tree)] == [9]
     assert [n.name for n in fixtures_named(tree, "anyio_backend")] == ["anyio_backend"]
+
+
+# --- the house (docs/architecture.md) ----------------------------------------------------------
+
+GATEWAY = REPO / "gateway"
+
+
+def room_of(module: str) -> str:
+    """``gateway.pipeline.runner`` → ``pipeline``; ``gateway.errors`` → ``errors``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def room_graph(root: Path = GATEWAY) -> dict[str, set[str]]:
+    """Which room imports which, from every import in gateway/ (function-local ones too)."""
+    edges: dict[str, set[str]] = {}
+    for path, tree in modules(root):
+        relative = path.relative_to(root.parent).with_suffix("")
+        here = room_of(".".join(relative.parts))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+                if node.module == "gateway":
+                    names = [f"gateway.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                if name.startswith("gateway.") and room_of(name) != here:
+                    edges.setdefault(here, set()).add(room_of(name))
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    return sorted({tuple(sorted((a, b))) for a in edges for b in edges[a] if a in reach(b)})  # type: ignore[misc]
+
+
+def test_no_import_cycle_between_the_rooms_of_gateway() -> None:
+    found = cycles(room_graph())
+    assert not found, f"rooms of gateway/ that import each other: {found} (docs/architecture.md)"
+
+
+def test_every_room_of_gateway_is_on_the_map() -> None:
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rooms = {p.name for p in GATEWAY.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    rooms |= {p.stem for p in GATEWAY.glob("*.py") if p.stem != "__init__"}
+    missing = sorted(r for r in rooms if f"{r}/" not in page and f"{r}.py" not in page)
+    assert not missing, f"docs/architecture.md does not name the rooms {missing}"
+
+
+def test_the_room_checks_can_fail() -> None:
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [("a", "b")]
+    assert cycles({"a": {"b"}, "b": {"c"}}) == []
+    assert (
+        room_of("gateway.pipeline.runner") == "pipeline" and room_of("gateway.errors") == "errors"
+    )
