@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
