@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -506,6 +507,29 @@ def test_junit_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         read_report(tmp_path / "r.xml")
     with pytest.raises(JUnitError, match="not written"):
         read_report(tmp_path / "missing.xml")
+
+
+def test_a_report_path_holding_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    """The command may put anything at the report's path: a FIFO there must not block the
+    read (it would hang the call past every deadline)."""
+    os.mkfifo(tmp_path / "r.xml")
+    done: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_report(tmp_path / "r.xml")
+        except BaseException as exc:
+            done.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():  # unblock it, then fail
+        with open(tmp_path / "r.xml", "wb"):
+            pass
+        pytest.fail("reading a FIFO report blocked")
+    assert len(done) == 1 and isinstance(done[0], JUnitError), done
+    assert "not a regular file" in str(done[0]) or "regular" in str(done[0])
 
 
 async def test_probes_read_workspace_files(

@@ -8,6 +8,7 @@ the suite attributes, which producers fill in inconsistently.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree.ElementTree import Element, ParseError
@@ -15,6 +16,8 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
+from gateway.adapters.shared import fileio
+from gateway.errors import CallError
 from gateway.types import JSON
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024
@@ -66,16 +69,32 @@ class JUnitReport:
 
 
 def read_report(path: Path) -> JUnitReport:
-    """Parse the report at ``path``; raises JUnitError."""
+    """Parse the report at ``path``; raises JUnitError. The command the tool ran may have
+    put anything at that path: only a regular file is opened (a FIFO there would block the
+    read forever), and at most ``MAX_REPORT_BYTES`` are read."""
     try:
-        size = path.stat().st_size
-        if size > MAX_REPORT_BYTES:
-            raise JUnitError(f"the report is {size} bytes, over the {MAX_REPORT_BYTES} limit")
-        data = path.read_bytes()
+        fd = fileio.open_regular(path, os.O_RDONLY, "the report")
+    except CallError as exc:
+        raise JUnitError(exc.message) from exc
     except FileNotFoundError as exc:
         raise JUnitError("the report was not written") from exc
     except OSError as exc:
         raise JUnitError(f"the report cannot be read ({exc.strerror})") from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_REPORT_BYTES:
+            raise JUnitError(f"the report is {size} bytes, over the {MAX_REPORT_BYTES} limit")
+        data = b""
+        while chunk := os.read(fd, MAX_REPORT_BYTES + 1 - len(data)):
+            data += chunk
+            if len(data) > MAX_REPORT_BYTES:
+                break
+        if len(data) > MAX_REPORT_BYTES:  # it grew after fstat
+            raise JUnitError(f"the report is over the {MAX_REPORT_BYTES} bytes limit")
+    except OSError as exc:
+        raise JUnitError(f"the report cannot be read ({exc.strerror})") from exc
+    finally:
+        os.close(fd)
     return parse_report(data)
 
 
