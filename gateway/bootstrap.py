@@ -10,11 +10,10 @@ from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
 from gateway.faults import Faults
 from gateway.pipeline.services import Services, approval_key, workspaces_from_policy
-from gateway.policy.embedded import EmbeddedPolicy
+from gateway.policy.backends import open_backend
 from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.settings import Settings
 from gateway.store.store import Store
-from gateway.types import PolicyBackend
 
 
 @dataclass(frozen=True)
@@ -57,15 +56,6 @@ async def check_adapters(settings: Settings) -> None:
         await adapter.aclose()
 
 
-def make_policy(settings: Settings, sources: PolicySources) -> PolicyBackend:
-    if settings.policy_backend == "embedded":
-        return EmbeddedPolicy(sources)
-    raise ConfigError(
-        f"policy_backend {settings.policy_backend!r} is not available in this build "
-        "(use 'embedded')"
-    )
-
-
 async def open_services(settings: Settings) -> Services:
     """Load, check and open everything; the caller must ``close_services``."""
     loaded = load_sources(settings)
@@ -75,7 +65,7 @@ async def open_services(settings: Settings) -> Services:
     return Services(
         settings=settings,
         catalogue=loaded.catalogue,
-        policy=make_policy(settings, loaded.sources),
+        policy=await open_backend(settings, loaded.sources),
         policy_data=loaded.sources.data,
         workspaces=workspaces,
         store=store,

@@ -191,6 +191,58 @@ def cmd_policy_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy_sources(args: argparse.Namespace) -> Any:
+    from gateway.policy.loader import load_policy_sources
+
+    settings = _settings(args)
+    return load_policy_sources(
+        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
+    )
+
+
+def cmd_policy_bundle(args: argparse.Namespace) -> int:
+    """Write the OPA bundle of rego/ and policies/ (docs/policies.md#bundles)."""
+    from gateway.policy import bundle
+
+    sources = _policy_sources(args)
+    key = None
+    if args.signing_key:
+        try:
+            key = Path(args.signing_key).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--signing-key: cannot read {args.signing_key}: {exc}") from exc
+        if args.signing_alg == "HS256":
+            key = key.strip()
+    built = bundle.build(
+        sources, key=key, algorithm=args.signing_alg, keyid=args.keyid, scope=args.scope
+    )
+    Path(args.output).write_bytes(built.data)
+    signed = f", signed {args.signing_alg}" if key else ""
+    print(f"wrote {args.output}: revision {built.revision}, roots {list(built.roots)}{signed}")
+    return 0
+
+
+def cmd_policy_serve_opa(args: argparse.Namespace) -> int:
+    """Serve OPA's Data API over the embedded engine, for local development."""
+    from gateway.policy import bundle
+    from gateway.policy.standin import StandIn
+
+    if args.bundle:
+        try:
+            data = Path(args.bundle).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--bundle: cannot read {args.bundle}: {exc}") from exc
+    else:
+        data = bundle.build(_policy_sources(args)).data
+    server = StandIn.from_bundle(data, args.host, args.port)
+    print(f"toolgate: OPA stand-in (not OPA) on {server.url}, revision {server.revision}")
+    try:
+        server.server.serve_forever()
+    finally:
+        server.server.server_close()
+    return 0
+
+
 def cmd_policy_input(args: argparse.Namespace) -> int:
     """Print the policy input of an execution's last decision (its ``policy.decided`` event)."""
     import httpx
@@ -447,6 +499,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", help="JSON file with the policy input ('-' or none: standard input)"
     )
     peval.set_defaults(fn=cmd_policy_eval)
+    pbundle = psub.add_parser("bundle", help="write an OPA bundle of rego/ and policies/")
+    pbundle.add_argument("-o", "--output", default="bundle.tar.gz")
+    pbundle.add_argument("--signing-key", help="HS256 secret or RS256 private key (PEM) file")
+    pbundle.add_argument("--signing-alg", choices=["HS256", "RS256"], default="HS256")
+    pbundle.add_argument("--keyid", help="the key id OPA verifies with (signing.keyid)")
+    pbundle.add_argument("--scope", help="the signature's scope claim")
+    pbundle.set_defaults(fn=cmd_policy_bundle)
+    pserve = psub.add_parser(
+        "serve-opa", help="serve OPA's Data API over the embedded engine (local development)"
+    )
+    pserve.add_argument("--bundle", help="a bundle file (default: built from rego/, policies/)")
+    pserve.add_argument("--host", default="127.0.0.1")
+    pserve.add_argument("--port", type=int, default=8181)
+    pserve.set_defaults(fn=cmd_policy_serve_opa)
     pinput = psub.add_parser(
         "input", help="print the policy input of an execution (from a running gateway)"
     )

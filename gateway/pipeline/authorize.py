@@ -65,7 +65,7 @@ async def run(services: Services, flow: Flow) -> Flow:
         )
     document = policy_input(flow)
     decision = await services.policy.decide(document)
-    recorded, truncated = recorded_input(document)
+    recorded, truncated = recorded_input(document, services.settings.policy_input_mask)
     flow = flow.but_emit(
         {"decision": decision},
         "policy.decided",
@@ -73,6 +73,7 @@ async def run(services: Services, flow: Flow) -> Flow:
         reasons=list(decision.reasons),
         input=recorded,
         input_truncated=truncated,
+        **({"decision_id": decision.decision_id} if decision.decision_id else {}),
     )
     try:
         return await _follow(services, flow, decision)

@@ -67,6 +67,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         Route("/v1/approvals/{approval_id}/approve", routes.approve, methods=["POST"]),
         Route("/v1/approvals/{approval_id}/deny", routes.deny, methods=["POST"]),
         Route("/v1/artifacts/{artifact_id}", artifacts.get_artifact, methods=["GET"]),
+        Route("/v1/policy/bundle", routes.policy_bundle, methods=["GET"]),
         Route("/healthz", routes.healthz, methods=["GET"]),
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
