@@ -7,6 +7,7 @@ import gc
 import json
 import math
 import os
+import re
 import sys
 import time
 import uuid
@@ -155,19 +156,28 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
+    """Run rego/*_test.rego (docs/policies.md#writing-tests); exit 1 on a failure or when no
+    test ran."""
     from gateway.policy.loader import load_policy_sources
-    from gateway.policy.testing import format_report, run_with_coverage
+    from gateway.policy.testing import format_report, run_tests
 
+    try:
+        pattern = re.compile(args.run) if args.run is not None else None
+    except re.error as exc:
+        raise UsageError(f"--run {args.run!r}: not a regular expression: {exc}") from exc
     settings = _settings(args)
     sources = load_policy_sources(
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
     )
     _warn(sources.warnings)
-    report, coverage = run_with_coverage(sources, args.filter, coverage=args.coverage)
-    print(format_report(report, verbose=args.verbose))
-    for line in coverage:
+    run = run_tests(sources, args.filter, pattern, coverage=args.coverage)
+    print(format_report(run.results, verbose=args.verbose, skipped=run.skipped))
+    for line in run.coverage:
         print(line)
-    return 0 if all(r.passed for r in report) and report else 1
+    if not run.results:
+        print("toolgate: no test ran", file=sys.stderr)
+        return 1
+    return 0 if all(r.passed for r in run.results) else 1
 
 
 def cmd_policy_eval(args: argparse.Namespace) -> int:
@@ -489,9 +499,21 @@ def build_parser() -> argparse.ArgumentParser:
     psub = policy.add_subparsers(dest="policy_command", required=True)
     ptest = psub.add_parser("test", help="run rego/*_test.rego")
     ptest.add_argument("--filter", default=None, help="only tests whose name contains this")
-    ptest.add_argument("-v", "--verbose", action="store_true")
     ptest.add_argument(
-        "--coverage", action="store_true", help="then the lines of each policy module tested"
+        "--run", metavar="REGEX", help="only tests whose package.rule name matches (re.search)"
+    )
+    ptest.add_argument(
+        "--fail-on-empty",
+        action="store_true",
+        help="exit 1 when no test ran (always so; accepted as opa test spells it)",
+    )
+    ptest.add_argument(
+        "-v", "--verbose", action="store_true", help="every test's name and result, and skips"
+    )
+    ptest.add_argument(
+        "--coverage",
+        action="store_true",
+        help="then the lines of each policy module and the rules of the decision no test reached",
     )
     ptest.set_defaults(fn=cmd_policy_test)
     peval = psub.add_parser("eval", help="print the decision for an input document")
