@@ -253,6 +253,48 @@ def cmd_policy_serve_opa(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_policy_replay(args: argparse.Namespace) -> int:
+    """Decide the recorded policy inputs of past calls again under a candidate policy
+    (docs/policies.md#policy-replay); exit 1 when some decision would change."""
+    import asyncio
+
+    from gateway.policy import replay
+    from gateway.policy.loader import load_policy_sources
+    from gateway.store.store import Store
+    from gateway.units import parse_duration
+
+    try:
+        since_s = parse_duration(args.since)
+    except ValueError as exc:
+        raise UsageError(f"--since {args.since!r}: {exc}") from exc
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    settings = _settings(args)
+    rego = Path(args.rego) if args.rego else settings.path(settings.rego_dir)
+    data = Path(args.data) if args.data else settings.path(settings.policies_dir)
+    sources = load_policy_sources(rego, data)
+    _warn(sources.warnings)
+    url = settings.resolved_database_url
+    sqlite_file = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+    if sqlite_file is not None and ":memory:" not in url and not Path(sqlite_file).is_file():
+        raise UsageError(f"no store at {sqlite_file} (database_url): nothing to replay")
+    since_ms = int((time.time() - since_s) * 1000)
+
+    async def run() -> replay.ReplayReport:
+        store = Store(url)  # read only: never opened (that would create the schema)
+        try:
+            found, executions, more = await replay.recorded_decisions(store, since_ms, args.limit)
+        finally:
+            store.engine.dispose()
+        return await replay.replay(found, sources, settings.policy_input_mask, executions, more)
+
+    report = asyncio.run(run())
+    print(f"toolgate: replaying against {rego} and {data}", file=sys.stderr)
+    for line in report.lines():
+        print(line)
+    return 1 if report.changes else 0
+
+
 def cmd_policy_input(args: argparse.Namespace) -> int:
     """Print the policy input of an execution's last decision (its ``policy.decided`` event)."""
     import httpx
@@ -535,6 +577,19 @@ def build_parser() -> argparse.ArgumentParser:
     pserve.add_argument("--host", default="127.0.0.1")
     pserve.add_argument("--port", type=int, default=8181)
     pserve.set_defaults(fn=cmd_policy_serve_opa)
+    preplay = psub.add_parser(
+        "replay",
+        help="decide past calls' recorded inputs again under a candidate policy (exit 1: changes)",
+    )
+    preplay.add_argument(
+        "--since", default="24h", help="executions created this long ago or later (24h, 30m)"
+    )
+    preplay.add_argument("--rego", help="the candidate's Rego directory (default: rego_dir)")
+    preplay.add_argument("--data", help="the candidate's data directory (default: policies_dir)")
+    preplay.add_argument(
+        "--limit", type=int, default=1000, help="at most this many executions, the newest"
+    )
+    preplay.set_defaults(fn=cmd_policy_replay)
     pinput = psub.add_parser(
         "input", help="print the policy input of an execution (from a running gateway)"
     )
