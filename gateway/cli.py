@@ -7,6 +7,7 @@ import gc
 import json
 import math
 import os
+import re
 import sys
 import time
 import uuid
@@ -171,19 +172,28 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
+    """Run rego/*_test.rego (docs/policies.md#writing-tests); exit 1 on a failure or when no
+    test ran."""
     from gateway.policy.loader import load_policy_sources
-    from gateway.policy.testing import format_report, run_with_coverage
+    from gateway.policy.testing import format_report, run_tests
 
+    try:
+        pattern = re.compile(args.run) if args.run is not None else None
+    except re.error as exc:
+        raise UsageError(f"--run {args.run!r}: not a regular expression: {exc}") from exc
     settings = _settings(args)
     sources = load_policy_sources(
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
     )
     _warn(sources.warnings)
-    report, coverage = run_with_coverage(sources, args.filter, coverage=args.coverage)
-    print(format_report(report, verbose=args.verbose))
-    for line in coverage:
+    run = run_tests(sources, args.filter, pattern, coverage=args.coverage)
+    print(format_report(run.results, verbose=args.verbose, skipped=run.skipped))
+    for line in run.coverage:
         print(line)
-    return 0 if all(r.passed for r in report) and report else 1
+    if not run.results:
+        print("toolgate: no test ran", file=sys.stderr)
+        return 1
+    return 0 if all(r.passed for r in run.results) else 1
 
 
 def cmd_policy_eval(args: argparse.Namespace) -> int:
@@ -205,6 +215,100 @@ def cmd_policy_eval(args: argparse.Namespace) -> int:
     decision = EmbeddedPolicy(sources).decide_sync(document)
     print(json.dumps(decision.to_json(), indent=2))
     return 0
+
+
+def _policy_sources(args: argparse.Namespace) -> Any:
+    from gateway.policy.loader import load_policy_sources
+
+    settings = _settings(args)
+    return load_policy_sources(
+        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
+    )
+
+
+def cmd_policy_bundle(args: argparse.Namespace) -> int:
+    """Write the OPA bundle of rego/ and policies/ (docs/policies.md#bundles)."""
+    from gateway.policy import bundle
+
+    sources = _policy_sources(args)
+    key = None
+    if args.signing_key:
+        try:
+            key = Path(args.signing_key).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--signing-key: cannot read {args.signing_key}: {exc}") from exc
+        if args.signing_alg == "HS256":
+            key = key.strip()
+    built = bundle.build(
+        sources, key=key, algorithm=args.signing_alg, keyid=args.keyid, scope=args.scope
+    )
+    Path(args.output).write_bytes(built.data)
+    signed = f", signed {args.signing_alg}" if key else ""
+    print(f"wrote {args.output}: revision {built.revision}, roots {list(built.roots)}{signed}")
+    return 0
+
+
+def cmd_policy_serve_opa(args: argparse.Namespace) -> int:
+    """Serve OPA's Data API over the embedded engine, for local development."""
+    from gateway.policy import bundle
+    from gateway.policy.standin import StandIn
+
+    if args.bundle:
+        try:
+            data = Path(args.bundle).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--bundle: cannot read {args.bundle}: {exc}") from exc
+    else:
+        data = bundle.build(_policy_sources(args)).data
+    server = StandIn.from_bundle(data, args.host, args.port)
+    print(f"toolgate: OPA stand-in (not OPA) on {server.url}, revision {server.revision}")
+    try:
+        server.server.serve_forever()
+    finally:
+        server.server.server_close()
+    return 0
+
+
+def cmd_policy_replay(args: argparse.Namespace) -> int:
+    """Decide the recorded policy inputs of past calls again under a candidate policy
+    (docs/policies.md#policy-replay); exit 1 when some decision would change."""
+    import asyncio
+
+    from gateway.policy import replay
+    from gateway.policy.loader import load_policy_sources
+    from gateway.store.store import Store
+    from gateway.units import parse_duration
+
+    try:
+        since_s = parse_duration(args.since)
+    except ValueError as exc:
+        raise UsageError(f"--since {args.since!r}: {exc}") from exc
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    settings = _settings(args)
+    rego = Path(args.rego) if args.rego else settings.path(settings.rego_dir)
+    data = Path(args.data) if args.data else settings.path(settings.policies_dir)
+    sources = load_policy_sources(rego, data)
+    _warn(sources.warnings)
+    url = settings.resolved_database_url
+    sqlite_file = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+    if sqlite_file is not None and ":memory:" not in url and not Path(sqlite_file).is_file():
+        raise UsageError(f"no store at {sqlite_file} (database_url): nothing to replay")
+    since_ms = int((time.time() - since_s) * 1000)
+
+    async def run() -> replay.ReplayReport:
+        store = Store(url)  # read only: never opened (that would create the schema)
+        try:
+            found, executions, more = await replay.recorded_decisions(store, since_ms, args.limit)
+        finally:
+            store.engine.dispose()
+        return await replay.replay(found, sources, settings.policy_input_mask, executions, more)
+
+    report = asyncio.run(run())
+    print(f"toolgate: replaying against {rego} and {data}", file=sys.stderr)
+    for line in report.lines():
+        print(line)
+    return 1 if report.changes else 0
 
 
 def cmd_policy_input(args: argparse.Namespace) -> int:
@@ -482,9 +586,21 @@ def build_parser() -> argparse.ArgumentParser:
     psub = policy.add_subparsers(dest="policy_command", required=True)
     ptest = psub.add_parser("test", help="run rego/*_test.rego")
     ptest.add_argument("--filter", default=None, help="only tests whose name contains this")
-    ptest.add_argument("-v", "--verbose", action="store_true")
     ptest.add_argument(
-        "--coverage", action="store_true", help="then the lines of each policy module tested"
+        "--run", metavar="REGEX", help="only tests whose package.rule name matches (re.search)"
+    )
+    ptest.add_argument(
+        "--fail-on-empty",
+        action="store_true",
+        help="exit 1 when no test ran (always so; accepted as opa test spells it)",
+    )
+    ptest.add_argument(
+        "-v", "--verbose", action="store_true", help="every test's name and result, and skips"
+    )
+    ptest.add_argument(
+        "--coverage",
+        action="store_true",
+        help="then the lines of each policy module and the rules of the decision no test reached",
     )
     ptest.set_defaults(fn=cmd_policy_test)
     peval = psub.add_parser("eval", help="print the decision for an input document")
@@ -492,6 +608,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", help="JSON file with the policy input ('-' or none: standard input)"
     )
     peval.set_defaults(fn=cmd_policy_eval)
+    pbundle = psub.add_parser("bundle", help="write an OPA bundle of rego/ and policies/")
+    pbundle.add_argument("-o", "--output", default="bundle.tar.gz")
+    pbundle.add_argument("--signing-key", help="HS256 secret or RS256 private key (PEM) file")
+    pbundle.add_argument("--signing-alg", choices=["HS256", "RS256"], default="HS256")
+    pbundle.add_argument("--keyid", help="the key id OPA verifies with (signing.keyid)")
+    pbundle.add_argument("--scope", help="the signature's scope claim")
+    pbundle.set_defaults(fn=cmd_policy_bundle)
+    pserve = psub.add_parser(
+        "serve-opa", help="serve OPA's Data API over the embedded engine (local development)"
+    )
+    pserve.add_argument("--bundle", help="a bundle file (default: built from rego/, policies/)")
+    pserve.add_argument("--host", default="127.0.0.1")
+    pserve.add_argument("--port", type=int, default=8181)
+    pserve.set_defaults(fn=cmd_policy_serve_opa)
+    preplay = psub.add_parser(
+        "replay",
+        help="decide past calls' recorded inputs again under a candidate policy (exit 1: changes)",
+    )
+    preplay.add_argument(
+        "--since", default="24h", help="executions created this long ago or later (24h, 30m)"
+    )
+    preplay.add_argument("--rego", help="the candidate's Rego directory (default: rego_dir)")
+    preplay.add_argument("--data", help="the candidate's data directory (default: policies_dir)")
+    preplay.add_argument(
+        "--limit", type=int, default=1000, help="at most this many executions, the newest"
+    )
+    preplay.set_defaults(fn=cmd_policy_replay)
     pinput = psub.add_parser(
         "input", help="print the policy input of an execution (from a running gateway)"
     )

@@ -64,6 +64,15 @@ class Settings(_Frozen):
     var_dir: Path = Path("var")
     policy_backend: str = Field(default="embedded", pattern=r"^(embedded|opa)$")
     opa_url: str = "http://127.0.0.1:8181"
+    opa_timeout: Duration = Field(default=0.25, gt=0, le=30)
+    """The deadline of one decision by the OPA server (``policy_backend: opa``); past it the
+    call is denied (docs/policies.md#the-opa-server-backend)."""
+    opa_cache_ttl: Duration = 10.0
+    """How long the OPA backend keeps a cached decision at most (it also drops them all when
+    OPA reports another bundle revision)."""
+    policy_input_mask: tuple[str, ...] = ()
+    """Dotted paths of the policy input (``arguments.password``, ``actor.agent_id``) whose
+    values the ``policy.decided`` event records as ``"***"`` (docs/policies.md)."""
     max_body_bytes: Size = 1024 * 1024
     max_json_depth: int = Field(default=32, ge=2, le=256)
     """How deeply objects and arrays may nest in a request body (the body itself is level 1,
@@ -147,6 +156,7 @@ _ENV = {
     "TOOLGATE_VAR_DIR": "var_dir",
     "TOOLGATE_POLICY_BACKEND": "policy_backend",
     "TOOLGATE_OPA_URL": "opa_url",
+    "TOOLGATE_OPA_TIMEOUT": "opa_timeout",
     "TOOLGATE_APPROVAL_SECRET": "approval_secret",
     "TOOLGATE_FAULTS": "faults",
 }

@@ -85,6 +85,8 @@ class Decision:
     result: DecisionResult
     reasons: tuple[str, ...] = ()
     extra: Mapping[str, JSON] = field(default_factory=dict)
+    decision_id: str | None = None
+    """The backend's id of this decision (OPA's ``decision_id``, as in its decision log)."""
 
     def to_json(self) -> dict[str, JSON]:
         return {"result": self.result.value, "reasons": list(self.reasons), **dict(self.extra)}

@@ -67,13 +67,14 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
         )
     document = policy_input(call, approval)
     decision = await services.policy.decide(document)
-    recorded, truncated = recorded_input(document)
+    recorded, truncated = recorded_input(document, services.settings.policy_input_mask)
     trail = state.trail.emit(
         "policy.decided",
         result=decision.result.value,
         reasons=list(decision.reasons),
         input=recorded,
         input_truncated=truncated,
+        **({"decision_id": decision.decision_id} if decision.decision_id else {}),
     )
     try:
         return await _follow(services, call, approval, decision, trail)

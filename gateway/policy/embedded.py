@@ -126,6 +126,11 @@ class EmbeddedPolicy:
                 self._tree = path_tree(reads.paths)
                 self._cache = _LRU(cache_size)
 
+    @property
+    def sources(self) -> PolicySources:
+        """What this backend evaluates (the bundle route serves them)."""
+        return self._sources
+
     async def decide(self, document: Mapping[str, JSON]) -> Decision:
         """Decide on the event loop's thread.
 

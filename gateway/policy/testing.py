@@ -1,6 +1,7 @@
 """Run the Rego unit tests (``rego/*_test.rego``), OPA style.
 
-A test is a rule named ``test_*`` (not a function) of a test module. It passes when
+A test is a rule named ``test_*`` (not a function) of a test module; ``todo_*`` rules are
+skipped (``opa test`` conventions). It passes when
 ``data.<package>.<rule>`` evaluates to ``true``; undefined, any other value, or an error fails
 it, with the cause. All modules and the policy data are loaded, so a test may use
 ``with input as ...`` and ``with data.toolgate.<key> as ...``.
@@ -9,20 +10,26 @@ it, with the cause. All modules and the policy data are loaded, so a test may us
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from gateway.errors import ConfigError
+from gateway.policy.coverage import decision_rules, unreached
 from gateway.policy.loader import (
+    DECISION_RULE,
     EngineError,
     PolicySources,
     engine_call,
     list_rules,
     new_engine,
     quiet_panics,
+    syntax_tree,
 )
 
 TEST_PREFIX = "test_"
+TODO_PREFIX = "todo_"
+"""A rule named ``todo_*`` is a test written down but not ready: reported skipped, never run."""
 
 
 class PolicyTestResult(NamedTuple):
@@ -40,15 +47,33 @@ def run_policy_tests(
 
     Raises ConfigError if regorus cannot load the sources at all.
     """
-    return run_with_coverage(sources, name_filter, coverage=False)[0]
+    return run_tests(sources, name_filter).results
 
 
-def run_with_coverage(
-    sources: PolicySources, name_filter: str | None = None, *, coverage: bool = True
-) -> tuple[list[PolicyTestResult], list[str]]:
-    """``run_policy_tests``, and (``coverage``) one line per policy module (not the tests):
-    how many of its lines that the engine can cover the selected tests evaluated, and which
-    they did not."""
+class PolicyTestRun(NamedTuple):
+    """What ``run_tests`` did: the results, the ``todo_`` rules skipped, and (``coverage``)
+    the coverage lines."""
+
+    results: list[PolicyTestResult]
+    skipped: list[str]
+    coverage: list[str]
+
+
+def run_tests(
+    sources: PolicySources,
+    name_filter: str | None = None,
+    pattern: re.Pattern[str] | None = None,
+    *,
+    coverage: bool = False,
+) -> PolicyTestRun:
+    """Run the tests whose name contains ``name_filter`` and matches ``pattern`` (``re.search``,
+    like ``opa test --run``); the ``todo_`` rules they select are skipped, not run.
+
+    With ``coverage``: one line per policy module (not the tests), how many of its lines that
+    the engine can cover the selected tests evaluated and which they did not; then the rules of
+    the decision (``gateway.policy.coverage``) and each one no selected test reached, at its
+    ``file:line``.
+    """
     try:
         with quiet_panics():
             engine = new_engine((*sources.modules, *sources.test_modules), sources.data_json())
@@ -57,12 +82,22 @@ def run_with_coverage(
                 engine_call(engine.set_enable_coverage, True)
     except EngineError as exc:
         raise ConfigError(f"policy tests: regorus cannot load the sources: {exc}") from exc
-    results = [
-        _run_one(engine, name)
-        for name in discover_tests(engine, sources)
-        if not name_filter or name_filter in name
+    selected = [
+        name
+        for name in discover_tests(engine, sources, (TEST_PREFIX, TODO_PREFIX))
+        if (not name_filter or name_filter in name) and (not pattern or pattern.search(name))
     ]
-    return results, (_coverage(engine, sources) if coverage else [])
+    skipped = [name for name in selected if _short(name).startswith(TODO_PREFIX)]
+    results = [_run_one(engine, name) for name in selected if name not in skipped]
+    return PolicyTestRun(results, skipped, _coverage(engine, sources) if coverage else [])
+
+
+def run_with_coverage(
+    sources: PolicySources, name_filter: str | None = None, *, coverage: bool = True
+) -> tuple[list[PolicyTestResult], list[str]]:
+    """``run_tests``'s results and coverage lines."""
+    run = run_tests(sources, name_filter, coverage=coverage)
+    return run.results, run.coverage
 
 
 def _coverage(engine: Any, sources: PolicySources) -> list[str]:
@@ -81,11 +116,29 @@ def _coverage(engine: Any, sources: PolicySources) -> list[str]:
         if missed:
             line += " (not evaluated: " + ", ".join(str(n) for n in sorted(missed)) + ")"
         lines.append(line)
+    return lines + _rule_coverage(engine, policy_files, report)
+
+
+def _rule_coverage(engine: Any, policy_files: set[str], report: dict[str, Any]) -> list[str]:
+    try:
+        tree = [m for m in syntax_tree(engine) if m["source"]["file"] in policy_files]
+    except EngineError as exc:
+        return [f"coverage: rules: not available: {exc}"]
+    rules = decision_rules(tree)
+    missed = unreached(rules, report)
+    lines = [
+        f"coverage: rules of {DECISION_RULE}: {len(rules) - len(missed)} of {len(rules)} "
+        "definitions reached"
+    ]
+    lines.extend(f"coverage: {r.file}:{r.line}: {r.path}: not reached by any test" for r in missed)
     return lines
 
 
-def discover_tests(engine: Any, sources: PolicySources) -> list[str]:
-    """Names (``package.rule``) of the tests in the test modules loaded in ``engine``."""
+def discover_tests(
+    engine: Any, sources: PolicySources, prefixes: tuple[str, ...] = (TEST_PREFIX,)
+) -> list[str]:
+    """Names (``package.rule``) of the tests (rules named with one of ``prefixes``) in the test
+    modules loaded in ``engine``."""
     test_files = {name for name, _ in sources.test_modules}
     names: list[str] = []
     for rule in list_rules(engine):
@@ -93,22 +146,32 @@ def discover_tests(engine: Any, sources: PolicySources) -> list[str]:
         if (
             rule.file in test_files
             and not rule.function
-            and short.rsplit(".", 1)[-1].startswith(TEST_PREFIX)
+            and _short(short).startswith(prefixes)
             and short not in names
         ):
             names.append(short)
     return names
 
 
-def format_report(results: Sequence[PolicyTestResult], verbose: bool = False) -> str:
-    """One line per failed test (per test when ``verbose``), then ``N passed, N failed``."""
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def format_report(
+    results: Sequence[PolicyTestResult], verbose: bool = False, skipped: Sequence[str] = ()
+) -> str:
+    """One line per failed test (per test, and per skipped ``todo_`` rule, when ``verbose``),
+    then ``N passed, N failed`` (``, N skipped`` when some were)."""
     lines = [
         f"PASS {r.name}" if r.passed else f"FAIL {r.name}: {r.message}"
         for r in results
         if verbose or not r.passed
     ]
+    if verbose:
+        lines.extend(f"SKIP {name} (todo)" for name in skipped)
     passed = sum(1 for r in results if r.passed)
-    lines.append(f"{passed} passed, {len(results) - passed} failed")
+    count = f"{passed} passed, {len(results) - passed} failed"
+    lines.append(count + (f", {len(skipped)} skipped" if skipped else ""))
     return "\n".join(lines)
 
 

@@ -13,13 +13,12 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
 from gateway.faults import Faults
+from gateway.policy.backends import open_backend
 from gateway.policy.data import PolicyData, WorkspaceSpec
-from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.runtime.container import Runtime
 from gateway.settings import Settings
 from gateway.store.store import Store
-from gateway.types import PolicyBackend
 from gateway.workspace import Workspace
 
 
@@ -67,15 +66,6 @@ async def check_adapters(settings: Settings, catalogue: Catalogue) -> None:
         await adapter.aclose()
 
 
-def make_policy(settings: Settings, sources: PolicySources) -> PolicyBackend:
-    if settings.policy_backend == "embedded":
-        return EmbeddedPolicy(sources)
-    raise ConfigError(
-        f"policy_backend {settings.policy_backend!r} is not available in this build "
-        "(use 'embedded')"
-    )
-
-
 async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runtime:
     """Load (unless given what was loaded), check and open everything; the caller must
     ``close_runtime``."""
@@ -86,7 +76,7 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
     return Runtime(
         settings=settings,
         catalogue=loaded.catalogue,
-        policy=make_policy(settings, loaded.sources),
+        policy=await open_backend(settings, loaded.sources),
         policy_data=loaded.policy_data,
         workspaces=workspaces,
         store=store,

@@ -237,6 +237,16 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/policy/bundle": {
+            "get": {
+                "summary": "The policy as an OPA bundle (.tar.gz) with an ETag, for OPA to poll",
+                "responses": {
+                    "200": {"description": "the bundle (application/gzip)"},
+                    "304": {"description": "unchanged: If-None-Match names its ETag"},
+                    **_ERRORS,
+                },
+            }
+        },
         "/v1/tools": {
             "get": {
                 "summary": "The tool catalogue, or every enabled tool as an LLM tool definition",

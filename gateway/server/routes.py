@@ -22,6 +22,7 @@ from gateway.errors import (
 from gateway.http.auth import authenticate
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
+from gateway.policy import bundle as bundles
 from gateway.runtime import approvals, cancellation
 from gateway.runtime.container import Runtime
 from gateway.server import render
@@ -336,6 +337,19 @@ async def approve(request: Request) -> Response:
 
 async def deny(request: Request) -> Response:
     return await _decide(request, False)
+
+
+async def policy_bundle(request: Request) -> Response:
+    """The policy as an OPA bundle (docs/api.md), with an ETag; 304 when it is unchanged."""
+    principal_of(request)
+    built = getattr(request.app.state, "policy_bundle", None)
+    if built is None:
+        services = services_of(request)
+        built = request.app.state.policy_bundle = bundles.served(services.policy, services.settings)
+    headers = {"ETag": built.etag, "Cache-Control": "no-cache"}
+    if bundles.etag_matches(request.headers.get("if-none-match"), built.etag):
+        return Response(status_code=304, headers=headers)
+    return Response(built.data, media_type="application/gzip", headers=headers)
 
 
 async def healthz(request: Request) -> Response:

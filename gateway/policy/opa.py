@@ -1,0 +1,247 @@
+"""The OPA server backend (``policy_backend: opa``): decisions asked of an Open Policy Agent.
+
+Each decision is ``POST {opa_url}/v1/data/toolgate/decision?provenance=true`` with the whole
+policy input as ``input``, through ``opa-python-client``'s ``AsyncOpaClient``, whose own retries
+are off (they retry some 5xx, not 503, and wait seconds): the gateway gives each decision
+``opa_timeout`` (default 250 ms) and then denies.
+
+Fail closed, like the embedded backend: a timeout, a connection error, any answer but 200, a
+body that is not a JSON object, an undefined ``result`` (no ``result`` key: OPA's answer for an
+undefined document) or a malformed decision deny the call with ``policy error: OPA ...`` as its
+only reason, add one to ``FAILURES[<kind>]`` (an in-process counter by cause) and log one
+warning. OPA's ``decision_id`` (present when OPA logs decisions) is kept on the Decision, and
+the ``policy.decided`` event records it, so the gateway's record and OPA's decision log join.
+
+Decision cache: the same rules as the embedded backend's (``gateway.policy.reads``: keyed on
+the projection of the input onto what the modules can read, no cache when that cannot be
+bounded), scanned over the gateway's own sources (``rego/`` and ``policies/``), and used only
+while OPA runs exactly those: ``provenance`` names the revision of each bundle OPA has
+activated, and a decision is cached only when one of them is the revision of the gateway's
+own sources (``bundle.source_revision``: what ``toolgate policy bundle`` and
+``GET /v1/policy/bundle`` carry). An answer with another revision empties the cache; a cached
+decision is kept ``opa_cache_ttl`` at most, which bounds how long a new bundle on OPA can go
+unnoticed by a key that is never missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from gateway import jsontext
+from gateway.errors import ConfigError
+from gateway.policy.bundle import source_revision
+from gateway.policy.embedded import (
+    CACHE_SIZE,
+    UNDEFINED,
+    _copy,
+    _input_reads,
+    json_problem,
+    parse_decision,
+    policy_error,
+)
+from gateway.policy.loader import PolicySources, new_engine
+from gateway.policy.reads import Tree, path_tree, project
+from gateway.types import JSON, Decision
+
+log = logging.getLogger("toolgate.policy.opa")
+
+PACKAGE, RULE = "toolgate", "decision"
+FAILURES: collections.Counter[str] = collections.Counter()
+"""Decisions the OPA backend denied because OPA gave no usable answer, by kind: ``timeout``,
+``connection``, ``status`` (not 200), ``not_json``, ``undefined``, ``malformed``. Process-wide,
+for a metrics exporter to read."""
+
+
+def parse_url(url: str) -> tuple[str, int, bool]:
+    """(host, port, https) of ``opa_url``; ConfigError for anything else."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"opa_url {url!r}: use http://host:port or https://host:port")
+    if parts.path not in ("", "/") or parts.query:
+        raise ConfigError(f"opa_url {url!r}: OPA's API is at the root; give no path")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 8181)
+    except ValueError as exc:
+        raise ConfigError(f"opa_url {url!r}: {exc}") from exc
+    return parts.hostname, port, parts.scheme == "https"
+
+
+class OpaPolicy:
+    """The PolicyBackend that asks an OPA server (see the module docstring)."""
+
+    def __init__(
+        self,
+        sources: PolicySources,
+        url: str,
+        *,
+        timeout: float = 0.25,
+        cache_ttl: float = 10.0,
+        cache_size: int = CACHE_SIZE,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.sources = sources
+        self.url = url
+        self._host, self._port, self._https = parse_url(url)
+        self._timeout = timeout
+        self._headers = dict(headers or {})
+        self._client: Any = None
+        self._closed = False
+        self.revision = source_revision(sources)
+        """The revision of the gateway's own sources: the cache is used while OPA runs it."""
+        self._tree: Tree | None = None
+        self._cache: _TimedLRU | None = None
+        self.cache_refusal: str | None = "the cache is disabled (cache_size=0)"
+        if cache_size > 0:
+            reads = _input_reads(new_engine(sources.modules, sources.data_json()))
+            self.cache_refusal = reads.refusal
+            if reads.refusal is None:
+                self._tree = path_tree(reads.paths)
+                self._cache = _TimedLRU(cache_size, cache_ttl)
+        self.opa_revisions: dict[str, str] = {}
+        """The bundle revisions OPA reported with its last answer (``provenance.bundles``)."""
+
+    async def open(self) -> None:
+        """Open the HTTP session (on the event loop that will use it)."""
+        from opa_client import AsyncOpaClient
+
+        client = AsyncOpaClient(
+            host=self._host,
+            port=self._port,
+            ssl=self._https,
+            headers=self._headers or None,
+            retries=0,
+            timeout=self._timeout,
+        )
+        self._client = await client.__aenter__()
+
+    async def healthy(self) -> bool:
+        return self._client is not None and bool(await self._client.check_health())
+
+    async def decide(self, document: Mapping[str, JSON]) -> Decision:
+        """Ask OPA for the decision on ``document``; never raises, denies on any fault."""
+        if self._closed or self._client is None:
+            return policy_error("the policy backend is closed")
+        if (problem := json_problem(document)) is not None:
+            return policy_error(f"the input document is not JSON: {problem}")
+        key = None if self._tree is None else jsontext.strict(project(document, self._tree))
+        cache = self._cache
+        if cache is not None and key is not None and (hit := cache.get(key)) is not None:
+            return _copy(hit)
+        decision, cacheable = await self._ask(document)
+        if cache is None or key is None:
+            return decision
+        if not cacheable:
+            cache.clear()
+            return decision
+        cache.put(key, _copy(decision))  # a copy without decision_id: OPA made only this one
+        return decision
+
+    async def _ask(self, document: Mapping[str, JSON]) -> tuple[Decision, bool]:
+        """OPA's decision, and whether it was made by the gateway's own revision."""
+        import aiohttp
+
+        try:
+            async with asyncio.timeout(self._timeout):
+                body = await self._client.query_rule(
+                    dict(document), PACKAGE, RULE, query_params={"provenance": "true"}
+                )
+        except TimeoutError:
+            return _failed("timeout", f"OPA did not answer within {self._ms} ms"), False
+        except aiohttp.ContentTypeError as exc:
+            return _failed("not_json", f"OPA answered {exc.status} with {_kind(exc)}"), False
+        except aiohttp.ClientResponseError as exc:
+            return _failed("status", f"OPA answered HTTP {exc.status} {exc.message}"), False
+        except aiohttp.ClientConnectionError as exc:
+            return _failed("connection", f"cannot reach OPA at {self.url}: {exc}"), False
+        except (aiohttp.ClientError, ValueError) as exc:
+            return _failed("not_json", f"OPA's answer is not JSON: {exc}"), False
+        if not isinstance(body, dict):
+            return _failed("not_json", "OPA's answer is not a JSON object"), False
+        self.opa_revisions = _revisions(body)
+        if "result" not in body:
+            return _failed("undefined", f"OPA: {PACKAGE}.{RULE} is undefined"), False
+        decision = parse_decision(body["result"] if body["result"] != UNDEFINED else None)
+        if decision.reasons[:1] and decision.reasons[0].startswith("policy error: "):
+            cause = decision.reasons[0].removeprefix("policy error: ")
+            return _failed("malformed", f"OPA's decision is malformed: {cause}"), False
+        decision_id = body.get("decision_id")
+        if isinstance(decision_id, str) and decision_id:
+            decision = Decision(decision.result, decision.reasons, decision.extra, decision_id)
+        return decision, self.revision in self.opa_revisions.values()
+
+    @property
+    def _ms(self) -> int:
+        return round(self._timeout * 1000)
+
+    async def aclose(self) -> None:
+        """Refuse further decisions and close the HTTP session."""
+        self._closed = True
+        if self._cache is not None:
+            self._cache.clear()
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close_connection()
+
+
+def _failed(kind: str, cause: str) -> Decision:
+    FAILURES[kind] += 1
+    log.warning("policy decision denied (%s): %s", kind, cause)
+    return policy_error(cause)
+
+
+def _kind(exc: Any) -> str:
+    content_type = (exc.headers or {}).get("Content-Type", "no content type")
+    return f"{content_type}, not JSON"
+
+
+def _revisions(body: Mapping[str, Any]) -> dict[str, str]:
+    bundles = (body.get("provenance") or {}).get("bundles") or {}
+    if not isinstance(bundles, dict):
+        return {}
+    return {
+        str(name): str(info["revision"])
+        for name, info in bundles.items()
+        if isinstance(info, dict) and isinstance(info.get("revision"), str)
+    }
+
+
+class _TimedLRU:
+    """A bounded map of decisions by input JSON, each kept ``ttl`` seconds at most."""
+
+    def __init__(self, size: int, ttl: float) -> None:
+        self._size, self._ttl = size, ttl
+        self._items: OrderedDict[str, tuple[float, Decision]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Decision | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is None:
+                return None
+            if found[0] < time.monotonic():
+                del self._items[key]
+                return None
+            self._items.move_to_end(key)
+            return found[1]
+
+    def put(self, key: str, decision: Decision) -> None:
+        with self._lock:
+            self._items[key] = (time.monotonic() + self._ttl, decision)
+            self._items.move_to_end(key)
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,258 @@
+"""The OPA server backend (policy_backend: opa) against a real loopback server speaking OPA's
+Data API: the same decisions as the embedded backend, fail closed on every kind of bad answer,
+the decision cache and its revision rule."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from gateway.errors import ConfigError
+from gateway.policy import opa
+from gateway.policy.embedded import EmbeddedPolicy
+from gateway.policy.loader import PolicySources
+from gateway.policy.opa import OpaPolicy, parse_url
+from gateway.policy.standin import StandIn
+from gateway.testing import free_port
+from gateway.types import DecisionResult
+from tests.policy.helpers import BASE_INPUT, make_input
+from tests.policy.opa_helpers import decide_all, run, standin
+
+# --- the contract: one corpus, both backends --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus_sources(shipped: PolicySources) -> PolicySources:
+    """The shipped policy with data that reaches every shipped rule (an actor without roles,
+    an admin)."""
+    data = dict(shipped.data)
+    data["actors"] = {**data["actors"], "dave": {"roles": []}, "erin": {"roles": ["admin"]}}
+    demo = dict(data["workspaces"]["demo"])
+    demo["members"] = [*demo["members"], "dave", "erin"]
+    data["workspaces"] = {**data["workspaces"], "demo": demo}
+    return replace(shipped, data=data)
+
+
+HIGH = {"name": "proc.deploy", "risk": "high", "side_effect": "external", "tags": []}
+CRITICAL = {"name": "db.drop", "risk": "critical", "reversible": False}
+
+CORPUS: dict[str, dict[str, Any]] = {
+    "allow medium": make_input(),
+    "allow low read by an approver": make_input(
+        tool={"risk": "low", "side_effect": "read"}, actor={"user_id": "bob"}
+    ),
+    "deny unknown actor": make_input(actor={"user_id": "mallory"}),
+    "deny actor without roles": make_input(actor={"user_id": "dave"}),
+    "deny unknown workspace": make_input(workspace={"id": "nowhere"}),
+    "deny not a member": make_input(workspace={"id": "ops"}),
+    "deny path outside": make_input(
+        paths=[{"argument": "path", "relative": "../x", "inside_workspace": False}]
+    ),
+    "deny path without relative": make_input(
+        paths=[{"argument": "path", "inside_workspace": True}]
+    ),
+    "deny protected path": make_input(
+        paths=[{"argument": "path", "relative": "sub/.git/HEAD", "inside_workspace": True}]
+    ),
+    "allow protected path read": make_input(
+        tool={"side_effect": "read"},
+        paths=[{"argument": "path", "relative": ".git/HEAD", "inside_workspace": True}],
+    ),
+    "deny risk without rule": make_input(tool={"risk": "extreme"}),
+    "deny no role for risk": make_input(actor={"user_id": "bob"}),
+    "deny critical irreversible": make_input(tool=CRITICAL, actor={"user_id": "erin"}),
+    "approval high": make_input(tool=HIGH),
+    "approval override": make_input(tool={"name": "fs.delete_file"}),
+    "approval tag": make_input(tool={"name": "proc.python", "tags": ["runs_agent_code"]}),
+    "allow approved": make_input(tool=HIGH, approval={"present": True, "approved_by": "bob"}),
+    "deny self approval": make_input(
+        tool=HIGH, actor={"user_id": "carol"}, approval={"present": True, "approved_by": "carol"}
+    ),
+    "deny approver without the role": make_input(
+        tool=HIGH, approval={"present": True, "approved_by": "alice"}
+    ),
+    "deny several reasons": make_input(
+        actor={"user_id": "mallory"}, workspace={"id": "nowhere"}, tool={"risk": "extreme"}
+    ),
+    "edge empty document": {},
+    "error paths not a list": make_input(paths="notes/a.txt"),
+    "edge unicode": make_input(
+        actor={"user_id": "zoë\u2028"},
+        paths=[{"argument": "päth", "relative": "ü/ñ", "inside_workspace": True}],
+    ),
+    "edge large arguments": make_input(arguments={"content": "x" * 200_000}),
+}
+
+
+def test_both_backends_give_identical_decisions(corpus_sources: PolicySources) -> None:
+    documents = list(CORPUS.values())
+    embedded = EmbeddedPolicy(corpus_sources)
+    expected = [embedded.decide_sync(d) for d in documents]
+    run(embedded.aclose())
+    results = {r.result for r in expected}
+    assert results == set(DecisionResult)  # the corpus reaches allow, approval and deny
+    with standin(corpus_sources) as server:
+        got = run(decide_all(corpus_sources, server.url, documents, cache_size=0))
+        assert server.requests == len(documents)
+    for name, want, have in zip(CORPUS, expected, got, strict=True):
+        if name.startswith("error"):  # an evaluation error: both deny, each with its cause
+            assert want.result is have.result is DecisionResult.DENY
+            assert want.reasons[0].startswith("policy error: ")
+            assert have.reasons == ("policy error: OPA answered HTTP 500 Internal Server Error",)
+            continue
+        assert (have.result, have.reasons, dict(have.extra)) == (
+            want.result,
+            want.reasons,
+            dict(want.extra),
+        ), name
+        assert have.decision_id, name
+        assert not have.reasons[0].startswith("policy error"), name
+
+
+# --- fail closed -------------------------------------------------------------------------------
+
+
+class Misbehaving(StandIn):
+    """A stand-in that answers one fixed way (``reply``) or sleeps (``delay``)."""
+
+    reply: tuple[int, str, bytes] | None = None
+    delay = 0.0
+
+    def answer(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+        if self.delay:
+            time.sleep(self.delay)
+        if self.reply is not None and method == "POST":
+            return self.reply
+        return super().answer(method, target, body)
+
+
+BAD_ANSWERS = {
+    "html": ((200, "text/html", b"<html>oops</html>"), "not_json", "text/html, not JSON"),
+    "no result": ((200, "application/json", b'{"decision_id": "d1"}'), "undefined", "undefined"),
+    "wrong shape": (
+        (200, "application/json", b'{"result": {"result": "yes", "reasons": []}}'),
+        "malformed",
+        "unknown decision result",
+    ),
+    "reasons not strings": (
+        (200, "application/json", b'{"result": {"result": "allow", "reasons": [1]}}'),
+        "malformed",
+        "not a list of strings",
+    ),
+    "a list": ((200, "application/json", b"[1]"), "not_json", "not a JSON object"),
+    "broken json": ((200, "application/json", b'{"result": '), "not_json", "not JSON"),
+    "500": ((500, "application/json", b'{"code": "internal_error"}'), "status", "HTTP 500"),
+    "503": ((503, "text/plain", b"busy"), "status", "HTTP 503"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ANSWERS))
+def test_a_bad_answer_denies_with_its_cause(
+    shipped: PolicySources, case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    reply, kind, cause = BAD_ANSWERS[case]
+
+    class Bad(Misbehaving):
+        pass
+
+    Bad.reply = reply
+    before = opa.FAILURES[kind]
+    with standin(shipped, Bad) as server:
+        (decision,) = run(decide_all(shipped, server.url, [BASE_INPUT]))
+    assert decision.result is DecisionResult.DENY
+    (reason,) = decision.reasons
+    assert reason.startswith("policy error: OPA") and cause in reason
+    assert opa.FAILURES[kind] == before + 1
+    assert any(kind in r.getMessage() and cause in r.getMessage() for r in caplog.records)
+
+
+def test_a_slow_opa_denies_after_the_deadline(shipped: PolicySources) -> None:
+    class Slow(Misbehaving):
+        delay = 1.0
+
+    before = opa.FAILURES["timeout"]
+    with standin(shipped, Slow) as server:
+        started = time.monotonic()
+        (decision,) = run(decide_all(shipped, server.url, [BASE_INPUT], timeout=0.1))
+        waited = time.monotonic() - started
+    assert decision.result is DecisionResult.DENY
+    assert decision.reasons == ("policy error: OPA did not answer within 100 ms",)
+    assert opa.FAILURES["timeout"] == before + 1
+    assert waited < Slow.delay  # the gateway's deadline, not the server's pace, ended it
+
+
+def test_a_stopped_opa_denies(shipped: PolicySources) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    before = opa.FAILURES["connection"]
+    decisions = run(decide_all(shipped, url, [BASE_INPUT, BASE_INPUT]))
+    for decision in decisions:
+        assert decision.result is DecisionResult.DENY
+        assert decision.reasons[0].startswith(f"policy error: cannot reach OPA at {url}")
+    assert opa.FAILURES["connection"] == before + 2  # no retries, and a failure is not cached
+
+
+def test_a_closed_backend_denies(shipped: PolicySources) -> None:
+    async def go() -> Any:
+        backend = OpaPolicy(shipped, "http://127.0.0.1:1")
+        await backend.open()
+        await backend.aclose()
+        return await backend.decide(BASE_INPUT)
+
+    assert run(go()).reasons == ("policy error: the policy backend is closed",)
+
+
+def test_an_input_that_is_not_json_is_denied_before_asking(shipped: PolicySources) -> None:
+    with standin(shipped) as server:
+        (decision,) = run(decide_all(shipped, server.url, [make_input(arguments={"n": 1e999})]))
+        assert server.requests == 0
+    assert "not JSON" in decision.reasons[0]
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://opa:8181", "http://", "http://opa:8181/v1", "http://opa:99999"]
+)
+def test_a_bad_opa_url_is_a_config_error(url: str) -> None:
+    with pytest.raises(ConfigError, match="opa_url"):
+        parse_url(url)
+
+
+# --- the cache -----------------------------------------------------------------------------------
+
+
+def test_the_cache_saves_requests_and_keeps_decision_ids_honest(shipped: PolicySources) -> None:
+    other_call = make_input(request={"call_id": "c2", "time_ms": 1}, arguments={"content": "x"})
+    with standin(shipped) as server:
+        first, second, third = run(
+            decide_all(shipped, server.url, [BASE_INPUT, other_call, make_input(tool=HIGH)])
+        )
+        assert server.requests == 2  # other_call differs only where the policy does not read
+    assert first.decision_id and second.decision_id is None and third.decision_id
+    assert (first.result, first.reasons) == (second.result, second.reasons)
+
+
+def test_no_cache_while_opa_runs_another_revision(shipped: PolicySources) -> None:
+    class Other(StandIn):
+        def __init__(self, sources: PolicySources, revision: str, **kw: Any) -> None:
+            super().__init__(sources, "some-other-revision", **kw)
+
+    with standin(shipped, Other) as server:
+        run(decide_all(shipped, server.url, [BASE_INPUT] * 3))
+        assert server.requests == 3
+
+
+def test_cached_decisions_expire(shipped: PolicySources) -> None:
+    async def go(url: str) -> None:
+        backend = OpaPolicy(shipped, url, cache_ttl=0.05)
+        await backend.open()
+        await backend.decide(BASE_INPUT)
+        await backend.decide(BASE_INPUT)
+        time.sleep(0.1)
+        await backend.decide(BASE_INPUT)
+        await backend.aclose()
+
+    with standin(shipped) as server:
+        run(go(server.url))
+        assert server.requests == 2

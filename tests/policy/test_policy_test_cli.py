@@ -1,0 +1,184 @@
+"""``toolgate policy test`` as ``opa test`` users know it: --run, --fail-on-empty, -v, todo_
+rules, and the rules of the decision no test reached (--coverage). Run as a real process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.policy.helpers import REPO
+
+POLICY = """\
+package toolgate
+
+decision := {"result": "deny", "reasons": sort(deny_reasons)} if {
+	count(deny_reasons) > 0
+} else := {"result": "allow", "reasons": ["ok"]}
+
+deny_reasons contains "a is one" if {
+	input.a == 1
+}
+
+deny_reasons contains "b is big" if {
+	input.b > 10
+	big(input.b)
+}
+
+deny_reasons contains "c is set" if {
+	is_c
+}
+
+is_c if {
+	input.c == true
+}
+
+big(x) if x > 100
+
+unused := 3
+"""
+
+TESTS = """\
+package toolgate_test
+
+import data.toolgate
+
+test_a_denies if {
+	toolgate.decision.result == "deny" with input as {"a": 1}
+}
+
+test_nothing_allows if {
+	toolgate.decision.result == "allow" with input as {}
+}
+
+todo_b_denies if {
+	toolgate.decision.result == "deny" with input as {"b": 1000}
+}
+"""
+
+
+def toolgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RUST_LIB_BACKTRACE": "0", "PYTHONPATH": str(REPO)}
+    env.pop("TOOLGATE_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    (tmp_path / "rego").mkdir()
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "rego" / "p.rego").write_text(POLICY)
+    (tmp_path / "rego" / "p_test.rego").write_text(TESTS)
+    return tmp_path
+
+
+def test_run_selects_by_regular_expression(scratch: Path) -> None:
+    done = toolgate("policy", "test", "--run", r"^toolgate_test\.test_a", "-v", cwd=scratch)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["PASS toolgate_test.test_a_denies", "1 passed, 0 failed"]
+    both = toolgate("policy", "test", "--run", "denies$|allows$", "-v", cwd=scratch)
+    assert both.stdout.splitlines() == [
+        "PASS toolgate_test.test_a_denies",
+        "PASS toolgate_test.test_nothing_allows",
+        "SKIP toolgate_test.todo_b_denies (todo)",
+        "2 passed, 0 failed, 1 skipped",
+    ]
+
+
+def test_a_bad_regular_expression_is_a_usage_error(scratch: Path) -> None:
+    done = toolgate("policy", "test", "--run", "(", cwd=scratch)
+    assert done.returncode == 2
+    assert done.stderr.startswith("toolgate: --run '(': not a regular expression: ")
+    assert "Traceback" not in done.stderr
+
+
+def test_todo_rules_are_skipped_not_run(scratch: Path) -> None:
+    """A todo_ rule that would fail does not fail the run: it is not evaluated."""
+    test_file = scratch / "rego" / "p_test.rego"
+    test_file.write_text(TESTS + "\ntodo_broken if {\n\t1 == 2\n}\n")
+    done = toolgate("policy", "test", cwd=scratch)
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.splitlines() == ["2 passed, 0 failed, 2 skipped"]
+    only_todo = toolgate("policy", "test", "--run", "todo_", "--fail-on-empty", cwd=scratch)
+    assert only_todo.returncode == 1
+    assert only_todo.stdout.splitlines() == ["0 passed, 0 failed, 2 skipped"]
+    assert only_todo.stderr == "toolgate: no test ran\n"
+
+
+def test_fail_on_empty(scratch: Path) -> None:
+    done = toolgate("policy", "test", "--run", "no such test", "--fail-on-empty", cwd=scratch)
+    assert done.returncode == 1
+    assert done.stdout == "0 passed, 0 failed\n"
+    assert done.stderr == "toolgate: no test ran\n"
+
+
+def test_coverage_names_the_rules_of_the_decision_no_test_reached(scratch: Path) -> None:
+    done = toolgate("policy", "test", "--coverage", cwd=scratch)
+    assert done.returncode == 0, done.stdout + done.stderr
+    policy = scratch / "rego" / "p.rego"
+    rules = [line for line in done.stdout.splitlines() if line.startswith("coverage: rules")]
+    assert rules == ["coverage: rules of data.toolgate.decision: 3 of 6 definitions reached"]
+    unreached = [line for line in done.stdout.splitlines() if "not reached" in line]
+    # b (no test gets past its first condition), c (is_c never holds) and big (never called);
+    # is_c has no value, so its evaluated condition counts (docs/policies.md); unused is no
+    # rule of the decision, and todo_b_denies, which would reach b and big, is not run.
+    assert unreached == [
+        f"coverage: {policy}:11: data.toolgate.deny_reasons: not reached by any test",
+        f"coverage: {policy}:16: data.toolgate.deny_reasons: not reached by any test",
+        f"coverage: {policy}:24: data.toolgate.big: not reached by any test",
+    ]
+
+
+def test_a_test_for_a_rule_reaches_it(scratch: Path) -> None:
+    test_file = scratch / "rego" / "p_test.rego"
+    test_file.write_text(
+        TESTS
+        + textwrap.dedent("""
+            test_c_denies if {
+            \ttoolgate.decision.reasons == ["c is set"] with input as {"c": true}
+            }
+            """)
+    )
+    done = toolgate("policy", "test", "--coverage", cwd=scratch)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "coverage: rules of data.toolgate.decision: 4 of 6 definitions reached" in done.stdout
+    assert [line.split(": ")[1] for line in done.stdout.splitlines() if "not reached" in line] == [
+        f"{scratch / 'rego' / 'p.rego'}:11",
+        f"{scratch / 'rego' / 'p.rego'}:24",
+    ]
+
+
+def test_the_shipped_tests_reach_every_rule_of_the_decision() -> None:
+    done = toolgate("policy", "test", "--coverage", cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if "not reached" in line] == []
+    assert any(
+        line.startswith("coverage: rules of data.toolgate.decision: ")
+        and line.split(": ")[-1].split()[0] == line.split(": ")[-1].split()[2]
+        for line in lines
+    ), lines
+
+
+def test_one_test_leaves_the_refusals_unreached() -> None:
+    done = toolgate(
+        "policy", "test", "--coverage", "--run", "test_member_agent_may_write_in_demo$", cwd=REPO
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    unreached = [line for line in done.stdout.splitlines() if "not reached" in line]
+    assert unreached and all(
+        ".deny_reasons:" in line or ".approval" in line or ".is_approver:" in line
+        for line in unreached
+    ), unreached
+    assert f"{REPO / 'rego' / 'toolgate.rego'}:92: data.toolgate.deny_reasons" in unreached[0]
