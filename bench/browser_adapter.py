@@ -26,8 +26,11 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +53,41 @@ from gateway.server.app import create_app  # noqa: E402
 from gateway.settings import Settings, load_settings  # noqa: E402
 from gateway.testing import load_catalogue  # noqa: E402
 from gateway.workspace import Workspace  # noqa: E402
-from tests.adapters.test_browser import PageServer  # noqa: E402
 
 KEY = "tg_dev_alice"
 TOOL = "web.extract_text"
 WARMUP = 5
 LOOPBACK = {"allow_networks": ["127.0.0.1"]}
+TABLE = b"""<!doctype html><title>Prices</title>
+<table id=prices><tr><th>plan</th><th>price</th></tr>
+<tr><td>basic</td><td>5</td></tr><tr><td>pro</td><td>20</td></tr></table>"""
+
+
+class _Table(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(TABLE)))
+        self.end_headers()
+        self.wfile.write(TABLE)
+
+
+@contextmanager
+def table_page() -> Iterator[str]:
+    """A page with a price table on 127.0.0.1 (any path); yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Table)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/table"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 def stats(samples: list[float]) -> dict[str, float]:
@@ -182,9 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if not DEFAULT_EXECUTABLE.is_file():
         print(f"chromium not found at {DEFAULT_EXECUTABLE}: apt-get install -y chromium")
         return 2
-    with PageServer() as pages, tempfile.TemporaryDirectory() as tmp:
+    with table_page() as url, tempfile.TemporaryDirectory() as tmp:
         settings = project_copy(Path(tmp))
-        url = pages.url("/table")
         results = {
             "api": stats(bench_api(settings, url, args.calls)),
             "adapter": stats(asyncio.run(bench_adapter(settings, url, args.calls))),

@@ -37,7 +37,15 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.testing import free_port, gateway, make_project  # noqa: E402
+from gateway.adapters.http.adapter import HttpAdapter  # noqa: E402
+from gateway.adapters.http.options import HttpConfig  # noqa: E402
+from gateway.testing import (  # noqa: E402
+    adapter_call,
+    free_port,
+    gateway,
+    load_catalogue,
+    make_project,
+)
 
 HEADERS = {"Authorization": "Bearer tg_dev_alice"}
 
@@ -103,11 +111,6 @@ def direct_call(client: httpx.Client, url: str) -> float:
 
 async def adapter_alone(service_url: str, calls: int) -> tuple[list[float], list[float]]:
     """(adapter.execute, AsyncClient.get) seconds per call, interleaved, after a warm-up."""
-    from gateway.adapters.http.adapter import HttpAdapter
-    from gateway.adapters.http.options import HttpConfig
-    from gateway.testing import load_catalogue
-    from tests.adapters.test_http import make_call
-
     tool = load_catalogue(ROOT / "tools.d").resolve("http.get_json")
     services = {"orders": {"base_url": service_url, "allow_networks": ["127.0.0.1/32"]}}
     adapter = HttpAdapter(HttpConfig.model_validate({"services": services}))
@@ -115,7 +118,7 @@ async def adapter_alone(service_url: str, calls: int) -> tuple[list[float], list
     async with httpx.AsyncClient() as client:
         for i in range(calls + 20):
             start = time.perf_counter()
-            out = await adapter.execute(make_call(tool, {"path": "/items/1"}))
+            out = await adapter.execute(adapter_call(tool, {"path": "/items/1"}))
             middle = time.perf_counter()
             response = await client.get(f"{service_url}/items/1")
             end = time.perf_counter()

@@ -8,6 +8,8 @@ project (docs/adapters/writing.md shows both in use).
   the code around an adapter; test an adapter itself against the real system it drives.
 - ``load_catalogue`` and ``load_declaration`` are the loader's, checking against the shipped
   adapters' specs unless given others.
+- ``adapter_call`` builds the ``AdapterCall`` the pipeline would hand an adapter, for a test
+  (or a benchmark) that calls ``execute`` itself.
 - ``make_project`` copies the shipped project (tools.d, rego, policies, examples,
   toolgate.yaml) under a temporary directory; ``gateway`` starts ``toolgate serve`` on it
   and yields its base URL; ``free_port``, ``wait_healthy`` and ``stop`` are the pieces.
@@ -27,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
+import anyio
 import httpx
 import yaml
 
@@ -38,12 +41,14 @@ from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.spec import AdapterSpec
 from gateway.settings import Settings
 from gateway.types import JSON
+from gateway.workspace import Workspace
 from gateway.yamlsrc import Lines
 
 __all__ = [
     "FAKE_SPEC",
     "PROJECT",
     "FunctionAdapter",
+    "adapter_call",
     "catalogue_of",
     "free_port",
     "gateway",
@@ -118,6 +123,45 @@ def load_declaration(
 ) -> tuple[ToolDeclaration, Lines]:
     """``gateway.declarations.loader.load_declaration``, the shipped specs by default."""
     return loader.load_declaration(path, specs)
+
+
+def adapter_call(
+    tool: ToolDeclaration,
+    arguments: Mapping[str, JSON] | None = None,
+    *,
+    workspace: Workspace | None = None,
+    key: str = "",
+    seconds: float = 10.0,
+    budget: int | None = None,
+    traceparent: str | None = None,
+    cancelled: anyio.Event | None = None,
+) -> AdapterCall:
+    """The ``AdapterCall`` of one call of ``tool`` with ``arguments`` (taken as they are: no
+    defaults filled in), as alice through agent ``coder``, in ``workspace`` (by default
+    ``demo`` at a directory that does not exist, for adapters that touch no files), with
+    ``seconds`` left, idempotency key ``key`` and ``tool``'s output budget unless ``budget``."""
+    arguments = dict(arguments or {})
+    workspace = workspace or Workspace("demo", Path("/nonexistent"))
+    return AdapterCall(
+        execution_id="ex_test",
+        tool=tool,
+        arguments=arguments,
+        workspace=workspace,
+        paths={},
+        deadline=time.time() + seconds,
+        cancelled=cancelled or anyio.Event(),
+        fencing_tokens={},
+        output_budget=budget or tool.output_budget,
+        context={
+            "arguments": arguments,
+            "workspace": workspace.to_json(),
+            "actor": {"user_id": "alice", "agent_id": "coder"},
+            "request": {"run_id": "r1", "turn_id": "t1", "call_id": "c1", "idempotency_key": key},
+            "tool": {"name": tool.name, "version": str(tool.version)},
+            "execution": {"id": "ex_test"},
+        },
+        traceparent=traceparent,
+    )
 
 
 # --- real gateways on a temporary project -------------------------------------------------

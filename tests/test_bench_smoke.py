@@ -105,7 +105,8 @@ def test_every_micro_benchmark_has_positive_figures(results: dict[str, Any]) -> 
     assert len(validation) == len(shipped), sorted(validation)
     for ref, figures in validation.items():
         assert "error" not in figures, (
-            f"add valid arguments for {ref} to VALID_ARGUMENTS in bench/run.py: {figures['error']}"
+            f"add valid arguments for {ref} to VALID_ARGUMENTS in bench/harness/micro.py: "
+            f"{figures['error']}"
         )
         positive(f"validation[{ref}]", figures, "median_us", "p99_us")
     for key in ("empty_write_tx", "empty_write_tx_sync", "reserve_commit"):

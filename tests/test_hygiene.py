@@ -51,6 +51,22 @@ def conftest_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+def imports_of_tests(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Imports of the ``tests`` package (function-local ones too). ``bench/`` measures the
+    gateway with the public kit ``gateway.testing``; test code is free to change under it."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        if any(name == "tests" or name.startswith("tests.") for name in names):
+            found.append(node)
+    return found
+
+
 def fixtures_named(tree: ast.Module, name: str) -> list[ast.FunctionDef]:
     return [
         node
@@ -77,6 +93,14 @@ def test_no_test_module_imports_a_conftest() -> None:
     )
 
 
+def test_no_bench_module_imports_from_tests() -> None:
+    found = [where(p, n) for p, tree in modules(REPO / "bench") for n in imports_of_tests(tree)]
+    assert not found, (
+        f"these bench modules import test code: {found}; move what they need into "
+        "gateway/testing.py (documented in docs/adapters/writing.md#testing) or into bench/"
+    )
+
+
 def test_the_anyio_backend_fixture_is_defined_once() -> None:
     found = [where(p, n) for p, tree in modules() for n in fixtures_named(tree, "anyio_backend")]
     assert [f.split(":")[0] for f in found] == ["tests/conftest.py"], (
@@ -96,8 +120,12 @@ def test_the_scans_find_what_they_look_for() -> None:
         "def test_x(a, b, c):\n"
         "    assert a == b if c else a\n"
         "    assert a == (b if c else a)\n"
+        "    import tests.adapters.test_http, testsuite\n"
+        "    from tests import helpers\n"
+        "    from .tests import x\n"
     )
     assert [n.lineno for n in conftest_imports(tree)] == [1, 2, 3]
+    assert [n.lineno for n in imports_of_tests(tree)] == [1, 2, 3, 4, 11, 12]
     assert [n.lineno for n in conditional_asserts(tree)] == [9]
     assert [n.name for n in fixtures_named(tree, "anyio_backend")] == ["anyio_backend"]
 

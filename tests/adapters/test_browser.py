@@ -1,7 +1,7 @@
 """The browser adapter against Debian's Chromium and pages served on 127.0.0.1.
 
 Off CI a missing /usr/bin/chromium skips these tests with the reason; in CI (CI=true) it
-fails them. ``PageServer`` is also used by tests/server/test_artifacts.py and the bench.
+fails them. ``PageServer`` is also used by tests/server/test_artifacts.py.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from starlette.testclient import TestClient
 
 from examples.orders_service import create_app as orders_app
 from examples.orders_service import serving
-from gateway.adapters.base import AdapterCall
 from gateway.adapters.http import adapter as http
 from gateway.adapters.http.options import HttpConfig, HttpOptions
 from gateway.adapters.http.results import parse_retry_after
@@ -31,9 +30,8 @@ from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError, ExecutionError
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
-from gateway.testing import catalogue_of, load_catalogue, load_declaration
+from gateway.testing import adapter_call, catalogue_of, load_catalogue, load_declaration
 from gateway.types import Outcome
-from gateway.workspace import Workspace
 from tests.helpers import REPO
 from tests.server.helpers import auth, body
 
@@ -82,39 +80,6 @@ def declare(tmp_path: Path, text: str, name: str = "t.yaml") -> ToolDeclaration:
     return load_declaration(path)[0]
 
 
-def make_call(
-    tool: ToolDeclaration,
-    arguments: dict[str, Any] | None = None,
-    *,
-    key: str = "",
-    seconds: float = 10.0,
-    budget: int | None = None,
-    traceparent: str | None = None,
-    cancelled: anyio.Event | None = None,
-) -> AdapterCall:
-    arguments = arguments or {}
-    return AdapterCall(
-        execution_id="ex_test",
-        tool=tool,
-        arguments=arguments,
-        workspace=Workspace("demo", Path("/nonexistent")),
-        paths={},
-        deadline=time.time() + seconds,
-        cancelled=cancelled or anyio.Event(),
-        fencing_tokens={},
-        output_budget=budget or tool.output_budget,
-        context={
-            "arguments": arguments,
-            "workspace": {"id": "demo", "root": "/nonexistent"},
-            "actor": {"user_id": "alice", "agent_id": "coder"},
-            "request": {"run_id": "r1", "turn_id": "t1", "call_id": "c1", "idempotency_key": key},
-            "tool": {"name": tool.name, "version": str(tool.version)},
-            "execution": {"id": "ex_test"},
-        },
-        traceparent=traceparent,
-    )
-
-
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -157,7 +122,7 @@ async def test_get_json_returns_status_body_headers_and_response_id(
     adapter: http.HttpAdapter,
 ) -> None:
     tool = CATALOGUE.resolve("http.get_json")
-    out = await adapter.execute(make_call(tool, {"path": "/items/2"}))
+    out = await adapter.execute(adapter_call(tool, {"path": "/items/2"}))
     assert out.outcome is Outcome.SUCCEEDED
     assert out.data["status"] == 200
     assert out.data["body"] == {"id": 2, "name": "gadget", "price_cents": 1299, "stock": 12}
@@ -196,7 +161,7 @@ body:
     who: "{actor.user_id}"
 """,
     )
-    out = await adapter.execute(make_call(tool, {"n": 7, "flag": False, "tags": ["a", "b"]}))
+    out = await adapter.execute(adapter_call(tool, {"n": 7, "flag": False, "tags": ["a", "b"]}))
     echoed = out.data["body"]
     assert echoed["method"] == "POST"
     assert echoed["headers"]["content-type"] == "application/json"
@@ -233,7 +198,7 @@ body:
 """,
     )
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    call = make_call(tool, {"q": "a&b=c#d", "ids": [1, 2]}, traceparent=parent)
+    call = adapter_call(tool, {"q": "a&b=c#d", "ids": [1, 2]}, traceparent=parent)
     echoed = (await adapter.execute(call)).data["body"]
     assert echoed["query"] == [["q", "a&b=c#d"], ["id", "1"], ["id", "2"], ["fixed", "1"]]
     assert echoed["headers"]["x-caller"] == "alice/a&b=c#d"
@@ -244,7 +209,7 @@ body:
 
 async def test_url_holes_cannot_add_path_segments(adapter: http.HttpAdapter) -> None:
     tool = CATALOGUE.resolve("orders.get")
-    out = await adapter.execute(make_call(tool, {"order_id": "../items/1"}))
+    out = await adapter.execute(adapter_call(tool, {"order_id": "../items/1"}))
     assert out.outcome is Outcome.FAILED
     assert out.data["url"].endswith("/orders/..%2Fitems%2F1")
     assert out.error is not None and out.error.code == "http_client_error"
@@ -257,8 +222,8 @@ async def test_post_with_idempotency_key_creates_one_order(
     tool = CATALOGUE.resolve("orders.create")
     before = len(service[0].state.book.orders)
     args = {"item_id": 1, "quantity": 3}
-    first = await adapter.execute(make_call(tool, args, key="once-1"))
-    again = await adapter.execute(make_call(tool, args, key="once-1"))
+    first = await adapter.execute(adapter_call(tool, args, key="once-1"))
+    again = await adapter.execute(adapter_call(tool, args, key="once-1"))
     assert first.outcome is Outcome.SUCCEEDED and again.outcome is Outcome.SUCCEEDED
     assert first.data["body"]["id"] == again.data["body"]["id"]
     assert again.data["headers"]["idempotent-replayed"] == "true"
@@ -272,7 +237,7 @@ async def test_verify_and_reconcile_probe_reads_the_order_by_key(
     adapter: http.HttpAdapter,
 ) -> None:
     tool = CATALOGUE.resolve("orders.create")
-    call = make_call(tool, {"item_id": 2, "quantity": 1}, key="probe-1")
+    call = adapter_call(tool, {"item_id": 2, "quantity": 1}, key="probe-1")
     params = {"url": "/orders", "query.idempotency_key": "demo:alice:probe-1", "json_path": "id"}
     assert await adapter.probe("http_get", params, call) is None  # 404: not there
     created = await adapter.execute(call)
@@ -302,12 +267,12 @@ async def test_loopback_is_refused_unless_allowed(
 ) -> None:
     refused = _direct(tmp_path, f"{service[1]}/items/1")
     with pytest.raises(EgressRefused, match="loopback"):
-        await adapter.execute(make_call(refused))
+        await adapter.execute(adapter_call(refused))
     by_name = _direct(tmp_path, f"http://localhost:{service[1].rsplit(':', 1)[1]}/items/1")
     with pytest.raises(EgressRefused, match="loopback"):
-        await adapter.execute(make_call(by_name))
+        await adapter.execute(adapter_call(by_name))
     allowed = _direct(tmp_path, f"{service[1]}/items/1", networks="127.0.0.1/32")
-    assert (await adapter.execute(make_call(allowed))).data["status"] == 200
+    assert (await adapter.execute(adapter_call(allowed))).data["status"] == 200
 
 
 async def test_a_refused_post_changes_nothing(
@@ -326,7 +291,7 @@ credentials: [{{header: Authorization, prefix: "Bearer ", env: ORDERS_API_TOKEN}
     )
     before = dict(service[0].state.book.orders)
     with pytest.raises(EgressRefused):
-        await adapter.execute(make_call(tool))
+        await adapter.execute(adapter_call(tool))
     assert service[0].state.book.orders == before
 
 
@@ -346,7 +311,7 @@ async def test_private_and_metadata_addresses_are_refused(
     tool = _direct(tmp_path, f"http://{address}/latest/meta-data/", networks=networks)
     started = time.monotonic()
     with pytest.raises(EgressRefused, match=kind) as info:
-        await adapter.execute(make_call(tool))
+        await adapter.execute(adapter_call(tool))
     assert info.value.retryable is False and info.value.phase is not None
     assert time.monotonic() - started < 1  # refused before connecting, not timed out
 
@@ -367,7 +332,7 @@ egress: {allow_hosts: [api.example.com]}
     )
     for url in ("https://evil.example.com/x", "ftp://api.example.com/x", "//evil.example/x"):
         with pytest.raises(ExecutionError) as info:
-            await adapter.execute(make_call(tool, {"url": url}))
+            await adapter.execute(adapter_call(tool, {"url": url}))
         assert info.value.code in ("egress_refused", "invalid_url")
 
 
@@ -376,12 +341,12 @@ async def test_redirects_are_off_by_default_and_rechecked_per_hop(
 ) -> None:
     base = service[1]
     off = _direct(tmp_path, f"{base}/redirect?to=/items/1", networks="127.0.0.1/32")
-    out = await adapter.execute(make_call(off))
+    out = await adapter.execute(adapter_call(off))
     assert out.outcome is Outcome.FAILED and out.data["status"] == 302
     assert out.error is not None and out.error.code == "http_redirect"
     follow = f"{base}/redirect?to=/items/1"
     on = _direct(tmp_path, follow, networks="127.0.0.1/32", extra="redirects: 2\n")
-    out = await adapter.execute(make_call(on))
+    out = await adapter.execute(adapter_call(on))
     assert out.outcome is Outcome.SUCCEEDED and out.data["body"]["id"] == 1
     assert out.data["redirected_from"] == [follow]
     for target, why in (
@@ -395,14 +360,14 @@ async def test_redirects_are_off_by_default_and_rechecked_per_hop(
             extra="redirects: 2\n",
         )
         with pytest.raises(EgressRefused, match=why):
-            await adapter.execute(make_call(hop))
+            await adapter.execute(adapter_call(hop))
     narrow = declare(
         tmp_path,
         HEAD + f"side_effect: read\nmethod: GET\nurl: {base}/redirect?to=https://example.org/\n"
         "redirects: 2\negress: {allow_networks: [127.0.0.1/32]}\n",
     )
     with pytest.raises(EgressRefused, match=r"example\.org is not in this tool's allowed"):
-        await adapter.execute(make_call(narrow))
+        await adapter.execute(adapter_call(narrow))
 
 
 @pytest.mark.parametrize("location", ["javascript:alert(1)", "data:text/html,hi", "JavaScript:x"])
@@ -412,10 +377,10 @@ async def test_a_redirect_to_another_scheme_is_refused_per_hop(
     url = f"{service[1]}/redirect?to={location}"
     follow = _direct(tmp_path, url, networks="127.0.0.1/32", extra="redirects: 2\n")
     with pytest.raises(EgressRefused, match="only http and https"):
-        await adapter.execute(make_call(follow))
+        await adapter.execute(adapter_call(follow))
     # Not followed, the 302 is the answer: the Location is reported as it came.
     off = _direct(tmp_path, url, networks="127.0.0.1/32")
-    out = await adapter.execute(make_call(off))
+    out = await adapter.execute(adapter_call(off))
     assert out.outcome is Outcome.FAILED and out.data["status"] == 302
     assert out.error is not None and out.error.code == "http_redirect"
     assert location in out.error.message
@@ -439,7 +404,7 @@ egress: {allow_hosts: ["*.example.com"]}
 """,
     )
     with pytest.raises(EgressRefused) as info:
-        await adapter.execute(make_call(tool, {"host": host}))
+        await adapter.execute(adapter_call(tool, {"host": host}))
     assert info.value.code == "egress_refused" and info.value.retryable is False
 
 
@@ -452,7 +417,7 @@ async def test_closed_port_is_a_clear_retryable_error(
     port = closed_port()
     tool = _direct(tmp_path, f"http://127.0.0.1:{port}/items/1", networks="127.0.0.1/32")
     with pytest.raises(ExecutionError) as info:
-        await adapter.execute(make_call(tool))
+        await adapter.execute(adapter_call(tool))
     error = info.value
     assert error.code == "http_unreachable" and error.retryable is True
     assert f"127.0.0.1:{port}" in error.message and "refused" in error.message
@@ -477,7 +442,7 @@ credentials: [{header: Authorization, prefix: "Bearer ", env: ORDERS_API_TOKEN}]
     )
     started = time.monotonic()
     with pytest.raises(ExecutionError) as info:
-        await adapter.execute(make_call(tool, key="slow-1", seconds=0.5))
+        await adapter.execute(adapter_call(tool, key="slow-1", seconds=0.5))
     assert time.monotonic() - started < 1.5
     assert info.value.code == "timeout"
     assert info.value.retryable is True  # the provider's idempotency key makes a retry safe
@@ -501,7 +466,7 @@ egress: {{allow_networks: [127.0.0.1/32]}}
 """,
         )
         with pytest.raises(ExecutionError) as info:
-            await adapter.execute(make_call(tool))
+            await adapter.execute(adapter_call(tool))
     assert info.value.code == "interrupted"
     assert info.value.details["reason"] == "response_lost"
     assert info.value.retryable is False  # a POST without a provider key may duplicate
@@ -536,7 +501,7 @@ method: {method}
 url: /flaky?status={status}&after=2
 """,
     )
-    out = await adapter.execute(make_call(tool))
+    out = await adapter.execute(adapter_call(tool))
     assert out.outcome is Outcome.FAILED
     assert out.error is not None
     assert (out.error.code, out.error.retryable) == (code, retryable)
@@ -558,7 +523,7 @@ async def test_output_budget_truncates_the_body(adapter: http.HttpAdapter, tmp_p
     tool = declare(
         tmp_path, HEAD + "side_effect: read\nservice: orders\nmethod: GET\nurl: /big?bytes=100000\n"
     )
-    out = await adapter.execute(make_call(tool, budget=1024))
+    out = await adapter.execute(adapter_call(tool, budget=1024))
     assert out.truncated is True
     assert out.data["body_encoding"] == "text"
     assert len(out.data["body"]) == 1024 and out.data["body"].startswith('{"data":"xxx')
@@ -571,13 +536,13 @@ async def test_cancel_before_and_during_a_read(adapter: http.HttpAdapter, tmp_pa
     )
     event = anyio.Event()
     event.set()
-    out = await adapter.execute(make_call(tool, cancelled=event))
+    out = await adapter.execute(adapter_call(tool, cancelled=event))
     assert out.outcome is Outcome.CANCELLED and out.side_effect.attempted is False
     event = anyio.Event()
     started = time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_set_later, event, 0.3)
-        out = await adapter.execute(make_call(tool, cancelled=event))
+        out = await adapter.execute(adapter_call(tool, cancelled=event))
     assert out.outcome is Outcome.CANCELLED
     assert time.monotonic() - started < 2
 
@@ -591,7 +556,7 @@ async def test_cancel_during_a_post_is_uncertain(adapter: http.HttpAdapter, tmp_
     async with anyio.create_task_group() as tg:
         tg.start_soon(_set_later, event, 0.3)
         with pytest.raises(ExecutionError) as info:
-            await adapter.execute(make_call(tool, cancelled=event))
+            await adapter.execute(adapter_call(tool, cancelled=event))
     assert info.value.code == "cancelled"
     assert info.value.details["reason"] == "cancelled_in_flight"
 
@@ -627,7 +592,7 @@ response_headers: [content-type]
     )
     opened = http.HttpAdapter(http_config(service[1], secrets_dir=str(secrets)))
     try:
-        out = await opened.execute(make_call(tool))
+        out = await opened.execute(adapter_call(tool))
     finally:
         await opened.aclose()
     headers = out.data["body"]["headers"]
@@ -647,11 +612,11 @@ async def test_missing_and_unsafe_secrets_are_refused_before_sending(
     )
     monkeypatch.delenv("T_HTTP_MISSING", raising=False)
     with pytest.raises(ExecutionError) as info:
-        await adapter.execute(make_call(tool))
+        await adapter.execute(adapter_call(tool))
     assert info.value.code == "credential_missing" and "T_HTTP_MISSING" in info.value.message
     monkeypatch.setenv("T_HTTP_MISSING", "x7y9z")
     with pytest.raises(ExecutionError) as info:
-        await adapter.execute(make_call(tool))
+        await adapter.execute(adapter_call(tool))
     assert info.value.code == "credential_invalid" and "x7y9z" not in info.value.message
 
 

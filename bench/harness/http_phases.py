@@ -1,0 +1,172 @@
+"""The HTTP phases: scenarios 1-4 on SQLite (with the open-loop latency and the profile),
+scenario 5 on PostgreSQL, each gateway run after its own bare run."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+from openloop import run_open_loop  # bench/openloop.py (run.py puts bench/ on sys.path)
+
+from gateway.testing import gateway, make_project
+
+from .plan import (
+    AUTH,
+    S5,
+    S5_TITLE,
+    Plan,
+    Scenario,
+    loadavg,
+    log,
+    scenarios,
+    seed_workspace,
+    sqlite_url,
+)
+from .profiling import profile_gateway
+from .servers import (
+    Server,
+    bare_server,
+    check,
+    gateway_pid,
+    pg_available,
+    pg_database,
+    post,
+    prepare_gateway,
+)
+from .wrk import Wrk, summarise_pairs
+
+
+def ab_rounds(
+    plan: Plan,
+    wrk: Wrk,
+    bare: Server,
+    bare_template: str,
+    gateways: dict[str, tuple[Server, Scenario]],
+) -> dict[str, dict[str, Any]]:
+    """``rounds`` times (for each scenario: a bare run, then the gateway run); summarised."""
+    runs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
+        k: ([], []) for k in gateways
+    }
+    bare_url = bare.url + "/echo"
+    warm: dict[str, int] = {}
+    if plan.warmup:
+        wrk.run(bare_url, bare_template, duration=plan.warmup)
+        for key, (server, s) in gateways.items():
+            warm[key] = wrk.run(
+                server.url + "/v1/executions", s.template, s.marker, duration=plan.warmup
+            )["ok"]
+    for r in range(plan.rounds):
+        for key, (server, s) in gateways.items():
+            a = wrk.run(bare_url, bare_template, pid=bare.pid)
+            b = wrk.run(server.url + "/v1/executions", s.template, s.marker, pid=server.pid)
+            # Calls of this scenario the gateway answered before this run (a replayed key's
+            # log grows with each replay: see scenario 2's per-round ratios).
+            b["earlier_calls"] = sum(x["ok"] for x in runs[key][1]) + warm.get(key, 0)
+            runs[key][0].append(a)
+            runs[key][1].append(b)
+            log(
+                f"round {r + 1}/{plan.rounds} {key}: bare {a['rps']:.0f}/s, gateway "
+                f"{b['rps']:.0f}/s ({b['rps'] / max(a['rps'], 1e-9):.3f}x); cpu/call "
+                f"{a.get('cpu_us_per_ok', 0):.0f} / {b.get('cpu_us_per_ok', 0):.0f} µs; "
+                f"load {loadavg()[0]}"
+            )
+    return {
+        key: {"title": gateways[key][1].title, **summarise_pairs(a_runs, b_runs)}
+        for key, (a_runs, b_runs) in runs.items()
+    }
+
+
+def http_sqlite_phase(
+    plan: Plan, wrk: Wrk, work: Path, results: dict[str, Any], profile_out: Path | None
+) -> tuple[int, dict[str, Any] | None]:
+    """Scenarios 1-4, the open-loop latency and the profile; returns scenario 1's response
+    size (for the bare app of the later phases) and the profile."""
+    root = work / "sqlite"
+    config = make_project(root, sqlite_url(root))
+    seed_workspace(config)
+    scen = scenarios(f"replay-{uuid.uuid4().hex[:8]}")
+    with gateway(config) as base, httpx.Client(timeout=30) as client:
+        gw = Server(base, gateway_pid(base))
+        prep = prepare_gateway(client, base, scen)
+        scen["s2_replay"] = replace(scen["s2_replay"], marker=prep["replay_marker"])
+        size = prep["response_bytes"]
+        s1 = scen["s1_read"]
+        results["http"]["response_bytes"] = size
+        results["http"]["request_bytes"] = len(s1.template)
+        with bare_server(size, work) as bare:
+            echo = post(
+                client, bare.url + "/echo", json.loads(s1.template.replace("@CALL@", "check"))
+            )
+            check(
+                echo.status_code == 200 and abs(len(echo.content) - size) <= 2,
+                "the bare app's response is not the gateway's size",
+                echo,
+            )
+            log(f"A/B rounds; request {len(s1.template)} bytes, response {size} bytes")
+            results["http"]["scenarios"].update(
+                ab_rounds(plan, wrk, bare, s1.template, {k: (gw, s) for k, s in scen.items()})
+            )
+            # Latency at half of scenario 1's max rate: open loop, gateway then bare.
+            max_rps = results["http"]["scenarios"]["s1_read"]["gateway_rps"]
+            rate = max(max_rps / 2, 1.0)
+            nonce = uuid.uuid4().hex[:8]
+            log(f"open loop at {rate:.0f}/s for {plan.openloop_s}s (half of {max_rps:.0f}/s)")
+
+            def body_for(i: int) -> bytes:
+                return s1.template.replace("@CALL@", f"ol-{nonce}-{i}").encode()
+
+            headers = {"Authorization": AUTH}
+            gw_ol = run_open_loop(
+                gw.url + "/v1/executions",
+                body_for,
+                rate=rate,
+                duration_s=plan.openloop_s,
+                headers=headers,
+                marker=s1.marker.encode(),
+            ).summary()
+            bare_ol = run_open_loop(
+                bare.url + "/echo", body_for, rate=rate, duration_s=plan.openloop_s, headers=headers
+            ).summary()
+            results["http"]["s1_half_rate_latency"] = {
+                "tool": "bench/openloop.py (open loop, constant rate; wrk2 is not in Debian)",
+                "rate": round(rate, 1),
+                "gateway": gw_ol,
+                "bare": bare_ol,
+            }
+        profile = None
+        if profile_out is not None and plan.profile_s > 0:
+            profile = profile_gateway(wrk, gw, s1, plan.profile_s, profile_out)
+    return size, profile
+
+
+def http_pg_phase(plan: Plan, wrk: Wrk, work: Path, size: int, results: dict[str, Any]) -> None:
+    ok, why = pg_available()
+    if not ok:
+        results["http"]["scenarios"][S5] = {"title": S5_TITLE, "skipped": why}
+        log(f"scenario 5 skipped: {why}")
+        return
+    s1 = replace(scenarios("unused")["s1_read"], key=S5, title=S5_TITLE)
+    with pg_database() as url:
+        root = work / "pg"
+        config = make_project(root, url)
+        seed_workspace(config)
+        with gateway(config) as base, httpx.Client(timeout=30) as client:
+            r = post(
+                client,
+                base + "/v1/executions",
+                json.loads(s1.template.replace("@CALL@", "check-pg")),
+            )
+            check(
+                r.status_code == 200 and r.json()["result"]["outcome"] == "succeeded",
+                "scenario 5 does not read the file",
+                r,
+            )
+            gw = Server(base, gateway_pid(base))
+            with bare_server(size, work) as bare:
+                results["http"]["scenarios"].update(
+                    ab_rounds(plan, wrk, bare, s1.template, {S5: (gw, s1)})
+                )

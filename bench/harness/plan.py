@@ -1,0 +1,160 @@
+"""What a run does: the plan (durations, rounds, sizes), the scenarios' request bodies, and
+the small helpers every phase uses (the log line, the load average, a seeded workspace)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+AUTH = "Bearer tg_dev_alice"
+KIB = "x" * 1024
+
+
+# --- plan -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    quick: bool
+    duration: int
+    """Seconds per wrk run."""
+    warmup: int
+    connections: int
+    threads: int
+    rounds: int
+    iterations: int
+    """Per micro-benchmark."""
+    tools: int
+    """Generated declarations for the catalogue growth test."""
+    events: int
+    """Events preloaded for the store growth test."""
+    openloop_s: float
+    profile_s: int
+
+
+FULL = Plan(
+    quick=False,
+    duration=8,
+    warmup=2,
+    connections=16,
+    threads=2,
+    rounds=3,
+    iterations=2000,
+    tools=1000,
+    events=1_000_000,
+    openloop_s=20.0,
+    profile_s=12,
+)
+QUICK = Plan(
+    quick=True,
+    duration=1,
+    warmup=0,
+    connections=4,
+    threads=1,
+    rounds=1,
+    iterations=60,
+    tools=40,
+    events=5000,
+    openloop_s=2.0,
+    profile_s=0,
+)
+
+# --- the scenarios' request bodies -----------------------------------------------------------
+
+
+def body(tool: str, arguments: dict[str, Any], call_id: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": "bench",
+        "call_id": call_id,
+        "tool": {"name": tool},
+        "arguments": arguments,
+        "actor": {"user_id": "alice", "agent_id": "bench"},
+        "workspace": {"id": "demo"},
+        **extra,
+    }
+
+
+def compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    template: str
+    """Compact JSON body; @CALL@ becomes a unique call_id, @SLOT@ a file number."""
+    marker: str = '"outcome":"succeeded"'
+    """What an ok response body contains (besides status 200)."""
+
+
+def scenarios(replay_key: str) -> dict[str, Scenario]:
+    return {
+        "s1_read": Scenario(
+            "s1_read",
+            "1. fs.read_file 1 KiB (allowed)",
+            compact(body("fs.read_file", {"path": "one-kib.txt"}, "@CALL@")),
+        ),
+        "s2_replay": Scenario(
+            "s2_replay",
+            "2. fs.write_file replayed (one idempotency key)",
+            compact(
+                body(
+                    "fs.write_file",
+                    {"path": "replay.txt", "content": KIB},
+                    "@CALL@",
+                    idempotency_key=replay_key,
+                )
+            ),
+            marker="",  # set to the first execution's id once it exists
+        ),
+        "s3_deny": Scenario(
+            "s3_deny",
+            "3. fs.write_file .git/config (denied by policy)",
+            compact(body("fs.write_file", {"path": ".git/config", "content": "x"}, "@CALL@")),
+            marker='"phase":"policy"',
+        ),
+        "s4_write_64_files": Scenario(
+            "s4_write_64_files",
+            "4a. fs.write_file 1 KiB, 64 files (64 lock keys)",
+            compact(body("fs.write_file", {"path": "w/f@SLOT@.txt", "content": KIB}, "@CALL@")),
+        ),
+        "s4_write_shared_file": Scenario(
+            "s4_write_shared_file",
+            "4b. fs.write_file 1 KiB, one file (one lock key)",
+            compact(body("fs.write_file", {"path": "shared.txt", "content": KIB}, "@CALL@")),
+        ),
+    }
+
+
+S5 = "s5_read_postgres"
+S5_TITLE = "5. fs.read_file 1 KiB on PostgreSQL"
+
+
+# --- small helpers ----------------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def seed_workspace(config: Path) -> Path:
+    ws = config.parent / "var" / "workspaces" / "demo"
+    (ws / "w").mkdir(parents=True, exist_ok=True)
+    (ws / "one-kib.txt").write_text(KIB)
+    return ws
+
+
+def sqlite_url(root: Path) -> str:
+    return f"sqlite:///{root / 'var' / 'toolgate.db'}"

@@ -1,0 +1,243 @@
+"""The report: the targets of issue 6 (PASS/MISS) and the results as table rows (markdown
+or fixed-width text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    http = results["http"]["scenarios"]
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, measured: float | None, target: str, ok: bool | None) -> None:
+        out.append(
+            {
+                "target": name,
+                "measured": measured,
+                "goal": target,
+                "status": "n/a" if ok is None else ("PASS" if ok else "MISS"),
+            }
+        )
+
+    def ratio(key: str) -> float | None:
+        return http.get(key, {}).get("ratio")
+
+    r1 = ratio("s1_read")
+    add("scenario 1 throughput / bare", r1, ">= 0.20", None if r1 is None else r1 >= 0.20)
+    half = results["http"].get("s1_half_rate_latency", {}).get("gateway", {}).get("p99_ms")
+    add("scenario 1 p99 at half max rate (ms)", half, "<= 10", None if half is None else half <= 10)
+    r2 = ratio("s2_replay")
+    add("scenario 2 throughput / bare", r2, ">= 0.40", None if r2 is None else r2 >= 0.40)
+    r3 = ratio("s3_deny")
+    add("scenario 3 throughput / bare", r3, ">= 0.30", None if r3 is None else r3 >= 0.30)
+    pol = results["micro"].get("policy_decision_allow", {}).get("median_us")
+    add("policy decision median (µs), cached", pol, "<= 100", None if pol is None else pol <= 100)
+    miss = results["micro"].get("policy_decision_allow_miss", {}).get("median_us")
+    add(
+        "policy decision median (µs), cache miss",
+        miss,
+        "<= 100",
+        None if miss is None else miss <= 100,
+    )
+    val = [
+        v["median_us"] for v in results["micro"].get("validation", {}).values() if "median_us" in v
+    ]
+    worst = max(val) if val else None
+    add(
+        "validation median, worst shipped tool (µs)",
+        worst,
+        "<= 100",
+        None if worst is None else worst <= 100,
+    )
+    load = results["growth"].get("catalogue", {}).get("load_s")
+    tools = results["growth"].get("catalogue", {}).get("tools")
+    add(f"{tools}-tool catalogue load (s)", load, "< 2", None if load is None else load < 2)
+    slow = results["growth"].get("events", {}).get("slowdown_pct")
+    n_ev = results["growth"].get("events", {}).get("events")
+    add(
+        f"scenario 1 slowdown with {n_ev:,} events (%)" if n_ev else "events slowdown (%)",
+        slow,
+        "< 10",
+        None if slow is None else slow < 10,
+    )
+    return out
+
+
+def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
+    """The results as rows (markdown table or fixed-width text)."""
+    rows: list[list[str]] = [
+        [
+            "measure",
+            "gateway",
+            "bare",
+            "ratio",
+            "p50 ms (gw / bare)",
+            "p99 ms (gw / bare)",
+            "CPU µs/call (gw / bare)",
+            "CPU ratio",
+        ]
+    ]
+    for s in results["http"]["scenarios"].values():
+        if "skipped" in s:
+            rows.append([s["title"], "skipped", "", "", s["skipped"][:60], "", "", ""])
+            continue
+        cpu = cpu_ratio = ""
+        if "cpu_ratio" in s:
+            cpu = f"{s['gateway_cpu_us_per_call']:.0f} / {s['bare_cpu_us_per_call']:.0f}"
+            cpu_ratio = f"{s['cpu_ratio']:.3f}x"
+        rows.append(
+            [
+                s["title"],
+                f"{s['gateway_rps']:.0f}/s",
+                f"{s['bare_rps']:.0f}/s",
+                f"{s['ratio']:.3f}x",
+                f"{s['gateway_p50_ms']:.2f} / {s['bare_p50_ms']:.2f}",
+                f"{s['gateway_p99_ms']:.2f} / {s['bare_p99_ms']:.2f}",
+                cpu,
+                cpu_ratio,
+            ]
+        )
+    half = results["http"].get("s1_half_rate_latency")
+    if half:
+        g, b = half["gateway"], half["bare"]
+        rows.append(
+            [
+                f"1. at {half['rate']:.0f}/s open loop (half max)",
+                f"{g['achieved_rate']:.0f}/s",
+                f"{b['achieved_rate']:.0f}/s",
+                "",
+                f"{g['p50_ms']:.2f} / {b['p50_ms']:.2f}",
+                f"{g['p99_ms']:.2f} / {b['p99_ms']:.2f}",
+                "",
+                "",
+            ]
+        )
+    ev = results["growth"].get("events")
+    if ev:
+        rows.append(
+            [
+                f"1. with {ev['events']:,} events vs empty store",
+                f"{ev['full_rps']:.0f}/s",
+                f"{ev['empty_rps']:.0f}/s (empty)",
+                f"{ev['ratio']:.3f}x",
+                "",
+                f"{ev['full_p99_ms']:.2f} / {ev['empty_p99_ms']:.2f}",
+                f"{ev.get('full_cpu_us_per_call') or 0:.0f} / "
+                f"{ev.get('empty_cpu_us_per_call') or 0:.0f} (empty)",
+                "",
+            ]
+        )
+    micro_rows: list[list[str]] = [["in-process", "median µs", "p99 µs", "n", "CPU µs/call"]]
+    m = results["micro"]
+
+    def add(name: str, s: dict[str, Any] | None) -> None:
+        if s and "median_us" in s:
+            cpu = f"{s['cpu_us_per_call']:.0f}" if "cpu_us_per_call" in s else ""
+            micro_rows.append(
+                [name, f"{s['median_us']:.1f}", f"{s['p99_us']:.1f}", str(s["n"]), cpu]
+            )
+        elif s and "skipped" in s:
+            micro_rows.append([name, "skipped", "", "", ""])
+
+    add("policy decision (allow, fs.read_file)", m.get("policy_decision_allow"))
+    add("policy decision (deny, .git/config)", m.get("policy_decision_deny"))
+    add("policy decision, cache miss (allow)", m.get("policy_decision_allow_miss"))
+    add("policy decision, cache miss (deny)", m.get("policy_decision_deny_miss"))
+    for ref, s in m.get("validation", {}).items():
+        add(f"validate+normalise {ref}", s)
+    for backend in ("sqlite", "postgres"):
+        st = m.get(f"store_{backend}", {})
+        if "skipped" in st:
+            add(f"store {backend}", st)
+            continue
+        how = "inline" if backend == "sqlite" else "thread hop"
+        add(f"store {backend}: empty write tx (async, {how})", st.get("empty_write_tx"))
+        add(
+            f"store {backend}: empty write tx (sync, pooled connection)",
+            st.get("empty_write_tx_sync"),
+        )
+        add(f"store {backend}: reserve + commit of one execution", st.get("reserve_commit"))
+    add("pipeline run_call fs.read_file (no HTTP)", m.get("pipeline_read"))
+    add("pipeline run_call fs.write_file (no HTTP)", m.get("pipeline_write"))
+    cat = results["growth"].get("catalogue")
+    if cat:
+        add(f"resolve in {cat['tools']}-tool catalogue (no range)", cat["resolve_any"])
+        add(f"resolve in {cat['tools']}-tool catalogue (^1)", cat["resolve_range"])
+        add(
+            f"resolve in shipped catalogue (^1, {cat['shipped_tools']} tools)",
+            cat["resolve_shipped_range"],
+        )
+    target_rows = [["target (issue 6)", "measured", "goal", ""]]
+    for t in results["targets"]:
+        measured = t["measured"]
+        text = (
+            "n/a"
+            if measured is None
+            else (f"{measured:.3f}" if isinstance(measured, float) else str(measured))
+        )
+        target_rows.append([t["target"], text, t["goal"], t["status"]])
+    extra = []
+    if cat:
+        extra.append(
+            f"catalogue of {cat['tools']} tools: load {cat['load_s']:.3f} s "
+            f"({cat['per_tool_ms']:.2f} ms per tool); shipped {cat['shipped_tools']} "
+            f"tools {cat['shipped_load_s']:.3f} s"
+        )
+    if "pipeline_read_concurrent16_rps" in m:
+        extra.append(
+            f"pipeline in-process, 16 concurrent fs.read_file: "
+            f"{m['pipeline_read_concurrent16_rps']:.0f}/s"
+        )
+    stage_rows = [
+        [
+            "one call in-process, mean µs (stages; each store transaction, with its CPU)",
+            "fs.read_file",
+            "fs.write_file",
+        ]
+    ]
+    read_st, write_st = m.get("pipeline_read_stages"), m.get("pipeline_write_stages")
+    if read_st and write_st:
+        names = list(write_st["parts"])
+        read_names = list(read_st["parts"])
+        for i, name in enumerate(read_names):  # read-only parts go before what follows them
+            if name not in names:
+                after = [n for n in read_names[i + 1 :] if n in names]
+                names.insert(names.index(after[0]) if after else len(names), name)
+
+        def cell(st: dict[str, Any], name: str) -> str:
+            part = st["parts"].get(name)
+            if part is None:
+                return ""
+            text = f"{part['mean_wall_us'] * part['per_call']:.0f}"
+            if "mean_thread_cpu_us" in part:
+                text += f" (cpu {part['mean_thread_cpu_us'] * part['per_call']:.0f})"
+            return text
+
+        for name in names:
+            label = name if name.startswith("store tx") else f"stage {name}"
+            stage_rows.append([label, cell(read_st, name), cell(write_st, name)])
+        stage_rows.append(
+            [
+                "whole call: wall (process CPU)",
+                f"{read_st['call_wall_us']:.0f} ({read_st['call_cpu_us']:.0f})",
+                f"{write_st['call_wall_us']:.0f} ({write_st['call_cpu_us']:.0f})",
+            ]
+        )
+    out: list[str] = []
+    for block in (rows, micro_rows, stage_rows, target_rows):
+        if len(block) == 1:
+            continue
+        out.extend(render(block, markdown))
+        out.append("")
+    out.extend(("- " if markdown else "") + e for e in extra)
+    return out
+
+
+def render(rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+        return lines
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
