@@ -23,6 +23,7 @@ from gateway.runtime.worker import run_workers
 from gateway.server import artifacts, routes
 from gateway.server.openapi import build_openapi
 from gateway.settings import Settings
+from gateway.ui.routes import ROUTES as UI_ROUTES
 
 log = logging.getLogger("toolgate.server")
 
@@ -77,6 +78,7 @@ def create_app(
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
+        *UI_ROUTES,
     ]
     return Starlette(routes=table, exception_handlers=dict(HANDLERS), lifespan=lifespan)
 

@@ -19,12 +19,13 @@ from gateway.errors import (
     ResolveError,
     UnsupportedMediaType,
 )
+from gateway.http import streams
 from gateway.http.auth import authenticate
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
 from gateway.runtime import approvals, cancellation
 from gateway.runtime.container import Runtime
-from gateway.server import render, streams
+from gateway.server import render
 from gateway.store.records import ExecutionRecord
 from gateway.types import ApprovalStatus, Status
 
