@@ -575,7 +575,9 @@ async def timeline(request: Request) -> Response:
     async def body() -> AsyncIterator[str]:
         async for chunk in streams.execution_stream(services, record.id, after, render):
             yield chunk
-        yield "event: done\ndata: done\n\n"
+        ended = await services.store.get_execution(record.id)
+        if ended is None or ended.terminal:  # else the stream's time ran out: reconnect
+            yield "event: done\ndata: done\n\n"
 
     return streams.respond(request, principal, body(), slots)
 
