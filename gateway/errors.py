@@ -108,6 +108,11 @@ class Conflict(RequestError):
     retryable = True
 
 
+class TooManyRequests(RequestError):
+    code = "too_many_requests"
+    http_status = 429
+
+
 class IdempotencyMismatch(RequestError):
     code = "idempotency_key_reused"
     http_status = 422

@@ -95,6 +95,16 @@ class Settings(_Frozen):
     """Concurrent executions of queued (``Prefer: respond-async``) calls per process."""
     sweep_interval: Duration = 5.0
     """How often expired approvals and idempotency records are swept."""
+    stream_poll_interval: Duration = Field(default=0.25, gt=0, le=10)
+    """How often a live event stream polls the store for new events."""
+    stream_heartbeat: Duration = Field(default=15.0, gt=0, le=300)
+    """After this much silence a live event stream sends a comment line (proxies keep it open)."""
+    stream_max_duration: Duration = Field(default=3600.0, gt=0)
+    """A live event stream ends after this long; the client resumes with ``Last-Event-ID``."""
+    max_streams_per_principal: int = Field(default=8, ge=1, le=1000)
+    """Live event streams one principal may hold open at once, per gateway process."""
+    ui_session_ttl: Duration = Field(default=8 * 3600.0, gt=0)
+    """How long a sign-in to the approvals page (``/ui/``) lasts."""
     principals: tuple[Principal, ...] = ()
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-adapter configuration sections (``adapters: {database: {...}}``), each checked by

@@ -23,6 +23,7 @@ from gateway.runtime.worker import run_workers
 from gateway.server import artifacts, routes
 from gateway.server.openapi import build_openapi
 from gateway.settings import Settings
+from gateway.ui.routes import ROUTES as UI_ROUTES
 
 log = logging.getLogger("toolgate.server")
 
@@ -64,6 +65,7 @@ def create_app(
         Route("/v1/executions/{execution_id}/events", routes.execution_events, methods=["GET"]),
         Route("/v1/executions/{execution_id}/cancel", routes.cancel_execution, methods=["POST"]),
         Route("/v1/executions/{execution_id}/resolve", routes.resolve_execution, methods=["POST"]),
+        Route("/v1/runs/{run_id}/events", routes.run_events, methods=["GET"]),
         Route("/v1/cancellations", routes.cancel_by_token, methods=["POST"]),
         Route("/v1/tools", routes.list_tools, methods=["GET"]),
         Route("/v1/tools/{name}", routes.get_tool, methods=["GET"]),
@@ -77,6 +79,7 @@ def create_app(
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
+        *UI_ROUTES,
     ]
     return Starlette(routes=table, exception_handlers=dict(HANDLERS), lifespan=lifespan)
 

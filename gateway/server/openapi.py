@@ -127,7 +127,8 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/executions/{execution_id}/events": {
             "get": {
-                "summary": "The execution's append-only event log",
+                "summary": "The execution's append-only event log (Accept: text/event-stream: "
+                "live, Server-Sent Events resumed with Last-Event-ID)",
                 "parameters": [
                     _ID_PARAM,
                     {
@@ -141,6 +142,20 @@ def _paths() -> dict[str, Any]:
                     "200": _resp("events in order of seq", {"type": "object"}),
                     "400": _resp("after is not an integer of 0 or more (invalid_after)"),
                     "404": _resp("no such execution"),
+                    **_ERRORS,
+                },
+            }
+        },
+        "/v1/runs/{run_id}/events": {
+            "get": {
+                "summary": "The events of a run's executions (Accept: text/event-stream: live)",
+                "parameters": [
+                    {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": _resp("events, execution by execution", {"type": "object"}),
+                    "400": _resp("Last-Event-ID is not a run cursor (invalid_last_event_id)"),
+                    "429": _resp("too many live streams open (too_many_streams)"),
                     **_ERRORS,
                 },
             }

@@ -19,6 +19,7 @@ from gateway.errors import (
     ResolveError,
     UnsupportedMediaType,
 )
+from gateway.http import streams
 from gateway.http.auth import authenticate
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
@@ -189,11 +190,46 @@ async def list_executions(request: Request) -> Response:
 
 
 async def execution_events(request: Request) -> Response:
-    """The event log; ``?after=SEQ`` only the events with a ``seq`` greater than SEQ."""
+    """The event log; ``?after=SEQ`` only the events with a ``seq`` greater than SEQ. With
+    ``Accept: text/event-stream``, a live stream of them (``server/streams.py``)."""
     services, record = await _visible_execution(request)
+    if streams.wants_stream(request):
+        principal = principal_of(request)
+        after = streams.execution_cursor(request.headers.get("last-event-id"))
+        if request.query_params.get("after") is not None:
+            after = max(after, _after_seq(request.query_params.get("after")))
+        slots = streams.StreamSlots.of(request)
+        slots.take(principal, services.settings.max_streams_per_principal)
+        body = streams.execution_stream(services, record.id, after)
+        return streams.respond(request, principal, body, slots)
     after = _after_seq(request.query_params.get("after"))
     events = await services.store.events(record.id, after)
     return JSONResponse({"execution_id": record.id, "items": [e.to_json() for e in events]})
+
+
+async def run_events(request: Request) -> Response:
+    """The events of a run's executions the caller may see; with ``Accept:
+    text/event-stream``, a live stream of them."""
+    services = services_of(request)
+    principal = principal_of(request)
+    run_id = request.path_params["run_id"]
+
+    def visible(record: ExecutionRecord) -> bool:
+        return _may_see(services, principal, record)
+
+    if streams.wants_stream(request):
+        cursor = streams.run_cursor(request.headers.get("last-event-id"))
+        slots = streams.StreamSlots.of(request)
+        slots.take(principal, services.settings.max_streams_per_principal)
+        body = streams.run_stream(services, run_id, visible, cursor)
+        return streams.respond(request, principal, body, slots)
+    records = await services.store.find_executions(
+        None, run_id, None, limit=streams.MAX_RUN_EXECUTIONS
+    )
+    items: list[dict[str, Any]] = []
+    for record in sorted(filter(visible, records), key=lambda r: (r.created_ms, r.id)):
+        items.extend(e.to_json() for e in await services.store.events(record.id))
+    return JSONResponse({"run_id": run_id, "items": items})
 
 
 def _after_seq(raw: str | None) -> int:

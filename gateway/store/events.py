@@ -56,5 +56,16 @@ def append(db: Db, execution_id: str, events: Sequence[Event]) -> None:
     insert(db, events)
 
 
+EVENTS_PAGE = Sql(
+    f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE execution_id = ? AND seq > ? "
+    "ORDER BY seq LIMIT ?"
+)
+
+
+def page(db: Db, execution_id: str, after_seq: int, limit: int) -> list[Event]:
+    """At most ``limit`` events after ``after_seq``, in order (a live stream's one poll)."""
+    return [rows.event(r) for r in db.all(EVENTS_PAGE, (execution_id, after_seq, int(limit)))]
+
+
 def after(db: Db, execution_id: str, after_seq: int) -> list[Event]:
     return [rows.event(r) for r in db.all(EVENTS_AFTER, (execution_id, after_seq))]

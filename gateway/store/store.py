@@ -265,6 +265,10 @@ class Store:
     async def events(self, execution_id: str, after_seq: int = -1) -> list[Event]:
         return await self._read(event_log.after, execution_id, after_seq)
 
+    async def events_page(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
+        """At most ``limit`` events after ``after_seq`` (one poll of a live stream)."""
+        return await self._read(event_log.page, execution_id, after_seq, limit)
+
     # -- locks ----------------------------------------------------------------------------
 
     async def try_acquire(

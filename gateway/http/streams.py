@@ -1,0 +1,240 @@
+"""Live event streams (Server-Sent Events) of an execution and of a run.
+
+The stream polls the store, so an event committed by any gateway process on the same
+database reaches every stream: each poll reads at most ``STREAM_BATCH`` events, waits
+``stream_poll_interval`` when nothing is new, and sends a comment line (a heartbeat) after
+``stream_heartbeat`` of silence so proxies keep the connection open. An execution's stream
+ends after its terminal ``tool.completed`` event, or once the execution is terminal and every
+event it has was sent; a run's stream ends once every execution of the run has ended that
+way. Every stream also ends after ``stream_max_duration``: the client reconnects with
+``Last-Event-ID`` and misses nothing.
+
+An execution's event ``id`` is its ``seq``. A run's is the cursor of the whole run, one
+``execution_id:seq`` per execution it has sent events of, so that ``Last-Event-ID`` resumes
+every execution without gaps or duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import MalformedRequest, TooManyRequests
+from gateway.events.model import Event
+from gateway.runtime.container import Runtime
+from gateway.store.records import ExecutionRecord
+
+STREAM_BATCH = 200
+"""The most events one poll of one execution reads (bounded work per connection)."""
+MAX_RUN_EXECUTIONS = 100
+"""The executions of a run one stream follows (the newest, as ``GET /v1/executions``)."""
+MAX_CURSOR_CHARS = 8192
+
+Render = Callable[[Event], str]
+"""An event as the ``data:`` of an SSE message (JSON for the API, HTML for the page)."""
+
+
+def wants_stream(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "")
+
+
+def event_json(event: Event) -> str:
+    return json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass
+class Cursor:
+    """What a stream has sent: the last seq per execution."""
+
+    seqs: dict[str, int] = field(default_factory=dict)
+
+    def text(self) -> str:
+        return ",".join(f"{ex}:{seq}" for ex, seq in self.seqs.items())
+
+
+def execution_cursor(raw: str | None) -> int:
+    """``Last-Event-ID`` of an execution stream: the last seq the client has."""
+    if raw is None or not raw.strip():
+        return -1
+    raw = raw.strip()
+    if not raw.isascii() or not raw.isdecimal():
+        raise MalformedRequest(
+            "Last-Event-ID is the seq of the last event you have (an integer, 0 or more)",
+            code="invalid_last_event_id",
+        )
+    return int(raw)
+
+
+def run_cursor(raw: str | None) -> Cursor:
+    """``Last-Event-ID`` of a run stream: ``execution_id:seq`` pairs, comma-separated."""
+    cursor = Cursor()
+    if raw is None or not raw.strip():
+        return cursor
+    if len(raw) > MAX_CURSOR_CHARS:
+        raise MalformedRequest("Last-Event-ID is too long", code="invalid_last_event_id")
+    for part in raw.strip().split(","):
+        ex, sep, seq = part.partition(":")
+        if not sep or not ex or not seq.isascii() or not seq.isdecimal():
+            raise MalformedRequest(
+                "Last-Event-ID of a run stream is the id of the last event you have "
+                "(execution_id:seq pairs, comma-separated)",
+                code="invalid_last_event_id",
+            )
+        cursor.seqs[ex] = int(seq)
+    return cursor
+
+
+class StreamSlots:
+    """How many streams each principal holds open in this process."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, int] = {}
+
+    @staticmethod
+    def of(request: Request) -> StreamSlots:
+        slots: StreamSlots | None = getattr(request.app.state, "stream_slots", None)
+        if slots is None:
+            slots = request.app.state.stream_slots = StreamSlots()
+        return slots
+
+    def take(self, principal: str, limit: int) -> None:
+        if self.open.get(principal, 0) >= limit:
+            raise TooManyRequests(
+                f"{principal} already has {limit} event streams open; close one first",
+                code="too_many_streams",
+            )
+        self.open[principal] = self.open.get(principal, 0) + 1
+
+    def give_back(self, principal: str) -> None:
+        left = self.open.get(principal, 1) - 1
+        if left <= 0:
+            self.open.pop(principal, None)
+        else:
+            self.open[principal] = left
+
+
+def _message(event_id: str, event: Event, render: Render) -> str:
+    data = "\n".join(f"data: {line}" for line in render(event).splitlines() or [""])
+    return f"id: {event_id}\nevent: {event.type}\n{data}\n\n"
+
+
+def respond(
+    request: Request, principal: str, body: AsyncIterator[str], slots: StreamSlots
+) -> Response:
+    """The streaming response; the principal's slot is given back when the response ends,
+    however it ends (the client may go before the stream starts)."""
+
+    async def framed() -> AsyncIterator[str]:
+        yield "retry: 2000\n\n"
+        async for chunk in body:
+            yield chunk
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return _SlotResponse(framed(), slots, principal, headers)
+
+
+class _SlotResponse(StreamingResponse):
+    def __init__(
+        self, body: AsyncIterator[str], slots: StreamSlots, principal: str, headers: dict[str, str]
+    ) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=headers)
+        self.slots, self.principal = slots, principal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slots.give_back(self.principal)
+
+
+class _Clock:
+    def __init__(self, services: Runtime) -> None:
+        settings = services.settings
+        self.poll = settings.stream_poll_interval
+        self.heartbeat = settings.stream_heartbeat
+        self.ends = time.monotonic() + settings.stream_max_duration
+        self.quiet_since = time.monotonic()
+
+    def over(self) -> bool:
+        return time.monotonic() >= self.ends
+
+    def sent(self) -> None:
+        self.quiet_since = time.monotonic()
+
+    async def idle(self) -> str | None:
+        """Wait one poll interval; a heartbeat comment when the stream was quiet too long."""
+        await anyio.sleep(self.poll)
+        if time.monotonic() - self.quiet_since >= self.heartbeat:
+            self.sent()
+            return ": heartbeat\n\n"
+        return None
+
+
+async def execution_stream(
+    services: Runtime, execution_id: str, after: int, render: Render = event_json
+) -> AsyncIterator[str]:
+    """The events of one execution after seq ``after``, as they are committed."""
+    clock = _Clock(services)
+    while not clock.over():
+        record = await services.store.get_execution(execution_id)
+        ended = record is None or record.terminal
+        events = await services.store.events_page(execution_id, after, STREAM_BATCH)
+        for event in events:
+            after = event.seq
+            yield _message(str(event.seq), event, render)
+            if event.type == "tool.completed":
+                return
+        if events:
+            clock.sent()
+        if ended and len(events) < STREAM_BATCH:
+            return
+        if len(events) < STREAM_BATCH:
+            beat = await clock.idle()
+            if beat:
+                yield beat
+
+
+async def run_stream(
+    services: Runtime,
+    run_id: str,
+    visible: Callable[[ExecutionRecord], bool],
+    cursor: Cursor,
+    render: Render = event_json,
+) -> AsyncIterator[str]:
+    """The events of every execution of ``run_id`` the caller may see, as they are
+    committed; ends once every one of them has ended and its events were sent."""
+    clock = _Clock(services)
+    done: set[str] = set()
+    while not clock.over():
+        records = await services.store.find_executions(None, run_id, None, limit=MAX_RUN_EXECUTIONS)
+        records = sorted((r for r in records if visible(r)), key=lambda r: (r.created_ms, r.id))
+        busy = False
+        for record in records:
+            if record.id in done:
+                continue
+            after = cursor.seqs.get(record.id, -1)
+            events = await services.store.events_page(record.id, after, STREAM_BATCH)
+            finished = False
+            for event in events:
+                cursor.seqs[record.id] = event.seq
+                yield _message(cursor.text(), event, render)
+                finished = finished or event.type == "tool.completed"
+            if events:
+                clock.sent()
+            if len(events) >= STREAM_BATCH:
+                busy = True
+            elif finished or record.terminal:
+                done.add(record.id)
+        if records and all(r.id in done for r in records):
+            return
+        if not busy:
+            beat = await clock.idle()
+            if beat:
+                yield beat

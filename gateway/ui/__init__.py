@@ -1,0 +1,1 @@
+"""The approvals page under ``/ui/``: server-rendered templates, vendored htmx, no build step."""

@@ -1,0 +1,75 @@
+"""The page's sign-in: a signed session cookie and the CSRF token bound to it.
+
+A session is ``base64url(JSON {principal, expires_ms, csrf}) "." base64url(HMAC-SHA256)``,
+signed with a key derived from the approval key (so every replica sharing that key accepts
+it). The CSRF token travels inside the signed session and in each form; a form whose token
+is not the session's is refused. Before sign-in, the sign-in form is protected the
+double-submit way: a random token in a short-lived cookie and in the form.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from dataclasses import dataclass
+
+SESSION_COOKIE = "tg_session"
+SIGNIN_COOKIE = "tg_signin"
+
+
+def session_key(approval_key: bytes) -> bytes:
+    """The HMAC key of session cookies, derived from (never equal to) the approval key."""
+    return hmac.new(approval_key, b"toolgate ui session v1", hashlib.sha256).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    principal: str
+    expires_ms: int
+    csrf: str
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def issue(principal: str, ttl_s: float, key: bytes) -> tuple[Session, str]:
+    """A new session for ``principal`` and its cookie value."""
+    session = Session(principal, int((time.time() + ttl_s) * 1000), secrets.token_urlsafe(24))
+    body = json.dumps(
+        {"p": session.principal, "e": session.expires_ms, "c": session.csrf},
+        separators=(",", ":"),
+    ).encode("utf-8")
+    payload = _b64(body)
+    signature = _b64(hmac.new(key, payload.encode("ascii"), hashlib.sha256).digest())
+    return session, f"{payload}.{signature}"
+
+
+def read(value: str | None, key: bytes) -> Session | None:
+    """The session of a cookie value; None if it is missing, forged, malformed or expired."""
+    if not value or value.count(".") != 1 or len(value) > 4096:
+        return None
+    payload, signature = value.split(".")
+    expected = _b64(hmac.new(key, payload.encode("ascii", "replace"), hashlib.sha256).digest())
+    if not hmac.compare_digest(expected, signature):
+        return None
+    try:
+        data = json.loads(_unb64(payload))
+        session = Session(str(data["p"]), int(data["e"]), str(data["c"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+    if session.expires_ms <= time.time() * 1000:
+        return None
+    return session
+
+
+def same_token(expected: str, given: str | None) -> bool:
+    return bool(given) and hmac.compare_digest(expected.encode(), str(given).encode())

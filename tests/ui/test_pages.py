@@ -1,0 +1,293 @@
+"""The approvals page in a real browser (Playwright on Debian's Chromium) against a real
+gateway process: an approver signs in, opens a pending approval created through the API, sees
+the diff, approves, and the execution completes; an agent-only principal cannot see the
+inbox; forged and hostile forms change nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gateway.testing import gateway, make_project
+from gateway.ui import session as sessions
+from tests.helpers import ALICE, BOB, REPO
+
+pytestmark = [pytest.mark.slow]
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+HTMX_SHA256 = "d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717"  # htmx.org 2.0.11
+SSE_SHA256 = (
+    "98a46496de0c3605fbffdce9167ba427bdd9553184f83f149c261891a92c0136"  # htmx-ext-sse 2.2.4
+)
+SHOTS = os.environ.get("TOOLGATE_UI_SHOTS")
+"""A directory to save the docs' screenshots into (docs/ when regenerating them)."""
+
+
+def test_vendored_htmx_is_the_pinned_release() -> None:
+    static = REPO / "gateway" / "ui" / "static"
+    assert hashlib.sha256((static / "htmx.min.js").read_bytes()).hexdigest() == HTMX_SHA256
+    assert hashlib.sha256((static / "htmx-ext-sse.min.js").read_bytes()).hexdigest() == SSE_SHA256
+
+
+def test_a_forged_or_tampered_session_is_no_session() -> None:
+    key = sessions.session_key(b"k" * 40)
+    made, cookie = sessions.issue("bob", 60, key)
+    assert sessions.read(cookie, key) == made
+    payload, signature = cookie.split(".")
+    assert sessions.read(payload + "." + signature[:-2] + "AA", key) is None
+    assert sessions.read(cookie, sessions.session_key(b"j" * 40)) is None
+    assert sessions.read(sessions.issue("bob", -1, key)[1], key) is None
+    assert sessions.read("garbage", key) is None
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    root = tmp_path_factory.mktemp("ui")
+    config = make_project(root, f"sqlite:///{root / 'toolgate.db'}")
+    rules = root / "policies" / "rules.yaml"
+    data = yaml.safe_load(rules.read_text())
+    data.setdefault("tool_overrides", {})["fs.write_file"] = {"approval": True}
+    rules.write_text(yaml.safe_dump(data))
+    settings = yaml.safe_load(config.read_text())
+    settings["stream_poll_interval"] = 0.05
+    config.write_text(yaml.safe_dump(settings))
+    workspace = root / "var" / "workspaces" / "demo"
+    workspace.mkdir(parents=True, exist_ok=True)
+    with gateway(config) as url:
+        yield url, workspace
+
+
+def _write(url: str, path: str, content: str, call_id: str) -> dict[str, Any]:
+    body = {
+        "run_id": "ui-run",
+        "call_id": call_id,
+        "tool": {"name": "fs.write_file"},
+        "arguments": {"path": path, "content": content},
+        "actor": {"user_id": "alice", "agent_id": "coder"},
+        "workspace": {"id": "demo"},
+    }
+    answer = httpx.post(
+        url + "/v1/executions", json=body, headers={"Authorization": f"Bearer {ALICE}"}
+    )
+    assert answer.status_code == 202, answer.text
+    return dict(answer.json())
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as play:
+        launched = play.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+def _sign_in(browser: Any, url: str, key: str, viewport: dict[str, int] | None = None) -> Any:
+    context = browser.new_context(viewport=viewport or {"width": 1100, "height": 900})
+    page = context.new_page()
+    page.goto(url + "/ui/")
+    assert "/ui/signin" in page.url
+    page.fill("#api_key", key)
+    page.click("button[type=submit]")
+    return page
+
+
+def test_an_approver_approves_a_diff_and_the_call_completes(
+    served: tuple[str, Path], browser: Any
+) -> None:
+    url, workspace = served
+    (workspace / "notes.txt").write_text("one\ntwo\nthree\n")
+    parked = _write(url, "notes.txt", "one\n2\nthree\n", "w1")
+    page = _sign_in(browser, url, BOB)
+    assert page.url.endswith("/ui/approvals")
+    item = page.locator(".item", has_text="fs.write_file").first
+    assert "alice" in item.inner_text() and "coder" in item.inner_text()
+    assert re.search(r"\d+ (min|h|s) left", item.inner_text())
+    if SHOTS:
+        page.screenshot(path=str(Path(SHOTS) / "ui-inbox.png"), full_page=True)
+    item.locator("a.title").click()
+    assert page.url.endswith("/ui/approvals/" + parked["approval"]["id"])
+    assert page.locator(".d-del", has_text="-two").count() == 1
+    assert page.locator(".d-add", has_text="+2").count() == 1
+    assert "approval.requested" in page.locator("#timeline").inner_text()
+    assert "sha256" in page.locator(".guards").inner_text()
+    if SHOTS:
+        page.screenshot(path=str(Path(SHOTS) / "ui-approval.png"), full_page=True)
+    page.fill("#comment", "looks right")
+    page.click("button[value=approve]")
+    page.wait_for_url("**/ui/approvals/" + parked["approval"]["id"])
+    assert "can no longer be decided" in page.locator(".decide").inner_text()
+    done = httpx.get(
+        url + parked["links"]["self"] + "?wait=20", headers={"Authorization": f"Bearer {ALICE}"}
+    ).json()
+    assert done["status"] == "completed" and done["result"]["outcome"] == "succeeded", done
+    assert (workspace / "notes.txt").read_text() == "one\n2\nthree\n"
+    page.goto(url + "/ui/executions/" + parked["id"])
+    page.locator("#timeline li", has_text="tool.completed").wait_for(timeout=10_000)
+    assert '"succeeded"' in page.locator("#result").inner_text()
+    page.goto(url + "/ui/executions?outcome=succeeded&tool=fs.write_file")
+    assert page.locator(".item").count() >= 1
+    page.goto(url + "/ui/executions?outcome=bogus")
+    assert "outcome is one of" in page.content()
+    page.context.close()
+
+
+def test_the_live_timeline_shows_what_happens_after_the_page_opened(
+    served: tuple[str, Path], browser: Any
+) -> None:
+    url, _ = served
+    parked = _write(url, "live.txt", "hello\n", "w2")
+    page = _sign_in(browser, url, BOB)
+    page.goto(url + "/ui/executions/" + parked["id"])
+    assert "tool.completed" not in page.locator("#timeline").inner_text()
+    page.wait_for_timeout(500)  # the stream is connected
+    decided = httpx.post(
+        f"{url}/v1/approvals/{parked['approval']['id']}/approve",
+        headers={"Authorization": f"Bearer {BOB}"},
+    )
+    assert decided.status_code == 202
+    page.locator("#timeline li", has_text="tool.completed").wait_for(timeout=10_000)
+    page.context.close()
+
+
+def test_an_agent_cannot_see_the_inbox(served: tuple[str, Path], browser: Any) -> None:
+    url, _ = served
+    page = _sign_in(browser, url, ALICE, viewport={"width": 390, "height": 800})
+    assert "Only approvers" in page.content()
+    response = page.goto(url + "/ui/approvals?status=all")
+    assert response is not None and response.status == 403
+    page.context.close()
+
+
+def test_the_signin_refuses_a_wrong_key(served: tuple[str, Path], browser: Any) -> None:
+    url, _ = served
+    page = _sign_in(browser, url, "tg_not_a_key")
+    assert "not valid" in page.locator(".alert").inner_text()
+    page.context.close()
+
+
+@contextmanager
+def _session(url: str, key: str) -> Iterator[tuple[httpx.Client, str]]:
+    """A signed-in client (no browser) and the CSRF token of its session."""
+    with httpx.Client(base_url=url, follow_redirects=False) as client:
+        yield client, _signed_in(client, key)
+
+
+def _signed_in(client: httpx.Client, key: str) -> str:
+    form = client.get("/ui/signin")
+    token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert token is not None
+    signed = client.post("/ui/signin", data={"csrf": token.group(1), "api_key": key})
+    assert signed.status_code == 303, signed.text
+    inbox = client.get("/ui/approvals")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', inbox.text)
+    assert csrf is not None
+    return csrf.group(1)
+
+
+def test_forged_and_hostile_forms_change_nothing(served: tuple[str, Path]) -> None:
+    url, workspace = served
+    parked = _write(url, "forged.txt", "x\n", "w3")
+    approval = parked["approval"]["id"]
+    with _session(url, BOB) as (client, csrf):
+        decide = f"/ui/approvals/{approval}/decide"
+
+        forged = client.post(decide, data={"decision": "approve"})
+        assert forged.status_code == 403 and "security token" in forged.text
+        wrong = client.post(decide, data={"decision": "approve", "csrf": "x" * 32})
+        assert wrong.status_code == 403
+        no_cookie = httpx.post(url + decide, data={"decision": "approve", "csrf": csrf})
+        assert no_cookie.status_code == 401
+        bad = client.post(decide, data={"decision": "maybe", "csrf": csrf})
+        assert bad.status_code == 400 and "approve or deny" in bad.text
+        long = client.post(decide, data={"decision": "deny", "csrf": csrf, "comment": "x" * 3000})
+        assert long.status_code == 400
+        twice = client.post(
+            decide,
+            content=f"decision=approve&decision=deny&csrf={csrf}",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert twice.status_code == 400
+        as_json = client.post(decide, json={"decision": "approve", "csrf": csrf})
+        assert as_json.status_code == 400
+        huge = client.post(decide, data={"decision": "approve", "csrf": csrf, "c": "x" * 20000})
+        assert huge.status_code == 413
+        forged_signin = httpx.post(url + "/ui/signin", data={"api_key": BOB})
+        assert forged_signin.status_code == 403
+        still = httpx.get(
+            f"{url}/v1/approvals/{approval}", headers={"Authorization": f"Bearer {BOB}"}
+        ).json()
+        assert still["status"] == "pending"
+        assert not (workspace / "forged.txt").exists()
+
+        denied = client.post(decide, data={"decision": "deny", "csrf": csrf, "comment": "no"})
+        assert denied.status_code == 303
+        again = client.post(decide, data={"decision": "approve", "csrf": csrf})
+        assert again.status_code == 409 and "can no longer be decided" in again.text
+
+        out = client.post("/ui/signout", data={"csrf": csrf})
+        assert out.status_code == 303
+        client.cookies.clear()
+        assert client.get("/ui/approvals").status_code == 303
+
+
+def test_nobody_approves_their_own_request(served: tuple[str, Path]) -> None:
+    url, workspace = served
+    body = {
+        "run_id": "ui-run",
+        "call_id": "own",
+        "tool": {"name": "fs.write_file"},
+        "arguments": {"path": "own.txt", "content": "mine\n"},
+        "actor": {"user_id": "carol", "agent_id": "x"},
+        "workspace": {"id": "demo"},
+    }
+    parked = httpx.post(
+        url + "/v1/executions", json=body, headers={"Authorization": "Bearer tg_dev_carol"}
+    ).json()
+    approval = parked["approval"]["id"]
+    with _session(url, "tg_dev_carol") as (client, csrf):
+        inbox = client.get("/ui/approvals")
+        assert inbox.status_code == 200 and approval not in inbox.text  # not hers to decide
+        shown = client.get(f"/ui/approvals/{approval}")
+        assert "nobody approves their own request" in shown.text
+        assert 'value="approve"' not in shown.text
+        tried = client.post(
+            f"/ui/approvals/{approval}/decide", data={"decision": "approve", "csrf": csrf}
+        )
+    assert tried.status_code == 403 and "nobody approves their own request" in tried.text
+    assert not (workspace / "own.txt").exists()
+
+
+def test_a_cookie_is_httponly_strict_and_expires(served: tuple[str, Path]) -> None:
+    url, _ = served
+    with httpx.Client(base_url=url) as client:
+        form = client.get("/ui/signin")
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert token is not None
+        signed = client.post(
+            "/ui/signin", data={"csrf": token.group(1), "api_key": BOB}, follow_redirects=False
+        )
+    cookie = next(
+        v for k, v in signed.headers.multi_items() if k == "set-cookie" and "tg_session" in v
+    )
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=" in cookie
+    assert "Secure" not in cookie  # plain HTTP here; Secure when the request is HTTPS
