@@ -25,6 +25,7 @@ from starlette.requests import Request
 
 from gateway.errors import ToolgateError
 from gateway.mcp import meta, results, tools
+from gateway.pipeline.plan import plan_call
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
@@ -170,6 +171,8 @@ async def _call(
     body = meta.execution_body(params.name, params.arguments, raw, origin)
     request = parse_request(body, door.principal)
     request = _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
+    if meta.dry_run(raw):
+        return results.plan_result(await plan_call(door.services, request))
     run = _Run(door.services, request)
     door.tasks.start_soon(run.drive)
     if wants_task(ctx, params):

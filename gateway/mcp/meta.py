@@ -71,6 +71,7 @@ WRITTEN_KEYS = (
     RISK,
     RUN_ID,
     CALL_ID,
+    DRY_RUN,
 )
 
 TRACEPARENT = "traceparent"
@@ -92,12 +93,6 @@ def execution_body(
     name: str, arguments: Mapping[str, Any] | None, meta: Mapping[str, Any], origin: CallOrigin
 ) -> dict[str, Any]:
     """The ``POST /v1/executions`` body of one ``tools/call``."""
-    if meta.get(DRY_RUN) not in (None, False):
-        raise MalformedRequest(
-            f"{DRY_RUN} is reserved for dry-run plans, which this gateway does not offer yet; "
-            "nothing was run",
-            code="dry_run_unavailable",
-        )
     args = dict(arguments or {})
     body: dict[str, Any] = {
         key: meta[mkey] for mkey, key in REQUEST_KEYS.items() if meta.get(mkey) is not None
@@ -118,6 +113,17 @@ def execution_body(
         )
     body["workspace"] = {"id": workspace}
     return body
+
+
+def dry_run(meta: Mapping[str, Any]) -> bool:
+    """Whether the ``tools/call`` asks for a plan (``POST /v1/plans``) instead of a call."""
+    value = meta.get(DRY_RUN)
+    if value is not None and not isinstance(value, bool):
+        raise MalformedRequest(
+            f"{DRY_RUN} is true (answer with the plan of the call) or false; nothing was run",
+            code="invalid_dry_run",
+        )
+    return value is True
 
 
 def _default_run_id(origin: CallOrigin, meta: Mapping[str, Any]) -> str:

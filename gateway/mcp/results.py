@@ -19,6 +19,7 @@ from typing import Any
 from gateway import jsontext
 from gateway.errors import ToolgateError
 from gateway.mcp import meta
+from gateway.pipeline.plan import Plan
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Outcome, Status
 
@@ -87,6 +88,18 @@ def call_result(record: ExecutionRecord, base_url: str) -> dict[str, Any]:
     if outcome not in ERROR_OUTCOMES and error:
         out["content"].append(_text(f"{outcome}: {error.get('message')}"))
     return out
+
+
+def plan_result(plan: Plan) -> dict[str, Any]:
+    """A dry run's answer: the plan (docs/api.md#post-v1plans) as ``structuredContent``; not
+    an error even when the call would fail (the plan says so in ``would`` and ``error``)."""
+    structured = plan.to_json()
+    return {
+        "content": [_text(jsontext.response(structured))],
+        "structuredContent": structured,
+        "isError": False,
+        "_meta": {meta.DRY_RUN: True, meta.OUTCOME: "planned", meta.TOOL_VERSION: plan.version},
+    }
 
 
 def refused(exc: ToolgateError) -> dict[str, Any]:

@@ -102,7 +102,7 @@ async def _follow(
                 "the approval does not satisfy the policy: " + "; ".join(decision.reasons),
                 code="approval_insufficient",
             )
-        preview = await _preview(services, call)
+        preview = await preview_of(services, call)
         awaiting = _approval(services, call, decision.reasons, preview)
         return Authorized(call, approval, awaiting, trail)
     return Authorized(call, approval, None, trail)
@@ -133,7 +133,7 @@ async def _approval_from_token(services: Services, call: Call) -> ApprovalRecord
     return approval
 
 
-async def _preview(services: Services, call: Call) -> JSON:
+async def preview_of(services: Services, call: Call) -> JSON:
     """What the approver will see of the effect, when the adapter can tell (e.g. a diff)."""
     adapter = adapter_of(services, call)
     if not isinstance(adapter, Previewing):

@@ -170,6 +170,9 @@ class Ticket:
     ``None`` for a new call."""
     approval: ApprovalRecord | None = None
     """The approval a resumed call runs under."""
+    dry_run: bool = False
+    """A plan (``pipeline/plan.py``): only the stages marked ``plans`` run, nothing is
+    written and no quota is counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,9 @@ class Requested:
     trail: Trail
 
     @classmethod
-    def start(cls, request: ToolExecutionRequest, respond_async: bool = False) -> Requested:
+    def start(
+        cls, request: ToolExecutionRequest, respond_async: bool = False, dry_run: bool = False
+    ) -> Requested:
         execution_id = new_execution_id()
         requested = make_event(
             execution_id,
@@ -197,7 +202,9 @@ class Requested:
                 "idempotency_key_present": bool(request.idempotency_key),
             },
         )
-        ticket = Ticket(request, execution_id, int(time.time() * 1000), respond_async)
+        ticket = Ticket(
+            request, execution_id, int(time.time() * 1000), respond_async, dry_run=dry_run
+        )
         return cls(ticket, Trail(execution_id, (requested,), 1))
 
     @classmethod

@@ -79,18 +79,20 @@ S = TypeVar("S")
 
 @dataclass(frozen=True, slots=True)
 class Stage(Generic[S]):
-    """One stage: its name (that of its module), the record it takes, and its function."""
+    """One stage: its name (that of its module), the record it takes, its function, and
+    whether a dry-run plan runs it (``plans``: the stages that change nothing)."""
 
     name: str
     takes: type[S]
     run: Callable[[Services, S], Awaitable[State]]
+    plans: bool = False
 
 
 STAGES: tuple[Stage[Any], ...] = (
-    Stage("resolve", Requested, resolve.run),
-    Stage("normalise", Resolved, normalise.run),
-    Stage("validate", Prepared, validate.run),
-    Stage("policy", Prepared, policy.run),
+    Stage("resolve", Requested, resolve.run, plans=True),
+    Stage("normalise", Resolved, normalise.run, plans=True),
+    Stage("validate", Prepared, validate.run, plans=True),  # without the quota in a plan
+    Stage("policy", Prepared, policy.run, plans=True),
     Stage("reserve", Authorized, reserve.run),
     Stage("lock", Reserved, lock.run),
     Stage("execute", Locked, execute.run),

@@ -36,6 +36,8 @@ async def check_quota(services: Services, call: Call) -> None:
     ticket, tool = call.ticket, call.tool
     if ticket.stored is not None:
         return  # resumed or dequeued: this call already counted when it was reserved
+    if ticket.dry_run:
+        return  # a plan counts against no quota (and reports none)
     limit = services.policy_data.quota(tool.risk.value)
     if limit is None:
         return

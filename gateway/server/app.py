@@ -66,6 +66,7 @@ def create_app(
         Route("/v1/executions/{execution_id}/cancel", routes.cancel_execution, methods=["POST"]),
         Route("/v1/executions/{execution_id}/resolve", routes.resolve_execution, methods=["POST"]),
         Route("/v1/runs/{run_id}/events", routes.run_events, methods=["GET"]),
+        Route("/v1/plans", routes.create_plan, methods=["POST"]),
         Route("/v1/cancellations", routes.cancel_by_token, methods=["POST"]),
         Route("/v1/tools", routes.list_tools, methods=["GET"]),
         Route("/v1/tools/{name}", routes.get_tool, methods=["GET"]),

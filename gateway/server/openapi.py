@@ -51,6 +51,7 @@ def build_openapi() -> dict[str, Any]:
                 **defs,
                 "ExecutionRequest": request_schema,
                 "Execution": _execution_schema(),
+                "Plan": _plan_schema(),
                 "Problem": {
                     "type": "object",
                     "properties": {
@@ -111,6 +112,25 @@ def _paths() -> dict[str, Any]:
                     {"name": "call_id", "in": "query", "schema": {"type": "string"}},
                 ],
                 "responses": {"200": _resp("matching executions", {"type": "object"}), **_ERRORS},
+            },
+        },
+        "/v1/plans": {
+            "post": {
+                "summary": "What POST /v1/executions with this body would do, with no side effect",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/ExecutionRequest"}
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _resp("the plan", {"$ref": "#/components/schemas/Plan"}),
+                    "400": _resp("malformed request or missing idempotency key"),
+                    "413": _resp("body over the size limit"),
+                    **_ERRORS,
+                },
             },
         },
         "/v1/executions/{execution_id}": {
@@ -324,6 +344,28 @@ def _paths() -> dict[str, Any]:
         "/openapi.json": {
             "get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI"}}}
         },
+    }
+
+
+def _plan_schema() -> dict[str, Any]:
+    obj, nullable = {"type": "object"}, {"type": ["object", "null"]}
+    return {
+        "type": "object",
+        "properties": {
+            "dry_run": {"const": True},
+            "would": {"enum": ["run", "await_approval", "fail"]},
+            "tool": obj,
+            "arguments": nullable,
+            "arguments_sha256": {"type": ["string", "null"]},
+            "validation": obj,
+            "state_guards": obj,
+            "policy": nullable,
+            "locks": {"type": "array", "items": obj},
+            "preview": {},
+            "preview_available": {"type": "boolean"},
+            "error": nullable,
+        },
+        "required": ["dry_run", "would", "tool", "validation", "policy", "locks", "error"],
     }
 
 

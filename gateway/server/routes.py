@@ -21,6 +21,7 @@ from gateway.errors import (
 )
 from gateway.http import streams
 from gateway.http.auth import authenticate
+from gateway.pipeline.plan import plan_call
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
 from gateway.policy import bundle as bundles
@@ -97,6 +98,19 @@ async def create_execution(request: Request) -> Response:
     respond_async = "respond-async" in request.headers.get("prefer", "").lower()
     record = await run_call(services, call, respond_async=respond_async)
     return await _execution_response(services, record)
+
+
+async def create_plan(request: Request) -> Response:
+    """What ``POST /v1/executions`` with this body would do, with no side effect."""
+    services = services_of(request)
+    principal = principal_of(request)
+    body = await read_json(request, services.settings.max_body_bytes)
+    headers = request.headers
+    call = parse_request(
+        body, principal, headers.get("idempotency-key"), headers.getlist("traceparent")
+    )
+    plan = await plan_call(services, call)
+    return JSONResponse(plan.to_json())
 
 
 async def cancel_execution(request: Request) -> Response:

@@ -342,6 +342,13 @@ async def test_execute_returns_returning_rows_and_binds_templates(shop: Shop) ->
     assert out.data["rows"] == [{"id": 11, "name": "new", "qty": 42}]  # qty from actor.user_id
 
 
+async def test_the_preview_is_the_sql_and_its_binds_and_changes_nothing(shop: Shop) -> None:
+    shown = await shop.adapter.preview(shop.call("t.add", id=12, name="planned"))
+    assert "INSERT" in shown["sql"].upper() and shown["operation"] == "execute", shown
+    assert shown["binds"]["id"] == 12 and shown["binds"]["name"] == "planned"
+    assert shop.value("SELECT COUNT(*) FROM items WHERE id = 12") == 0
+
+
 async def test_expect_rows_mismatch_rolls_back(shop: Shop) -> None:
     with pytest.raises(ExecutionError) as caught:
         await shop.adapter.execute(shop.call("t.take", id=404, n=1))

@@ -602,6 +602,32 @@ response_headers: [content-type]
     assert "env-secret-value-42" not in text and "file-secret-value-99" not in text
 
 
+async def test_the_preview_names_the_request_with_secrets_redacted(
+    service: tuple[Starlette, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("T_HTTP_TOKEN", "env-secret-value-42")
+    tool = declare(
+        tmp_path,
+        HEAD
+        + """\
+side_effect: write
+service: orders
+method: POST
+url: /echo
+credentials:
+  - {header: Authorization, prefix: "Bearer ", env: T_HTTP_TOKEN}
+""",
+    )
+    opened = http.HttpAdapter(http_config(service[1]))
+    try:
+        shown = await opened.preview(make_call(tool))
+    finally:
+        await opened.aclose()
+    assert shown["method"] == "POST" and shown["url"] == service[1] + "/echo", shown
+    assert ["Authorization", "[redacted]"] in shown["headers"]
+    assert "env-secret-value-42" not in json.dumps(shown)
+
+
 async def test_missing_and_unsafe_secrets_are_refused_before_sending(
     adapter: http.HttpAdapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -116,6 +116,40 @@ def test_a_denied_call(gw: Gateway, era: str) -> None:
 
 
 @pytest.mark.parametrize("era", ERAS)
+def test_a_dry_run_answers_with_the_plan_and_runs_nothing(gw: Gateway, era: str) -> None:
+    path = f"plan-{era}-{uuid.uuid4().hex[:6]}.txt"
+    (gw.workspace / path).write_text("old\n")
+    ids = {**_ids(), meta.IDEMPOTENCY_KEY: f"k-{uuid.uuid4().hex}"}
+    args = {"path": path, "content": "new\n"}
+
+    async def main() -> tuple[types.CallToolResult, types.CallToolResult, types.CallToolResult]:
+        async with connect(gw.url, era) as client:
+            plan = await client.call_tool("fs.write_file", args, meta={**ids, meta.DRY_RUN: True})
+            denied = await client.call_tool(
+                "fs.write_file", {"path": ".git/config", "content": "x"}, meta={meta.DRY_RUN: True}
+            )
+            real = await client.call_tool("fs.write_file", args, meta=ids)
+            return plan, denied, real
+
+    plan, denied, real = anyio.run(main)
+    assert not plan.is_error and plan.structured_content, plan.content
+    planned = plan.structured_content
+    assert planned["would"] == "run" and "+new" in planned["preview"]["diff"], planned
+    assert meta_of(plan)[meta.DRY_RUN] is True and meta_of(plan)[meta.OUTCOME] == "planned"
+    assert denied.structured_content and denied.structured_content["would"] == "fail"
+    assert denied.structured_content["policy"]["result"] == "deny"
+    # the plan used neither the call id nor the key: the same call then runs, once
+    assert meta_of(real)[meta.OUTCOME] == "succeeded", real.content
+    assert (gw.workspace / path).read_text() == "new\n"
+    with gw.rest(ALICE) as rest:
+        found = rest.get("/v1/executions", params={"run_id": ids[meta.RUN_ID]}).json()
+        events = rest.get(f"/v1/executions/{found['items'][0]['id']}/events").json()["items"]
+    assert found["count"] == 1
+    decided = next(e for e in events if e["type"] == "policy.decided")
+    assert decided["data"]["input"]["arguments_sha256"] == planned["arguments_sha256"]
+
+
+@pytest.mark.parametrize("era", ERAS)
 def test_a_request_error_is_an_error_result_not_an_exception(gw: Gateway, era: str) -> None:
     async def main() -> types.CallToolResult:
         async with connect(gw.url, era) as client:

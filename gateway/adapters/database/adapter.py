@@ -154,6 +154,17 @@ class DatabaseAdapter:
         )
         return _probe_value(row, params.get("column"), call.tool)
 
+    async def preview(self, call: AdapterCall) -> JSON:
+        """The declared SQL and the values it would be bound to; nothing is sent."""
+        options = options_of(call.tool)
+        binds = binds_for(options.sql, options, call)
+        return {
+            "connection": options.connection,
+            "operation": call.tool.operation,
+            "sql": options.sql,
+            "binds": {name: json_value(value) for name, value in sorted(binds.items())},
+        }
+
     async def aclose(self) -> None:
         for conn in self.connections.values():
             await anyio.to_thread.run_sync(conn.engine.dispose)

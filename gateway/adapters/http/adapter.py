@@ -36,6 +36,7 @@ from pydantic import ValidationError as PydanticValidationError
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.adapters.http.options import HttpConfig, HttpOptions, parse_json_path
 from gateway.adapters.http.request import (
+    REDACTED,
     Redactor,
     check_header_values,
     credential_headers,
@@ -350,6 +351,22 @@ class HttpAdapter:
             plan.redactor.error(exc)
             raise
         return plan.redactor.json(probe_value(exchange, params))
+
+    async def preview(self, call: AdapterCall) -> JSON:
+        """The request it would send: method, URL and headers, every credential and secret
+        redacted; the body only by its size. Nothing is sent."""
+        plan = await self._plan_request(call, _options(call))
+        redact = plan.redactor.text
+        headers = [
+            [name, REDACTED if name.lower() in plan.credential_headers else redact(value)]
+            for name, value in plan.headers
+        ]
+        return {
+            "method": plan.method,
+            "url": redact(str(plan.url)),
+            "headers": headers,
+            "body_bytes": len(plan.content or b""),
+        }
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}

@@ -1,0 +1,404 @@
+"""A typed client of the gateway's REST API (docs/api.md), sync and async.
+
+``Client`` and ``AsyncClient`` have the same methods; both build their requests with
+``_Requests`` (one place for paths, bodies and parameters) and read the answers with
+``_read`` (one place for the problem+json errors of ``gateway.client.errors``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from gateway.client.errors import TransportError, raise_for_problem
+
+MAX_WAIT_S = 60.0
+"""The longest ``?wait=`` the gateway holds one request for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One execution as the gateway answered it (docs/api.md#the-execution-resource)."""
+
+    raw: Mapping[str, Any]
+
+    @property
+    def id(self) -> str:
+        return str(self.raw["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.raw["status"])
+
+    @property
+    def terminal(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def result(self) -> Mapping[str, Any]:
+        return self.raw.get("result") or {}
+
+    @property
+    def outcome(self) -> str | None:
+        outcome = self.result.get("outcome")
+        return str(outcome) if outcome is not None else None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome == "succeeded"
+
+    @property
+    def data(self) -> Any:
+        return self.result.get("data")
+
+    @property
+    def error(self) -> Mapping[str, Any] | None:
+        error = self.result.get("error")
+        return error if isinstance(error, Mapping) else None
+
+    @property
+    def approval(self) -> Mapping[str, Any] | None:
+        approval = self.raw.get("approval")
+        return approval if isinstance(approval, Mapping) else None
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """The parts of a request besides the tool and its arguments (docs/api.md#request-body).
+
+    ``call_id`` defaults to a new one per call: send the same one again to make a retry the
+    same call."""
+
+    run_id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex}")
+    workspace: str = "demo"
+    agent_id: str = "toolgate-client"
+    turn_id: str = ""
+    call_id: str | None = None
+    version: str | None = None
+    idempotency_key: str | None = None
+    expected_state: Mapping[str, Any] | None = None
+    deadline_ms: int | None = None
+    approval_token: str | None = None
+    cancellation_token: str | None = None
+
+
+def request_body(
+    tool: str, arguments: Mapping[str, Any], options: CallOptions, user_id: str | None = None
+) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/executions`` and ``POST /v1/plans``."""
+    ref: dict[str, Any] = {"name": tool}
+    if options.version is not None:
+        ref["requested_version"] = options.version
+    actor: dict[str, Any] = {"agent_id": options.agent_id}
+    if user_id is not None:
+        actor["user_id"] = user_id
+    body: dict[str, Any] = {
+        "run_id": options.run_id,
+        "turn_id": options.turn_id,
+        "call_id": options.call_id or f"call-{uuid.uuid4().hex}",
+        "tool": ref,
+        "arguments": dict(arguments),
+        "actor": actor,
+        "workspace": {"id": options.workspace},
+    }
+    optional = {
+        "idempotency_key": options.idempotency_key,
+        "expected_state": dict(options.expected_state) if options.expected_state else None,
+        "deadline": options.deadline_ms,
+        "approval_token": options.approval_token,
+        "cancellation_token": options.cancellation_token,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    method: str
+    path: str
+    params: Mapping[str, Any] | None = None
+    json: Any = None
+    headers: Mapping[str, str] | None = None
+    timeout: float | None = None
+
+
+class _Requests:
+    """Every request of the API, as data (no I/O)."""
+
+    @staticmethod
+    def execute(body: Mapping[str, Any], respond_async: bool) -> _Request:
+        headers = {"Prefer": "respond-async"} if respond_async else None
+        return _Request("POST", "/v1/executions", json=body, headers=headers)
+
+    @staticmethod
+    def plan(body: Mapping[str, Any]) -> _Request:
+        return _Request("POST", "/v1/plans", json=body)
+
+    @staticmethod
+    def get(execution_id: str, wait: float | None) -> _Request:
+        params = {"wait": f"{wait:g}"} if wait else None
+        timeout = wait + 30 if wait else None
+        return _Request("GET", f"/v1/executions/{execution_id}", params, timeout=timeout)
+
+    @staticmethod
+    def find(run_id: str | None, call_id: str | None) -> _Request:
+        params = {k: v for k, v in (("run_id", run_id), ("call_id", call_id)) if v is not None}
+        return _Request("GET", "/v1/executions", params)
+
+    @staticmethod
+    def cancel(execution_id: str) -> _Request:
+        return _Request("POST", f"/v1/executions/{execution_id}/cancel")
+
+    @staticmethod
+    def events(execution_id: str, after: int | None) -> _Request:
+        params = {"after": str(after)} if after is not None else None
+        return _Request("GET", f"/v1/executions/{execution_id}/events", params)
+
+    @staticmethod
+    def tools(fmt: str | None) -> _Request:
+        return _Request("GET", "/v1/tools", {"format": fmt} if fmt else None)
+
+    @staticmethod
+    def tool(name: str, version: str | None) -> _Request:
+        return _Request("GET", f"/v1/tools/{name}", {"version": version} if version else None)
+
+    @staticmethod
+    def approvals(status: str | None) -> _Request:
+        return _Request("GET", "/v1/approvals", {"status": status} if status else None)
+
+    @staticmethod
+    def approval(approval_id: str) -> _Request:
+        return _Request("GET", f"/v1/approvals/{approval_id}")
+
+    @staticmethod
+    def decide(approval_id: str, verb: str, comment: str | None, resume: bool) -> _Request:
+        body: dict[str, Any] = {"resume": resume}
+        if comment is not None:
+            body["comment"] = comment
+        return _Request("POST", f"/v1/approvals/{approval_id}/{verb}", json=body)
+
+
+def _read(response: httpx.Response) -> Any:
+    raise_for_problem(response)
+    return response.json()
+
+
+def _headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}", "User-Agent": "toolgate-client"}
+
+
+class Client:
+    """The REST API, synchronously. ``defaults``: the ``CallOptions`` of every call that
+    passes none."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        defaults: CallOptions | None = None,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.defaults = defaults or CallOptions()
+        self._http = httpx.Client(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, req: _Request) -> Any:
+        try:
+            response = self._http.request(
+                req.method,
+                req.path,
+                params=req.params,
+                json=req.json,
+                headers=req.headers,
+                timeout=req.timeout or httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{req.method} {req.path}: {exc}") from exc
+        return _read(response)
+
+    def execute(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        options: CallOptions | None = None,
+        *,
+        respond_async: bool = False,
+    ) -> Execution:
+        """Run one call (``POST /v1/executions``): its execution, terminal unless it waits
+        for an approval (or ``respond_async``)."""
+        body = request_body(tool, arguments or {}, options or self.defaults)
+        return Execution(self._send(_Requests.execute(body, respond_async)))
+
+    def plan(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        options: CallOptions | None = None,
+    ) -> dict[str, Any]:
+        """What the call would do, with no side effect (``POST /v1/plans``)."""
+        body = request_body(tool, arguments or {}, options or self.defaults)
+        return dict(self._send(_Requests.plan(body)))
+
+    def get(self, execution_id: str, wait: float | None = None) -> Execution:
+        return Execution(self._send(_Requests.get(execution_id, wait)))
+
+    def wait(self, execution_id: str, timeout: float = 300.0) -> Execution:
+        """Long-poll until the execution is completed or ``timeout`` seconds pass (then it is
+        returned as it stands)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            execution = self.get(execution_id, wait=max(min(left, MAX_WAIT_S), 0))
+            if execution.terminal or left <= 0:
+                return execution
+
+    def find(self, run_id: str | None = None, call_id: str | None = None) -> list[Execution]:
+        items = self._send(_Requests.find(run_id, call_id))["items"]
+        return [Execution(item) for item in items]
+
+    def cancel(self, execution_id: str) -> Execution:
+        return Execution(self._send(_Requests.cancel(execution_id)))
+
+    def events(self, execution_id: str, after: int | None = None) -> list[dict[str, Any]]:
+        return list(self._send(_Requests.events(execution_id, after))["items"])
+
+    def tools(self, format: str | None = None) -> dict[str, Any]:
+        """The catalogue; ``format`` (``llm``, ``openai``, ``anthropic``, ``mcp``): every
+        enabled tool as an LLM tool definition, with ``names`` mapping back."""
+        return dict(self._send(_Requests.tools(format)))
+
+    def tool(self, name: str, version: str | None = None) -> dict[str, Any]:
+        return dict(self._send(_Requests.tool(name, version)))
+
+    def approvals(self, status: str | None = None) -> list[dict[str, Any]]:
+        return list(self._send(_Requests.approvals(status))["items"])
+
+    def approval(self, approval_id: str) -> dict[str, Any]:
+        return dict(self._send(_Requests.approval(approval_id)))
+
+    def approve(
+        self, approval_id: str, comment: str | None = None, *, resume: bool = True
+    ) -> dict[str, Any]:
+        return dict(self._send(_Requests.decide(approval_id, "approve", comment, resume)))
+
+    def deny(self, approval_id: str, comment: str | None = None) -> dict[str, Any]:
+        return dict(self._send(_Requests.decide(approval_id, "deny", comment, True)))
+
+
+class AsyncClient:
+    """The REST API, asynchronously: the methods of ``Client``, awaited."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        defaults: CallOptions | None = None,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.defaults = defaults or CallOptions()
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, req: _Request) -> Any:
+        try:
+            response = await self._http.request(
+                req.method,
+                req.path,
+                params=req.params,
+                json=req.json,
+                headers=req.headers,
+                timeout=req.timeout or httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{req.method} {req.path}: {exc}") from exc
+        return _read(response)
+
+    async def execute(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        options: CallOptions | None = None,
+        *,
+        respond_async: bool = False,
+    ) -> Execution:
+        body = request_body(tool, arguments or {}, options or self.defaults)
+        return Execution(await self._send(_Requests.execute(body, respond_async)))
+
+    async def plan(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        options: CallOptions | None = None,
+    ) -> dict[str, Any]:
+        body = request_body(tool, arguments or {}, options or self.defaults)
+        return dict(await self._send(_Requests.plan(body)))
+
+    async def get(self, execution_id: str, wait: float | None = None) -> Execution:
+        return Execution(await self._send(_Requests.get(execution_id, wait)))
+
+    async def wait(self, execution_id: str, timeout: float = 300.0) -> Execution:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            execution = await self.get(execution_id, wait=max(min(left, MAX_WAIT_S), 0))
+            if execution.terminal or left <= 0:
+                return execution
+
+    async def find(self, run_id: str | None = None, call_id: str | None = None) -> list[Execution]:
+        items = (await self._send(_Requests.find(run_id, call_id)))["items"]
+        return [Execution(item) for item in items]
+
+    async def cancel(self, execution_id: str) -> Execution:
+        return Execution(await self._send(_Requests.cancel(execution_id)))
+
+    async def events(self, execution_id: str, after: int | None = None) -> list[dict[str, Any]]:
+        return list((await self._send(_Requests.events(execution_id, after)))["items"])
+
+    async def tools(self, format: str | None = None) -> dict[str, Any]:
+        return dict(await self._send(_Requests.tools(format)))
+
+    async def tool(self, name: str, version: str | None = None) -> dict[str, Any]:
+        return dict(await self._send(_Requests.tool(name, version)))
+
+    async def approvals(self, status: str | None = None) -> list[dict[str, Any]]:
+        return list((await self._send(_Requests.approvals(status)))["items"])
+
+    async def approval(self, approval_id: str) -> dict[str, Any]:
+        return dict(await self._send(_Requests.approval(approval_id)))
+
+    async def approve(
+        self, approval_id: str, comment: str | None = None, *, resume: bool = True
+    ) -> dict[str, Any]:
+        return dict(await self._send(_Requests.decide(approval_id, "approve", comment, resume)))
+
+    async def deny(self, approval_id: str, comment: str | None = None) -> dict[str, Any]:
+        return dict(await self._send(_Requests.decide(approval_id, "deny", comment, True)))

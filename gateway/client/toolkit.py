@@ -1,0 +1,91 @@
+"""What every framework adapter shares: the catalogue as tool specs, and an execution as
+the answer an agent reads (the framework modules only wrap these)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gateway.client.client import AsyncClient, CallOptions, Client, Execution
+from gateway.client.errors import ApiError
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One catalogue tool as a framework takes it."""
+
+    name: str
+    """The gateway's name (``fs.write_file``)."""
+    llm_name: str
+    """The name LLM APIs accept (``fs__write_file``)."""
+    description: str
+    parameters: Mapping[str, Any]
+    """The input as JSON Schema (``GET /v1/tools?format=llm``)."""
+
+
+def specs_of(listing: Mapping[str, Any]) -> list[ToolSpec]:
+    """The tools of a ``GET /v1/tools?format=llm`` answer."""
+    names: Mapping[str, str] = listing.get("names") or {}
+    return [
+        ToolSpec(
+            name=names.get(item["name"], item["name"]),
+            llm_name=item["name"],
+            description=item.get("description") or "",
+            parameters=item.get("parameters") or {"type": "object", "properties": {}},
+        )
+        for item in listing.get("items", [])
+    ]
+
+
+def catalogue(client: Client) -> list[ToolSpec]:
+    return specs_of(client.tools(format="llm"))
+
+
+async def acatalogue(client: AsyncClient) -> list[ToolSpec]:
+    return specs_of(await client.tools(format="llm"))
+
+
+def with_call_id(options: CallOptions, call_id: str | None) -> CallOptions:
+    """The options of one tool invocation: the framework's tool call id as the gateway's
+    call id when there is one (a retry of that tool call is then the same call), and, unless
+    the options name one, an idempotency key derived from it (``<run_id>/<tool call id>``:
+    what a tool with ``idempotency: required`` needs)."""
+    if not call_id:
+        return options
+    key = options.idempotency_key or f"{options.run_id}/{call_id}"
+    return replace(options, call_id=call_id, idempotency_key=key)
+
+
+def answer(execution: Execution) -> dict[str, Any]:
+    """What the agent reads of an execution: the data of a success, the error of a failure,
+    how to get the outcome of a call that waits for a person."""
+    if execution.terminal:
+        out: dict[str, Any] = {"outcome": execution.outcome, "execution_id": execution.id}
+        if execution.succeeded:
+            out["data"] = execution.data
+        else:
+            out["error"] = execution.error
+        return out
+    approval = execution.approval or {}
+    return {
+        "status": execution.status,
+        "execution_id": execution.id,
+        "approval_id": approval.get("id"),
+        "message": (
+            "the call waits for a person's approval; it runs once approved (ask for "
+            "execution_id's outcome later)"
+            if approval
+            else f"the call is {execution.status}; ask for execution_id's outcome later"
+        ),
+    }
+
+
+def refused(exc: ApiError) -> dict[str, Any]:
+    """A request the gateway refused (4xx): what the agent reads instead of an exception."""
+    return {"outcome": "refused", "error": {"code": exc.code, "message": exc.detail}}
+
+
+def text(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)

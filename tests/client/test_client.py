@@ -1,0 +1,137 @@
+"""gateway.client against a real gateway process: every method, and the typed errors."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gateway.client import (
+    AsyncClient,
+    CallOptions,
+    Client,
+    Forbidden,
+    IdempotencyMismatch,
+    MalformedRequest,
+    NotFound,
+    TransportError,
+    Unauthenticated,
+)
+from gateway.testing import free_port
+from tests.helpers import ALICE, BOB
+
+pytestmark = pytest.mark.slow
+Gw = tuple[str, Path]
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}.txt"
+
+
+def test_execute_plan_events_and_replay(gw: Gw) -> None:
+    url, workspace = gw
+    path = _name("client")
+    key = CallOptions(idempotency_key=f"k-{uuid.uuid4().hex}")
+    with Client(url, ALICE) as client:
+        plan = client.plan("fs.write_file", {"path": path, "content": "hi"}, key)
+        assert plan["would"] == "run" and not (workspace / path).exists()
+        done = client.execute("fs.write_file", {"path": path, "content": "hi"}, key)
+        assert done.terminal and done.succeeded and done.data["path"] == path
+        assert (workspace / path).read_text() == "hi"
+        events = client.events(done.id)
+        assert events[0]["type"] == "tool.requested" and events[-1]["type"] == "tool.completed"
+        later = client.events(done.id, after=events[-2]["seq"])
+        assert [e["seq"] for e in later] == [events[-1]["seq"]]
+        replay = client.execute("fs.write_file", {"path": path, "content": "hi"}, key)
+        assert replay.id == done.id
+        with pytest.raises(IdempotencyMismatch) as info:
+            client.execute("fs.write_file", {"path": path, "content": "other"}, key)
+        assert info.value.code == "idempotency_key_reused" and info.value.status == 422
+        assert client.get(done.id).outcome == "succeeded"
+        assert [e.id for e in client.find(run_id=key.run_id)] == [done.id]
+
+
+def test_approval_by_another_principal_then_wait(gw: Gw) -> None:
+    url, workspace = gw
+    path = _name("doomed")
+    (workspace / path).write_text("bye")
+    options = CallOptions(idempotency_key=f"d-{uuid.uuid4().hex}")
+    with Client(url, ALICE) as alice, Client(url, BOB) as bob:
+        parked = alice.execute("fs.delete_file", {"path": path}, options)
+        assert parked.status == "awaiting_approval" and parked.approval is not None
+        approval_id = str(parked.approval["id"])
+        assert approval_id in [a["id"] for a in bob.approvals(status="pending")]
+        assert bob.approval(approval_id)["preview"]["exists"] is True
+        with pytest.raises(Forbidden) as info:
+            alice.approvals()
+        assert info.value.code == "not_an_approver"
+        bob.approve(approval_id, "fine")
+        done = alice.wait(parked.id, timeout=30)
+        assert done.succeeded, done.raw
+    assert not (workspace / path).exists()
+
+
+def test_deny_and_cancel(gw: Gw) -> None:
+    url, workspace = gw
+    path = _name("kept")
+    (workspace / path).write_text("stay")
+    with Client(url, ALICE) as alice, Client(url, BOB) as bob:
+        parked = alice.execute(
+            "fs.delete_file", {"path": path}, CallOptions(idempotency_key=uuid.uuid4().hex)
+        )
+        assert parked.approval is not None
+        bob.deny(str(parked.approval["id"]), "no")
+        denied = alice.wait(parked.id, timeout=30)
+        assert (
+            denied.outcome == "failed"
+            and denied.error
+            and denied.error["type"] == "approval_denied"
+        )
+        other = alice.execute(
+            "fs.delete_file", {"path": path}, CallOptions(idempotency_key=uuid.uuid4().hex)
+        )
+        cancelled = alice.cancel(other.id)
+        assert cancelled.terminal and cancelled.outcome == "cancelled", cancelled.raw
+    assert (workspace / path).read_text() == "stay"
+
+
+def test_tools_and_typed_errors(gw: Gw) -> None:
+    url, _ = gw
+    with Client(url, ALICE) as client:
+        listing = client.tools()
+        assert "fs.write_file" in {t["name"] for t in listing["items"]}
+        openai = client.tools(format="openai")
+        assert openai["names"]["fs__write_file"] == "fs.write_file"
+        assert client.tool("fs.write_file", "1.0.0")["version"] == "1.0.0"
+        with pytest.raises(NotFound):
+            client.tool("no.such_tool")
+        with pytest.raises(MalformedRequest) as bad:
+            client.tools(format="nope")
+        assert bad.value.code == "invalid_format"
+        with pytest.raises(NotFound):
+            client.get("ex_missing")
+    with Client(url, "tg_wrong") as stranger, pytest.raises(Unauthenticated):
+        stranger.tools()
+    with Client(f"http://127.0.0.1:{free_port()}", ALICE) as nowhere, pytest.raises(TransportError):
+        nowhere.tools()
+
+
+def test_the_async_client_does_the_same(gw: Gw) -> None:
+    url, workspace = gw
+    path = _name("async")
+
+    async def main() -> None:
+        async with AsyncClient(url, ALICE) as client:
+            plan = await client.plan("fs.write_file", {"path": path, "content": "a"})
+            assert plan["would"] == "run"
+            done = await client.execute("fs.write_file", {"path": path, "content": "a"})
+            assert done.succeeded
+            assert (await client.wait(done.id, timeout=5)).id == done.id
+            assert (await client.events(done.id))[-1]["type"] == "tool.completed"
+            with pytest.raises(NotFound):
+                await client.cancel("ex_missing")
+
+    anyio.run(main)
+    assert (workspace / path).read_text() == "a"

@@ -1,0 +1,126 @@
+"""Dry-run plans (POST /v1/plans): what a call would do, with no side effect."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.server.helpers import auth, body
+
+
+def _plan(client: TestClient, payload: dict[str, Any], **headers: str) -> dict[str, Any]:
+    response = client.post("/v1/plans", json=payload, headers={**auth(), **headers})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def _executions(client: TestClient) -> list[Any]:
+    return list(client.get("/v1/executions", headers=auth()).json()["items"])
+
+
+def test_a_plan_for_a_write_shows_the_diff_and_changes_nothing(
+    client: TestClient, workspace_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = workspace_root / "notes.txt"
+    target.write_text("old\n")
+    payload = body(
+        "fs.write_file", {"path": "./notes.txt", "content": "new\n"}, idempotency_key="k-plan"
+    )
+    with caplog.at_level(logging.INFO, logger="toolgate.plans"):
+        plan = _plan(client, payload)
+    assert plan["would"] == "run" and plan["error"] is None, plan
+    assert plan["tool"] == {"name": "fs.write_file", "version": "1.2.0", "deprecated": False}
+    assert plan["arguments"] == {"path": "notes.txt", "content": "new\n", "create_dirs": True}
+    assert plan["validation"] == {"ok": True}
+    assert plan["policy"]["result"] == "allow" and plan["policy"]["approval"]["required"] is False
+    assert plan["locks"] == [{"key": "ws:demo:file:notes.txt", "mode": "exclusive"}]
+    assert "-old" in plan["preview"]["diff"] and "+new" in plan["preview"]["diff"]
+    assert target.read_text() == "old\n"
+    assert _executions(client) == []
+    audit = [r for r in caplog.records if r.name == "toolgate.plans"]
+    assert len(audit) == 1 and audit[0].plan["arguments_sha256"] == plan["arguments_sha256"]
+    assert audit[0].plan["principal"] == "alice" and "new" not in audit[0].getMessage()
+    # the key is still free: the real call with the same key runs, with the same hash
+    payload["call_id"] = payload["call_id"] + "-real"
+    real = client.post("/v1/executions", json=payload, headers=auth())
+    assert real.status_code == 200, real.text
+    assert real.json()["result"]["outcome"] == "succeeded"
+    events = client.get(real.json()["links"]["events"], headers=auth()).json()["items"]
+    decided = next(e for e in events if e["type"] == "policy.decided")
+    assert decided["data"]["input"]["arguments_sha256"] == plan["arguments_sha256"]
+    assert target.read_text() == "new\n"
+
+
+def test_a_plan_for_a_denied_call_says_so(client: TestClient, workspace_root: Path) -> None:
+    plan = _plan(client, body("fs.write_file", {"path": ".git/config", "content": "x"}))
+    assert plan["would"] == "fail", plan
+    assert plan["policy"]["result"] == "deny" and plan["policy"]["reasons"]
+    assert plan["error"]["type"] == "policy_denied" and plan["error"]["phase"] == "policy"
+    assert plan["preview"] is None  # a refused caller sees nothing of the state
+    assert not (workspace_root / ".git" / "config").exists()
+
+
+def test_a_plan_for_a_call_needing_approval_names_the_approvers(
+    client: TestClient, workspace_root: Path
+) -> None:
+    (workspace_root / "doomed.txt").write_text("bye")
+    plan = _plan(client, body("fs.delete_file", {"path": "doomed.txt"}, idempotency_key="d"))
+    assert plan["would"] == "await_approval", plan
+    approval = plan["policy"]["approval"]
+    assert approval["required"] is True and approval["approver_roles"] == ["approver"]
+    assert plan["preview"]["exists"] is True
+    assert (workspace_root / "doomed.txt").exists()
+    assert client.get("/v1/approvals", headers=auth("tg_dev_bob")).json()["count"] == 0
+
+
+def test_a_failing_state_guard_is_reported(client: TestClient, workspace_root: Path) -> None:
+    (workspace_root / "a.txt").write_text("one")
+    wrong = hashlib.sha256(b"two").hexdigest()
+    plan = _plan(
+        client,
+        body("fs.write_file", {"path": "a.txt", "content": "x"}, expected_state={"sha256": wrong}),
+    )
+    assert plan["would"] == "fail" and plan["state_guards"]["status"] == "failed", plan
+    assert plan["validation"] == {"ok": True}
+    right = hashlib.sha256(b"one").hexdigest()
+    plan = _plan(
+        client,
+        body("fs.write_file", {"path": "a.txt", "content": "x"}, expected_state={"sha256": right}),
+    )
+    assert plan["state_guards"] == {"status": "passed", "keys": ["sha256"]}, plan
+    assert (workspace_root / "a.txt").read_text() == "one"
+
+
+def test_invalid_arguments_are_a_failing_plan(client: TestClient, workspace_root: Path) -> None:
+    plan = _plan(client, body("fs.write_file", {"path": "x.txt"}))
+    assert plan["would"] == "fail" and plan["validation"]["ok"] is False, plan
+    assert plan["error"]["type"] == "invalid_arguments"
+    assert not (workspace_root / "x.txt").exists()
+
+
+def test_bad_input_gets_the_same_4xx_as_executions(client: TestClient) -> None:
+    bad: list[Any] = [
+        {"tool": {"name": "fs.read_file"}},  # fields missing
+        [1, 2],
+    ]
+    for payload in bad:
+        planned = client.post("/v1/plans", json=payload, headers=auth())
+        executed = client.post("/v1/executions", json=payload, headers=auth())
+        assert planned.status_code == executed.status_code and 400 <= planned.status_code < 500
+        assert planned.json()["code"] == executed.json()["code"], planned.text
+    raw = client.post(
+        "/v1/plans", content=b"{", headers={**auth(), "Content-Type": "application/json"}
+    )
+    assert raw.status_code == 400 and raw.headers["content-type"] == "application/problem+json"
+    assert client.post("/v1/plans", json=body("fs.read_file", {"path": "x"})).status_code == 401
+
+
+def test_a_plan_counts_against_no_quota(client: TestClient, workspace_root: Path) -> None:
+    for _ in range(3):
+        _plan(client, body("fs.read_file", {"path": "nope.txt"}))
+    assert _executions(client) == []
