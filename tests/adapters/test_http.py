@@ -620,7 +620,7 @@ credentials:
     )
     opened = http.HttpAdapter(http_config(service[1]))
     try:
-        shown = await opened.preview(make_call(tool))
+        shown = await opened.preview(adapter_call(tool))
     finally:
         await opened.aclose()
     assert shown["method"] == "POST" and shown["url"] == service[1] + "/echo", shown
