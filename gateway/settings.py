@@ -170,6 +170,10 @@ _ENV = {
     "TOOLGATE_APPROVAL_SECRET": "approval_secret",
     "TOOLGATE_FAULTS": "faults",
 }
+_ENV_NESTED = {"TOOLGATE_MCP_ALLOWED_HOSTS": ("mcp", "allowed_hosts")}
+"""Variables that set a key of a section (a comma-separated list)."""
+ENV_VARIABLES = frozenset({*_ENV, *_ENV_NESTED, "TOOLGATE_CONFIG"})
+"""Every ``TOOLGATE_*`` variable the settings read (docs/configuration.md lists each)."""
 
 
 def load_settings(
@@ -192,11 +196,12 @@ def load_settings(
     for var, key in _ENV.items():
         if env.get(var):
             data[key] = env[var]
-    if env.get("TOOLGATE_MCP_ALLOWED_HOSTS"):
-        raw_mcp = data.get("mcp")
-        section = dict(raw_mcp) if isinstance(raw_mcp, dict) else {}
-        section["allowed_hosts"] = [h.strip() for h in env["TOOLGATE_MCP_ALLOWED_HOSTS"].split(",")]
-        data["mcp"] = section
+    for var, (name, key) in _ENV_NESTED.items():
+        if env.get(var):
+            raw = data.get(name)
+            section = dict(raw) if isinstance(raw, dict) else {}
+            section[key] = [item.strip() for item in env[var].split(",")]
+            data[name] = section
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Settings.model_validate(data)

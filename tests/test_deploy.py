@@ -17,7 +17,7 @@ import yaml
 
 from gateway.policy.standin import StandIn
 from gateway.server.app import create_app
-from gateway.settings import _ENV, hash_key, load_settings
+from gateway.settings import ENV_VARIABLES, hash_key, load_settings
 from gateway.testing import free_port, gateway, make_project
 from tests.helpers import ALICE, BOB, REPO
 
@@ -79,7 +79,7 @@ def test_the_gateway_environment_is_real_settings(compose: dict[str, Any]) -> No
     found = services(compose)
     for name in GATEWAYS:
         env = {k: env_default(str(v)) for k, v in found[name]["environment"].items()}
-        assert set(env) - NOT_TOOLGATE <= set(_ENV), set(env) - set(_ENV)
+        assert set(env) - NOT_TOOLGATE <= ENV_VARIABLES, set(env) - ENV_VARIABLES
         settings = load_settings(
             REPO / "deploy" / "toolgate.yaml",
             env={k: v for k, v in env.items() if k.startswith("TOOLGATE_")},
