@@ -35,6 +35,16 @@ class Principal(_Frozen):
     label: str = ""
 
 
+class MetricsSettings(_Frozen):
+    """``GET /metrics`` (docs/operations.md#metrics)."""
+
+    enabled: bool = True
+    """Collect the Prometheus series; off, ``/metrics`` is 404 and calls pay nothing for them."""
+    open: bool = False
+    """Serve ``/metrics`` without an API key (for a scraper that has none: bind the gateway
+    where only the scraper reaches it). Off, it takes the API's bearer key like any route."""
+
+
 class McpSettings(_Frozen):
     """The MCP endpoint at ``/mcp`` (docs/mcp.md)."""
 
@@ -94,6 +104,8 @@ class Settings(_Frozen):
     """Hide var_dir and the configuration file from process-adapter children (docs/security.md)."""
     mcp: McpSettings = Field(default_factory=McpSettings)
     """The MCP endpoint (docs/mcp.md)."""
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    """Prometheus metrics (docs/operations.md#metrics)."""
     config_file: Path | None = None
     """The configuration file these settings were read from (set by ``load_settings``)."""
 

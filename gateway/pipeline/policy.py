@@ -66,7 +66,11 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
             "the approval was given for other arguments than this call", code="approval_mismatch"
         )
     document = policy_input(call, approval)
+    metrics = services.telemetry.metrics
+    start = time.perf_counter()
     decision = await services.policy.decide(document)
+    if metrics is not None:
+        metrics.policy_decision(services.settings.policy_backend, time.perf_counter() - start)
     recorded, truncated = recorded_input(document)
     trail = state.trail.emit(
         "policy.decided",
@@ -102,6 +106,8 @@ async def _follow(
                 code="approval_insufficient",
             )
         preview = await _preview(services, call)
+        if (metrics := services.telemetry.metrics) is not None:
+            metrics.approval("requested")
         awaiting = _approval(services, call, decision.reasons, preview)
         return Authorized(call, approval, awaiting, trail)
     return Authorized(call, approval, None, trail)

@@ -15,6 +15,7 @@ was; only ``StoreError`` (nothing can be recorded) still propagates, to recovery
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
@@ -29,6 +30,7 @@ from gateway.errors import (
     StoreError,
     ToolgateError,
 )
+from gateway.observability.metrics import Metrics
 from gateway.pipeline import (
     commit,
     execute,
@@ -146,20 +148,50 @@ async def run_flow(
 ) -> ExecutionRecord:
     """Run the call ``state`` through ``stages``."""
     execution_id = state.ticket.execution_id
+    metrics = services.telemetry.metrics
     services.active.add(execution_id)
     current: State = state
     try:
-        for stage in stages:
-            if isinstance(current, Ended):
-                break
-            if isinstance(current, stage.takes):
-                current = await _run_stage(stage, services, current)
+        if metrics is None:
+            for stage in stages:
+                if isinstance(current, Ended):
+                    break
+                if isinstance(current, stage.takes):
+                    current = await _run_stage(stage, services, current)
+        else:
+            current = await _run_measured(stages, services, current, metrics)
     finally:
         services.active.discard(execution_id)
         if _holds_locks(current):
             await _release(services, execution_id)
     assert isinstance(current, Ended), "the last stage ends every call"
     return current.record
+
+
+async def _run_measured(
+    stages: tuple[Stage[Any], ...], services: Services, current: State, metrics: Metrics
+) -> State:
+    """The stage loop with each stage timed and the call's end counted (the one place the
+    pipeline's metrics are taken)."""
+    execution_id = ticket_of(current).execution_id if not isinstance(current, Ended) else ""
+    last: ToolResult | None = None
+    clock = time.perf_counter
+    for stage in stages:
+        if isinstance(current, Ended):
+            break
+        if isinstance(current, stage.takes):
+            start = clock()
+            current = await _run_stage(stage, services, current)
+            metrics.stage(stage.name, clock() - start)
+            if isinstance(current, Settled):
+                last = current.result
+    if isinstance(current, Ended) and current.record.id == execution_id:
+        record = current.record  # a replay of an existing execution is not counted again
+        if record.terminal:  # a parked or queued call is counted when it ends
+            error = last.error if last is not None else None
+            phase = error.phase.value if error is not None and error.phase else ""
+            metrics.execution(record.tool_name, record.outcome or "", phase)
+    return current
 
 
 def _holds_locks(state: State) -> bool:

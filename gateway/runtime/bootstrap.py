@@ -13,13 +13,15 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
 from gateway.faults import Faults
+from gateway.observability.metrics import Metrics
+from gateway.observability.telemetry import Telemetry
 from gateway.policy.data import PolicyData, WorkspaceSpec
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.runtime.container import Runtime
 from gateway.settings import Settings
 from gateway.store.store import Store
-from gateway.types import PolicyBackend
+from gateway.types import CachingPolicy, PolicyBackend
 from gateway.workspace import Workspace
 
 
@@ -83,17 +85,31 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
     workspaces = open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
     store = Store(settings.resolved_database_url)
     await store.open()
+    policy = make_policy(settings, loaded.sources)
     return Runtime(
         settings=settings,
         catalogue=loaded.catalogue,
-        policy=make_policy(settings, loaded.sources),
+        policy=policy,
         policy_data=loaded.policy_data,
         workspaces=workspaces,
         store=store,
         adapters=build_adapters(settings, loaded.catalogue),
         approval_key=approval_key(settings),
         faults=Faults.parse(settings.faults),
+        telemetry=make_telemetry(settings, store, policy),
     )
+
+
+def make_telemetry(settings: Settings, store: Store, policy: PolicyBackend) -> Telemetry:
+    """What ``settings`` switch on, hooked to the store and the policy backend."""
+    metrics = None
+    if settings.metrics.enabled:
+        metrics = Metrics()
+        store.observe(metrics.store_transaction)
+        store.observe_batches(metrics.group_commit_size)
+        if isinstance(policy, CachingPolicy):
+            policy.observe_cache(metrics.policy_cache_lookup)
+    return Telemetry(metrics=metrics)
 
 
 async def close_runtime(runtime: Runtime) -> None:

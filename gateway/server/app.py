@@ -72,6 +72,7 @@ def create_app(
         Route("/v1/approvals/{approval_id}/approve", routes.approve, methods=["POST"]),
         Route("/v1/approvals/{approval_id}/deny", routes.deny, methods=["POST"]),
         Route("/v1/artifacts/{artifact_id}", artifacts.get_artifact, methods=["GET"]),
+        Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/healthz", routes.healthz, methods=["GET"]),
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),

@@ -20,6 +20,7 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.http.auth import authenticate
+from gateway.observability.metrics import CONTENT_TYPE
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
 from gateway.runtime import approvals, cancellation
@@ -336,6 +337,19 @@ async def approve(request: Request) -> Response:
 
 async def deny(request: Request) -> Response:
     return await _decide(request, False)
+
+
+async def metrics(request: Request) -> Response:
+    """The Prometheus text exposition (docs/operations.md#metrics)."""
+    services = services_of(request)
+    if not services.settings.metrics.open:
+        principal_of(request)
+    collected = services.telemetry.metrics
+    if collected is None:
+        raise NotFound("metrics are off (metrics: {enabled: false})")
+    pending, queued = await services.store.gauges()
+    body = collected.scrape(pending, queued, len(services.active))
+    return Response(body, media_type=CONTENT_TYPE)
 
 
 async def healthz(request: Request) -> Response:
