@@ -3,7 +3,9 @@
 
     PYTHONPATH=$PWD .venv/bin/python bench/telemetry_cost.py [--calls 2000] [--rounds 3]
 
-Prints CPU µs per call (``time.process_time``: every thread of the process) for each round.
+Modes: ``off``; ``metrics``; ``tracing`` (spans made, and exported to an exporter that drops
+them); ``both`` (metrics, and spans with no exporter). Prints CPU µs per call
+(``time.process_time``: every thread of the process) for each round, and the medians.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import body, make_project, request_for, seed_workspace, sqlite_url
 
-from gateway.observability.telemetry import OFF
+from gateway.observability.telemetry import OFF, Telemetry
 from gateway.pipeline.runner import run_call
 from gateway.runtime.bootstrap import close_runtime, make_telemetry, open_runtime
 from gateway.runtime.container import Runtime
@@ -39,8 +41,23 @@ def unhooked(runtime: Runtime) -> Runtime:
     return replace(runtime, telemetry=OFF)
 
 
-def hooked(runtime: Runtime) -> Runtime:
-    made = make_telemetry(runtime.settings, runtime.store, runtime.policy)
+def hooked(runtime: Runtime, which: str) -> Runtime:
+    made = make_telemetry(runtime.settings, runtime.store, runtime.policy, env={})
+    if which == "tracing":  # spans made and handed to an exporter that drops them
+        from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+        from gateway.observability.tracing import Tracing
+
+        class Dropped(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        unhooked(runtime)
+        made = Telemetry(tracing=Tracing(exporter=Dropped()))
+    elif which == "both":
+        from gateway.observability.tracing import Tracing
+
+        made = replace(made, tracing=Tracing(env={"OTEL_TRACES_EXPORTER": "none"}))
     return replace(runtime, telemetry=made)
 
 
@@ -65,19 +82,21 @@ async def main(calls: int, rounds: int) -> dict[str, Any]:
         seed_workspace(config)
         base = await open_runtime(load_settings(config, env={}))
         try:
-            figures: dict[str, list[float]] = {"off": [], "metrics": []}
-            for i in range(rounds):  # ABBA: neither always runs on the larger database
-                order = ("off", "metrics") if i % 2 == 0 else ("metrics", "off")
-                for which in order:
-                    runtime = unhooked(base) if which == "off" else hooked(base)
+            modes = ("off", "metrics", "tracing", "both")
+            figures: dict[str, list[float]] = {mode: [] for mode in modes}
+            for i in range(rounds):  # forth and back: none always runs on the larger database
+                for which in modes if i % 2 == 0 else modes[::-1]:
+                    runtime = unhooked(base) if which == "off" else hooked(base, which)
                     figures[which].append(await cpu_us_per_call(runtime, calls))
             unhooked(base)
         finally:
             await close_runtime(base)
-    out = {k: [round(v, 1) for v in vs] for k, vs in figures.items()}
-    off, on = statistics.median(figures["off"]), statistics.median(figures["metrics"])
-    out["median_off_us"], out["median_metrics_us"] = round(off, 1), round(on, 1)
-    out["metrics_cost_us"] = round(on - off, 1)
+    out: dict[str, Any] = {k: [round(v, 1) for v in vs] for k, vs in figures.items()}
+    off = statistics.median(figures["off"])
+    for mode in modes:
+        out[f"median_{mode}_us"] = round(statistics.median(figures[mode]), 1)
+        if mode != "off":
+            out[f"{mode}_cost_us"] = round(statistics.median(figures[mode]) - off, 1)
     return out
 
 

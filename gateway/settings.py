@@ -45,6 +45,14 @@ class MetricsSettings(_Frozen):
     where only the scraper reaches it). Off, it takes the API's bearer key like any route."""
 
 
+class TracingSettings(_Frozen):
+    """OpenTelemetry spans (docs/operations.md#tracing); needs the ``tracing`` extra."""
+
+    enabled: bool = False
+    """Trace every execution; an ``OTEL_*`` exporter variable in the environment also turns
+    it on."""
+
+
 class McpSettings(_Frozen):
     """The MCP endpoint at ``/mcp`` (docs/mcp.md)."""
 
@@ -106,6 +114,8 @@ class Settings(_Frozen):
     """The MCP endpoint (docs/mcp.md)."""
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     """Prometheus metrics (docs/operations.md#metrics)."""
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    """OpenTelemetry tracing (docs/operations.md#tracing)."""
     config_file: Path | None = None
     """The configuration file these settings were read from (set by ``load_settings``)."""
 

@@ -14,6 +14,7 @@ was; only ``StoreError`` (nothing can be recorded) still propagates, to recovery
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,6 @@ from gateway.errors import (
     StoreError,
     ToolgateError,
 )
-from gateway.observability.metrics import Metrics
 from gateway.pipeline import (
     commit,
     execute,
@@ -148,18 +148,18 @@ async def run_flow(
 ) -> ExecutionRecord:
     """Run the call ``state`` through ``stages``."""
     execution_id = state.ticket.execution_id
-    metrics = services.telemetry.metrics
+    telemetry = services.telemetry
     services.active.add(execution_id)
     current: State = state
     try:
-        if metrics is None:
+        if telemetry.metrics is None and telemetry.tracing is None:
             for stage in stages:
                 if isinstance(current, Ended):
                     break
                 if isinstance(current, stage.takes):
                     current = await _run_stage(stage, services, current)
         else:
-            current = await _run_measured(stages, services, current, metrics)
+            current = await _run_observed(stages, services, state)
     finally:
         services.active.discard(execution_id)
         if _holds_locks(current):
@@ -168,29 +168,56 @@ async def run_flow(
     return current.record
 
 
-async def _run_measured(
-    stages: tuple[Stage[Any], ...], services: Services, current: State, metrics: Metrics
+async def _run_observed(
+    stages: tuple[Stage[Any], ...], services: Services, state: Requested
 ) -> State:
-    """The stage loop with each stage timed and the call's end counted (the one place the
-    pipeline's metrics are taken)."""
-    execution_id = ticket_of(current).execution_id if not isinstance(current, Ended) else ""
-    last: ToolResult | None = None
-    clock = time.perf_counter
-    for stage in stages:
-        if isinstance(current, Ended):
-            break
-        if isinstance(current, stage.takes):
-            start = clock()
-            current = await _run_stage(stage, services, current)
-            metrics.stage(stage.name, clock() - start)
-            if isinstance(current, Settled):
-                last = current.result
-    if isinstance(current, Ended) and current.record.id == execution_id:
-        record = current.record  # a replay of an existing execution is not counted again
-        if record.terminal:  # a parked or queued call is counted when it ends
-            error = last.error if last is not None else None
-            phase = error.phase.value if error is not None and error.phase else ""
-            metrics.execution(record.tool_name, record.outcome or "", phase)
+    """The stage loop with each stage timed and traced as configured, and the call's end
+    counted: the one place the pipeline's metrics and spans are taken."""
+    telemetry = services.telemetry
+    metrics, tracing = telemetry.metrics, telemetry.tracing
+    ticket = state.ticket
+    request = ticket.request
+    span: Any = None
+    with contextlib.ExitStack() as scope:
+        if tracing is not None:
+            span = scope.enter_context(
+                tracing.execution(
+                    request.traceparent,
+                    {
+                        "toolgate.execution_id": ticket.execution_id,
+                        "toolgate.run_id": request.run_id,
+                        "toolgate.call_id": request.call_id,
+                        "toolgate.tool": request.tool_name,
+                        "toolgate.principal": request.principal,
+                    },
+                )
+            )
+        current: State = state
+        last: ToolResult | None = None
+        clock = time.perf_counter
+        for stage in stages:
+            if isinstance(current, Ended):
+                break
+            if isinstance(current, stage.takes):
+                start = clock()
+                if tracing is None:
+                    current = await _run_stage(stage, services, current)
+                else:
+                    with tracing.stage(stage.name):
+                        current = await _run_stage(stage, services, current)
+                if metrics is not None:
+                    metrics.stage(stage.name, clock() - start)
+                if isinstance(current, Settled):
+                    last = current.result
+        error = last.error if last is not None else None
+        if isinstance(current, Ended) and current.record.id == ticket.execution_id:
+            record = current.record  # a replay of an existing execution is not counted again
+            if tracing is not None:
+                shown = record.outcome if record.terminal else str(record.status)
+                tracing.ended(span, shown, error.code if error else None)
+            if metrics is not None and record.terminal:  # a parked call: when it ends
+                phase = error.phase.value if error is not None and error.phase else ""
+                metrics.execution(record.tool_name, record.outcome or "", phase)
     return current
 
 

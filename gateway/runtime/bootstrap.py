@@ -14,7 +14,7 @@ from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
 from gateway.faults import Faults
 from gateway.observability.metrics import Metrics
-from gateway.observability.telemetry import Telemetry
+from gateway.observability.telemetry import Telemetry, tracing_wanted
 from gateway.policy.data import PolicyData, WorkspaceSpec
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources, load_policy_sources
@@ -100,8 +100,24 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
     )
 
 
-def make_telemetry(settings: Settings, store: Store, policy: PolicyBackend) -> Telemetry:
-    """What ``settings`` switch on, hooked to the store and the policy backend."""
+def make_telemetry(
+    settings: Settings,
+    store: Store,
+    policy: PolicyBackend,
+    env: Mapping[str, str] | None = None,
+) -> Telemetry:
+    """What ``settings`` (and, for tracing, the ``OTEL_*`` variables of ``env``) switch on,
+    hooked to the store and the policy backend."""
+    env = os.environ if env is None else env
+    tracing = None
+    if tracing_wanted(settings.tracing.enabled, env):
+        try:
+            from gateway.observability.tracing import Tracing
+        except ImportError as exc:
+            raise ConfigError(
+                "tracing is on but OpenTelemetry is not installed: pip install 'toolgate[tracing]'"
+            ) from exc
+        tracing = Tracing(env=env)
     metrics = None
     if settings.metrics.enabled:
         metrics = Metrics()
@@ -109,7 +125,7 @@ def make_telemetry(settings: Settings, store: Store, policy: PolicyBackend) -> T
         store.observe_batches(metrics.group_commit_size)
         if isinstance(policy, CachingPolicy):
             policy.observe_cache(metrics.policy_cache_lookup)
-    return Telemetry(metrics=metrics)
+    return Telemetry(metrics=metrics, tracing=tracing)
 
 
 async def close_runtime(runtime: Runtime) -> None:
@@ -117,6 +133,7 @@ async def close_runtime(runtime: Runtime) -> None:
         await adapter.aclose()
     await runtime.policy.aclose()
     await runtime.store.aclose()
+    runtime.telemetry.close()
 
 
 def open_workspaces(declared: Mapping[str, WorkspaceSpec], base_dir: Path) -> dict[str, Workspace]:
