@@ -74,6 +74,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"toolgate: principal {principal.id}: {principal.label}")
     app = create_app(settings, loaded=loaded)
     _freeze_startup_objects()
+    json_logs = settings.log_format == "json"
+    if json_logs:  # every logger, uvicorn's too, one JSON object a line on stderr
+        from gateway.observability.logs import configure_json
+
+        configure_json(args.log_level)
+    from uvicorn.config import LOGGING_CONFIG
+
     uvicorn.run(
         app,
         host=settings.host,
@@ -81,6 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
         server_header=False,
+        log_config=None if json_logs else LOGGING_CONFIG,
     )
     return 0
 

@@ -114,6 +114,9 @@ class Settings(_Frozen):
     """The MCP endpoint (docs/mcp.md)."""
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     """Prometheus metrics (docs/operations.md#metrics)."""
+    log_format: str = Field(default="text", pattern=r"^(text|json)$")
+    """``json``: one JSON object per log line, naming the call it is about
+    (docs/operations.md#logs)."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     """OpenTelemetry tracing (docs/operations.md#tracing)."""
     config_file: Path | None = None
@@ -171,6 +174,7 @@ _ENV = {
     "TOOLGATE_OPA_URL": "opa_url",
     "TOOLGATE_APPROVAL_SECRET": "approval_secret",
     "TOOLGATE_FAULTS": "faults",
+    "TOOLGATE_LOG_FORMAT": "log_format",
 }
 
 

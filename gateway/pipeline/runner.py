@@ -31,6 +31,7 @@ from gateway.errors import (
     StoreError,
     ToolgateError,
 )
+from gateway.observability import logs
 from gateway.pipeline import (
     commit,
     execute,
@@ -147,6 +148,32 @@ async def run_flow(
     services: Services, state: Requested, stages: tuple[Stage[Any], ...] = STAGES
 ) -> ExecutionRecord:
     """Run the call ``state`` through ``stages``."""
+    if services.settings.log_format != "json":
+        return await _run_flow(services, state, stages)
+    with logs.bind_call(_log_fields(state)):
+        record = await _run_flow(services, state, stages)
+        if log.isEnabledFor(logging.INFO):
+            shown = record.outcome if record.terminal else str(record.status)
+            log.info("execution %s: %s", record.id, shown, extra={"outcome": shown})
+        return record
+
+
+def _log_fields(state: Requested) -> dict[str, str]:
+    request = state.ticket.request
+    parts = (request.traceparent or "").split("-")
+    return {
+        "execution_id": state.ticket.execution_id,
+        "run_id": request.run_id,
+        "call_id": request.call_id,
+        "tool": request.tool_name,
+        "principal": request.principal,
+        "trace_id": parts[1] if len(parts) == 4 else "",
+    }
+
+
+async def _run_flow(
+    services: Services, state: Requested, stages: tuple[Stage[Any], ...]
+) -> ExecutionRecord:
     execution_id = state.ticket.execution_id
     telemetry = services.telemetry
     services.active.add(execution_id)
