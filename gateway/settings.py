@@ -53,6 +53,21 @@ class TracingSettings(_Frozen):
     it on."""
 
 
+MaskPath = Annotated[str, Field(pattern=r"^/?input(/[^/]+)+$")]
+
+
+class DecisionLogSettings(_Frozen):
+    """The decision log, in OPA's event shape (docs/operations.md#the-decision-log)."""
+
+    enabled: bool = False
+    path: str = "-"
+    """``-``: standard output; else a file (relative to the configuration file), appended to."""
+    mask: tuple[MaskPath, ...] = ()
+    """Input fields erased from every event, as OPA names them: ``/input/arguments/content``."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Added to every event's ``labels`` (next to ``id`` and ``version``)."""
+
+
 class McpSettings(_Frozen):
     """The MCP endpoint at ``/mcp`` (docs/mcp.md)."""
 
@@ -118,6 +133,8 @@ class Settings(_Frozen):
     """``json``: one JSON object per log line, naming the call it is about
     (docs/operations.md#logs)."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+    decision_log: DecisionLogSettings = Field(default_factory=DecisionLogSettings)
+    """One line per policy decision (docs/operations.md#the-decision-log)."""
     """OpenTelemetry tracing (docs/operations.md#tracing)."""
     config_file: Path | None = None
     """The configuration file these settings were read from (set by ``load_settings``)."""

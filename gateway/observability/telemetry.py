@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import Metrics
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
@@ -25,8 +26,11 @@ or ``OTEL_TRACES_EXPORTER=none`` keep it off)."""
 class Telemetry:
     metrics: Metrics | None = None
     tracing: Tracing | None = None
+    decisions: DecisionLog | None = None
 
     def close(self) -> None:
+        if self.decisions is not None:
+            self.decisions.close()
         if self.tracing is not None:
             self.tracing.shutdown()  # flushes what the batch processor holds
 

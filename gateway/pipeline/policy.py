@@ -69,8 +69,17 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
     metrics = services.telemetry.metrics
     start = time.perf_counter()
     decision = await services.policy.decide(document)
+    seconds = time.perf_counter() - start
     if metrics is not None:
-        metrics.policy_decision(services.settings.policy_backend, time.perf_counter() - start)
+        metrics.policy_decision(services.settings.policy_backend, seconds)
+    if (decisions := services.telemetry.decisions) is not None:
+        ticket = call.ticket
+        ids = {
+            "execution_id": ticket.execution_id,
+            "run_id": ticket.request.run_id,
+            "call_id": ticket.request.call_id,
+        }
+        decisions.write(document, decision.to_json(), seconds, ids)
     recorded, truncated = recorded_input(document)
     trail = state.trail.emit(
         "policy.decided",

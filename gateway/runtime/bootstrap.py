@@ -8,11 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway import __version__
 from gateway.adapters.registry import SPECS, build_adapters
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
 from gateway.faults import Faults
+from gateway.instance import INSTANCE_ID
+from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import Metrics
 from gateway.observability.telemetry import Telemetry, tracing_wanted
 from gateway.policy.data import PolicyData, WorkspaceSpec
@@ -96,7 +99,7 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
         adapters=build_adapters(settings, loaded.catalogue),
         approval_key=approval_key(settings),
         faults=Faults.parse(settings.faults),
-        telemetry=make_telemetry(settings, store, policy),
+        telemetry=make_telemetry(settings, store, policy, revision=loaded.sources.revision()),
     )
 
 
@@ -105,6 +108,7 @@ def make_telemetry(
     store: Store,
     policy: PolicyBackend,
     env: Mapping[str, str] | None = None,
+    revision: str = "",
 ) -> Telemetry:
     """What ``settings`` (and, for tracing, the ``OTEL_*`` variables of ``env``) switch on,
     hooked to the store and the policy backend."""
@@ -125,7 +129,16 @@ def make_telemetry(
         store.observe_batches(metrics.group_commit_size)
         if isinstance(policy, CachingPolicy):
             policy.observe_cache(metrics.policy_cache_lookup)
-    return Telemetry(metrics=metrics, tracing=tracing)
+    decisions = None
+    if settings.decision_log.enabled:
+        config = settings.decision_log
+        target = config.path if config.path == "-" else settings.path(Path(config.path))
+        labels = {"id": INSTANCE_ID, "version": __version__, **config.labels}
+        try:
+            decisions = DecisionLog(target, revision, config.mask, labels)
+        except OSError as exc:
+            raise ConfigError(f"decision_log.path: cannot open {target}: {exc}") from exc
+    return Telemetry(metrics=metrics, tracing=tracing, decisions=decisions)
 
 
 async def close_runtime(runtime: Runtime) -> None:
