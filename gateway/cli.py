@@ -11,9 +11,10 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from gateway.errors import ConfigError, RequestError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
@@ -75,6 +76,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"toolgate: principal {principal.id}: {principal.label}")
     app = create_app(settings, loaded=loaded)
     _freeze_startup_objects()
+    json_logs = settings.log_format == "json"
+    if json_logs:  # every logger, uvicorn's too, one JSON object a line on stderr
+        from gateway.observability.logs import configure_json
+
+        configure_json(args.log_level)
+    from uvicorn.config import LOGGING_CONFIG
+
     uvicorn.run(
         app,
         host=settings.host,
@@ -82,6 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
         server_header=False,
+        log_config=None if json_logs else LOGGING_CONFIG,
     )
     return 0
 
@@ -164,11 +173,95 @@ def cmd_tools(args: argparse.Namespace) -> int:
         tool = catalogue.resolve(args.name, args.version)
         print(json.dumps(tool_detail(tool, catalogue.versions(args.name)), indent=2))
         return 0
-    for tool in catalogue.all():
-        state = "disabled" if tool.disabled else "deprecated" if tool.deprecated else ""
-        risk, effect = tool.risk.value, tool.side_effect.value
-        print(f"{tool.name:28} {tool.version!s:10} {risk:8} {effect:8} {state}")
+    tools = list(catalogue.all())
+    if args.json:
+        listed = [
+            {**tool.summary(), "deprecated": tool.deprecated, "disabled": tool.disabled}
+            for tool in tools
+        ]
+        print(json.dumps({"items": listed, "count": len(listed)}, indent=2))
+        return 0
+    rows = [
+        [
+            tool.name,
+            str(tool.version),
+            tool.risk.value,
+            tool.side_effect.value,
+            "disabled" if tool.disabled else "deprecated" if tool.deprecated else "",
+        ]
+        for tool in tools
+    ]
+    print(table(["TOOL", "VERSION", "RISK", "SIDE EFFECT", "STATE"], rows))
     return 0
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Rows under headers in aligned columns (the last one unpadded), for people."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [str(c).ljust(w) for c, w in zip(cells[:-1], widths, strict=False)]
+        return "  ".join([*padded, str(cells[-1])]).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+def _when(ms: object) -> str:
+    """An epoch-milliseconds time as local ``YYYY-MM-DD HH:MM:SS``; ``-`` when absent."""
+    if not isinstance(ms, int):
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def _left(ms: object) -> str:
+    """Time left until an epoch-milliseconds instant, e.g. ``42m``; ``expired`` when past."""
+    if not isinstance(ms, int):
+        return "-"
+    seconds = int(ms / 1000 - time.time())
+    if seconds <= 0:
+        return "expired"
+    if seconds < 120:
+        return f"{seconds}s"
+    return f"{seconds // 60}m" if seconds < 7200 else f"{seconds // 3600}h"
+
+
+def approvals_table(items: Sequence[dict[str, Any]]) -> str:
+    rows = [
+        [
+            a.get("id", ""),
+            a.get("status", ""),
+            f"{a['tool']['name']}@{a['tool']['version']}",
+            a.get("requested_by", ""),
+            a.get("workspace", ""),
+            _when(a.get("requested_at_ms")),
+            _left(a.get("expires_at_ms")) if a.get("status") == "pending" else "-",
+            "; ".join(a.get("reasons") or []),
+        ]
+        for a in items
+    ]
+    headers = ["ID", "STATUS", "TOOL", "REQUESTED BY", "WORKSPACE", "REQUESTED", "LEFT", "REASONS"]
+    return table(headers, rows)
+
+
+def executions_table(items: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for e in items:
+        result = e.get("result") or {}
+        error = result.get("error") or {}
+        rows.append(
+            [
+                e.get("id", ""),
+                e.get("run_id", ""),
+                e.get("call_id", ""),
+                f"{e['tool']['name']}@{e['tool']['version'] or '?'}",
+                e.get("status", ""),
+                result.get("outcome") or "-",
+                error.get("type") or "",
+                _when(e.get("created_at_ms")),
+            ]
+        )
+    headers = ["ID", "RUN", "CALL", "TOOL", "STATUS", "OUTCOME", "ERROR", "CREATED"]
+    return table(headers, rows)
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
@@ -392,8 +485,16 @@ def _client_target(args: argparse.Namespace, settings: Settings) -> tuple[str, s
     return args.url or f"http://{settings.host}:{settings.port}", key
 
 
-def _request(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
-    """Send one request to the gateway, print the JSON answer; exit code 1 on an error."""
+def _request(
+    args: argparse.Namespace,
+    method: str,
+    path: str,
+    body: Any = None,
+    render: Callable[[Sequence[dict[str, Any]]], str] | None = None,
+) -> int:
+    """Send one request to the gateway, print the answer: its ``items`` as ``render`` makes
+    them a table, unless ``--json`` (or an error: always the problem's JSON); exit code 1 on
+    an error."""
     import httpx
 
     settings = _settings(args)
@@ -409,15 +510,20 @@ def _request(args: argparse.Namespace, method: str, path: str, body: Any = None)
     except httpx.HTTPError as exc:
         print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
         return 3
-    print(json.dumps(response.json(), indent=2))
-    return 1 if response.status_code >= 400 else 0
+    failed = response.status_code >= 400
+    if render is not None and not failed and not getattr(args, "json", False):
+        items = response.json().get("items", [])
+        print(render(items) if items else "(none)")
+    else:
+        print(json.dumps(response.json(), indent=2))
+    return 1 if failed else 0
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
     action = args.approvals_command
     if action == "list":
         query = f"?status={args.status}" if args.status else ""
-        return _request(args, "GET", f"/v1/approvals{query}")
+        return _request(args, "GET", f"/v1/approvals{query}", render=approvals_table)
     if action == "show":
         return _request(args, "GET", f"/v1/approvals/{args.id}")
     body: dict[str, Any] = {"comment": args.comment} if args.comment else {}
@@ -428,6 +534,12 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 def cmd_executions(args: argparse.Namespace) -> int:
     action = args.executions_command
+    if action == "list":
+        query = urlencode(
+            {k: v for k, v in (("run_id", args.run_id), ("call_id", args.call_id)) if v}
+        )
+        path = "/v1/executions" + (f"?{query}" if query else "")
+        return _request(args, "GET", path, render=executions_table)
     if action == "show":
         return _request(args, "GET", f"/v1/executions/{args.id}")
     if action == "events":
@@ -542,6 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", help="list tools, or show one with its input schema")
     tools.add_argument("name", nargs="?")
     tools.add_argument("--version")
+    tools.add_argument("--json", action="store_true", help="the list as JSON, for scripts")
     tools.set_defaults(fn=cmd_tools)
 
     call = sub.add_parser("call", help="send one execution request to a running gateway")
@@ -646,6 +759,7 @@ def build_parser() -> argparse.ArgumentParser:
     asub = approvals.add_subparsers(dest="approvals_command", required=True)
     alist = asub.add_parser("list", help="approvals, optionally by --status")
     alist.add_argument("--status", choices=[s.value for s in ApprovalStatus])
+    alist.add_argument("--json", action="store_true", help="the API's JSON, for scripts")
     ashow = asub.add_parser("show", help="one approval: tool, arguments, preview, reasons")
     ashow.add_argument("id")
     aapprove = asub.add_parser("approve", help="approve (the gateway then runs the call)")
@@ -661,8 +775,16 @@ def build_parser() -> argparse.ArgumentParser:
         _client_options(p)
         p.set_defaults(fn=cmd_approvals)
 
-    executions = sub.add_parser("executions", help="show, cancel or resolve executions")
+    executions = sub.add_parser("executions", help="list, show, cancel or resolve executions")
     esub = executions.add_subparsers(dest="executions_command", required=True)
+    elist = esub.add_parser(
+        "list", help="your executions, newest first (a table; --json for scripts)"
+    )
+    elist.add_argument("--run-id", help="only this run's")
+    elist.add_argument("--call-id", help="only this call id's")
+    elist.add_argument("--json", action="store_true", help="the API's JSON, for scripts")
+    _client_options(elist)
+    elist.set_defaults(fn=cmd_executions)
     eshow = esub.add_parser("show", help="one execution")
     eevents = esub.add_parser("events", help="its event log")
     eevents.add_argument("--after", type=int, metavar="SEQ", help="only events after this seq")

@@ -35,6 +35,39 @@ class Principal(_Frozen):
     label: str = ""
 
 
+class MetricsSettings(_Frozen):
+    """``GET /metrics`` (docs/operations.md#metrics)."""
+
+    enabled: bool = True
+    """Collect the Prometheus series; off, ``/metrics`` is 404 and calls pay nothing for them."""
+    open: bool = False
+    """Serve ``/metrics`` without an API key (for a scraper that has none: bind the gateway
+    where only the scraper reaches it). Off, it takes the API's bearer key like any route."""
+
+
+class TracingSettings(_Frozen):
+    """OpenTelemetry spans (docs/operations.md#tracing); needs the ``tracing`` extra."""
+
+    enabled: bool = False
+    """Trace every execution; an ``OTEL_*`` exporter variable in the environment also turns
+    it on."""
+
+
+MaskPath = Annotated[str, Field(pattern=r"^/?input(/[^/]+)+$")]
+
+
+class DecisionLogSettings(_Frozen):
+    """The decision log, in OPA's event shape (docs/operations.md#the-decision-log)."""
+
+    enabled: bool = False
+    path: str = "-"
+    """``-``: standard output; else a file (relative to the configuration file), appended to."""
+    mask: tuple[MaskPath, ...] = ()
+    """Input fields erased from every event, as OPA names them: ``/input/arguments/content``."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Added to every event's ``labels`` (next to ``id`` and ``version``)."""
+
+
 class McpSettings(_Frozen):
     """The MCP endpoint at ``/mcp`` (docs/mcp.md)."""
 
@@ -113,6 +146,15 @@ class Settings(_Frozen):
     """Hide var_dir and the configuration file from process-adapter children (docs/security.md)."""
     mcp: McpSettings = Field(default_factory=McpSettings)
     """The MCP endpoint (docs/mcp.md)."""
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    """Prometheus metrics (docs/operations.md#metrics)."""
+    log_format: str = Field(default="text", pattern=r"^(text|json)$")
+    """``json``: one JSON object per log line, naming the call it is about
+    (docs/operations.md#logs)."""
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    decision_log: DecisionLogSettings = Field(default_factory=DecisionLogSettings)
+    """One line per policy decision (docs/operations.md#the-decision-log)."""
+    """OpenTelemetry tracing (docs/operations.md#tracing)."""
     config_file: Path | None = None
     """The configuration file these settings were read from (set by ``load_settings``)."""
 
@@ -169,6 +211,7 @@ _ENV = {
     "TOOLGATE_OPA_TIMEOUT": "opa_timeout",
     "TOOLGATE_APPROVAL_SECRET": "approval_secret",
     "TOOLGATE_FAULTS": "faults",
+    "TOOLGATE_LOG_FORMAT": "log_format",
 }
 _ENV_NESTED = {"TOOLGATE_MCP_ALLOWED_HOSTS": ("mcp", "allowed_hosts")}
 """Variables that set a key of a section (a comma-separated list)."""

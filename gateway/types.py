@@ -6,9 +6,9 @@ It imports nothing of the project, so anything may import it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 JSON = Any
 """A value that ``json.dumps`` accepts."""
@@ -98,3 +98,15 @@ class PolicyBackend(Protocol):
     async def decide(self, document: Mapping[str, JSON]) -> Decision: ...
 
     async def aclose(self) -> None: ...
+
+
+CacheObserver = Callable[[bool], None]
+"""``hook(hit)``: called by a policy backend with a decision cache on each lookup."""
+
+
+@runtime_checkable
+class CachingPolicy(Protocol):
+    """A policy backend that caches decisions and reports its lookups (the embedded one;
+    any other backend with a cache implements this too, and the metrics see it)."""
+
+    def observe_cache(self, hook: CacheObserver | None) -> None: ...

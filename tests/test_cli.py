@@ -428,6 +428,7 @@ def _pending_approval(config: Path, url: str) -> str:
             "list",
             "--status",
             "pending",
+            "--json",
             "--url",
             url,
             cwd=config.parent,
@@ -519,3 +520,89 @@ def test_call_wait_follows_an_approval_and_an_async_call_to_the_end(tmp_path: Pa
         )
         assert parked.returncode == 1  # not completed within the wait: the execution so far
         assert json.loads(parked.stdout)["status"] == "awaiting_approval"
+
+
+def test_tools_prints_a_table_or_json(project: Path) -> None:
+    listed = toolgate("tools", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["TOOL", "VERSION", "RISK", "SIDE", "EFFECT", "STATE"]
+    write = next(r for r in rows if r.startswith("fs.write_file ") and "1.2.0" in r)
+    assert write.split()[1:4] == ["1.2.0", "medium", "write"]
+    assert header.index("VERSION") == write.index("1.2.0")  # the columns line up
+    items = json.loads(toolgate("tools", "--json", cwd=project).stdout)["items"]
+    assert {"name": "fs.write_file", "version": "1.0.0"}.items() <= next(
+        i for i in items if i["name"] == "fs.write_file" and i["version"] == "1.0.0"
+    ).items()
+    assert len(items) == len(rows)
+
+
+@pytest.mark.slow
+def test_approvals_and_executions_list_as_tables_or_json(tmp_path: Path) -> None:
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    (tmp_path / "var/workspaces/demo").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "var/workspaces/demo/gone.txt").write_text("x")
+    with gateway(config) as url:
+        wrote = _call(
+            config,
+            url,
+            "fs.write_file",
+            "--arg",
+            "path=t.txt",
+            "--arg",
+            "content=hi",
+            "--run-id",
+            "run-tables",
+        )
+        assert wrote.returncode == 0, wrote.stdout
+        parked = json.loads(
+            _call(
+                config,
+                url,
+                "fs.delete_file",
+                "--arg",
+                "path=gone.txt",
+                "--run-id",
+                "run-tables",
+                "--idempotency-key",
+                "tables-k",
+            ).stdout
+        )
+        assert parked.get("approval"), parked
+        approval = parked["approval"]["id"]
+
+        def cli(*args: str, key: str) -> subprocess.CompletedProcess[str]:
+            return toolgate("--config", str(config), *args, "--url", url, cwd=tmp_path, key=key)
+
+        pending = cli("approvals", "list", "--status", "pending", key=BOB)
+        assert pending.returncode == 0, pending.stdout
+        header, row = pending.stdout.splitlines()
+        assert header.split()[:3] == ["ID", "STATUS", "TOOL"]
+        assert row.split()[:4] == [approval, "pending", "fs.delete_file@1.0.0", "alice"]
+        as_json = json.loads(cli("approvals", "list", "--json", key=BOB).stdout)
+        assert [a["id"] for a in as_json["items"]] == [approval]
+
+        listed = cli("executions", "list", "--run-id", "run-tables", key=ALICE)
+        assert listed.returncode == 0, listed.stdout
+        header, *rows = listed.stdout.splitlines()
+        assert header.split() == [
+            "ID",
+            "RUN",
+            "CALL",
+            "TOOL",
+            "STATUS",
+            "OUTCOME",
+            "ERROR",
+            "CREATED",
+        ]
+        by_tool = {r.split()[3]: r.split() for r in rows}
+        assert by_tool["fs.write_file@1.2.0"][4:6] == ["completed", "succeeded"]
+        assert by_tool["fs.delete_file@1.0.0"][4:6] == ["awaiting_approval", "-"]
+        items = json.loads(
+            cli("executions", "list", "--run-id", "run-tables", "--json", key=ALICE).stdout
+        )["items"]
+        assert {i["id"] for i in items} == {parked["id"], json.loads(wrote.stdout)["id"]}
+        none = cli("executions", "list", "--run-id", "no-such-run", key=ALICE)
+        assert none.stdout.strip() == "(none)"
+        refused = cli("approvals", "list", key=ALICE)  # errors stay the problem's JSON
+        assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == "not_an_approver"

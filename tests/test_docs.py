@@ -705,3 +705,16 @@ def test_the_checks_can_fail() -> None:
         {"run_id": "r", "call_id": "c", "idempotency_key": "k"},
         {"run_id": "r", "call_id": "d", "note": "'x'"},
     ]
+
+
+# --- operations.md --------------------------------------------------------------------------
+
+
+def test_every_metric_is_in_operations_md() -> None:
+    from gateway.observability.metrics import Metrics
+
+    names = {f"{name}_total" if kind == "counter" else name for name, kind in Metrics().kinds()}
+    assert "toolgate_executions_total" in names
+    text = section(doc("operations.md"), "## Metrics")
+    missing = missing_from_table(names, text)
+    assert not missing, f"docs/operations.md has no row in 'Metrics' for the series {missing}"

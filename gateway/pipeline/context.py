@@ -69,6 +69,15 @@ def adapter_call(
         fencing_tokens=fencing,
         output_budget=call.tool.output_budget,
         context=template_context(call),
-        traceparent=tracecontext.child(call.request.traceparent),
+        traceparent=_upstream_traceparent(services, call),
         **hooks,
     )
+
+
+def _upstream_traceparent(services: Services, call: Call) -> str:
+    """What an adapter call sends upstream: the execution's span when tracing is on (the
+    upstream's spans then sit under it), else a child of the request's trace context."""
+    tracing = services.telemetry.tracing
+    if tracing is not None and (own := tracing.traceparent()) is not None:
+        return own
+    return tracecontext.child(call.request.traceparent)

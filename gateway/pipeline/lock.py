@@ -70,31 +70,40 @@ async def _wait_for_locks(
     """The fencing tokens once every lock is held; None when the call was cancelled while
     it waited: by this process's signal (at once), or, from another process, as the store
     reports with each busy answer."""
-    deadline = deadline_of(services, call)
-    execution_id = call.ticket.execution_id
-    delay = 0.005
-    beat = time.monotonic()
-    while True:
-        got = await services.store.try_acquire(
-            execution_id, call.ticket.request.call_id, requests, services.settings.lock_lease
-        )
-        if not isinstance(got, LockBusy):
-            return got
-        if got.waiter_cancelled or cancelled.is_set():
-            return None
-        if time.time() + delay >= deadline:
-            raise ExecutionError(
-                f"lock {got.key!r} is held by call {got.holder_call_id!r} "
-                f"(execution {got.holder}); retry later",
-                code="lock_timeout",
-                retryable=True,
-                details={"holder_call_id": got.holder_call_id},
+    busy_since: float | None = None
+    timed_out = False
+    try:
+        deadline = deadline_of(services, call)
+        execution_id = call.ticket.execution_id
+        delay = 0.005
+        beat = time.monotonic()
+        while True:
+            got = await services.store.try_acquire(
+                execution_id, call.ticket.request.call_id, requests, services.settings.lock_lease
             )
-        with anyio.move_on_after(delay):
-            await cancelled.wait()
-        if cancelled.is_set():
-            return None
-        delay = min(delay * 2, 0.1)
-        if record is not None and time.monotonic() - beat >= services.settings.lock_lease / 3:
-            beat = time.monotonic()
-            await services.store.heartbeat(execution_id)  # alive, only waiting
+            if not isinstance(got, LockBusy):
+                return got
+            busy_since = busy_since or time.monotonic()
+            if got.waiter_cancelled or cancelled.is_set():
+                return None
+            if time.time() + delay >= deadline:
+                timed_out = True
+                raise ExecutionError(
+                    f"lock {got.key!r} is held by call {got.holder_call_id!r} "
+                    f"(execution {got.holder}); retry later",
+                    code="lock_timeout",
+                    retryable=True,
+                    details={"holder_call_id": got.holder_call_id},
+                )
+            with anyio.move_on_after(delay):
+                await cancelled.wait()
+            if cancelled.is_set():
+                return None
+            delay = min(delay * 2, 0.1)
+            if record is not None and time.monotonic() - beat >= services.settings.lock_lease / 3:
+                beat = time.monotonic()
+                await services.store.heartbeat(execution_id)  # alive, only waiting
+    finally:
+        metrics = services.telemetry.metrics
+        if metrics is not None and busy_since is not None:
+            metrics.lock_waited(time.monotonic() - busy_since, timed_out)

@@ -66,7 +66,20 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
             "the approval was given for other arguments than this call", code="approval_mismatch"
         )
     document = policy_input(call, approval)
+    metrics = services.telemetry.metrics
+    start = time.perf_counter()
     decision = await services.policy.decide(document)
+    seconds = time.perf_counter() - start
+    if metrics is not None:
+        metrics.policy_decision(services.settings.policy_backend, seconds)
+    if (decisions := services.telemetry.decisions) is not None:
+        ticket = call.ticket
+        ids = {
+            "execution_id": ticket.execution_id,
+            "run_id": ticket.request.run_id,
+            "call_id": ticket.request.call_id,
+        }
+        decisions.write(document, decision.to_json(), seconds, ids)
     recorded, truncated = recorded_input(document, services.settings.policy_input_mask)
     trail = state.trail.emit(
         "policy.decided",
@@ -103,6 +116,8 @@ async def _follow(
                 code="approval_insufficient",
             )
         preview = await preview_of(services, call)
+        if (metrics := services.telemetry.metrics) is not None:
+            metrics.approval("requested")
         awaiting = _approval(services, call, decision.reasons, preview)
         return Authorized(call, approval, awaiting, trail)
     return Authorized(call, approval, None, trail)

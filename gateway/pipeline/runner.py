@@ -14,7 +14,9 @@ was; only ``StoreError`` (nothing can be recorded) still propagates, to recovery
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
@@ -29,6 +31,7 @@ from gateway.errors import (
     StoreError,
     ToolgateError,
 )
+from gateway.observability import logs
 from gateway.pipeline import (
     commit,
     execute,
@@ -147,21 +150,104 @@ async def run_flow(
     services: Services, state: Requested, stages: tuple[Stage[Any], ...] = STAGES
 ) -> ExecutionRecord:
     """Run the call ``state`` through ``stages``."""
+    if services.settings.log_format != "json":
+        return await _run_flow(services, state, stages)
+    with logs.bind_call(_log_fields(state)):
+        record = await _run_flow(services, state, stages)
+        if log.isEnabledFor(logging.INFO):
+            shown = record.outcome if record.terminal else str(record.status)
+            log.info("execution %s: %s", record.id, shown, extra={"outcome": shown})
+        return record
+
+
+def _log_fields(state: Requested) -> dict[str, str]:
+    request = state.ticket.request
+    parts = (request.traceparent or "").split("-")
+    return {
+        "execution_id": state.ticket.execution_id,
+        "run_id": request.run_id,
+        "call_id": request.call_id,
+        "tool": request.tool_name,
+        "principal": request.principal,
+        "trace_id": parts[1] if len(parts) == 4 else "",
+    }
+
+
+async def _run_flow(
+    services: Services, state: Requested, stages: tuple[Stage[Any], ...]
+) -> ExecutionRecord:
     execution_id = state.ticket.execution_id
+    telemetry = services.telemetry
     services.active.add(execution_id)
     current: State = state
     try:
-        for stage in stages:
-            if isinstance(current, Ended):
-                break
-            if isinstance(current, stage.takes):
-                current = await _run_stage(stage, services, current)
+        if telemetry.metrics is None and telemetry.tracing is None:
+            for stage in stages:
+                if isinstance(current, Ended):
+                    break
+                if isinstance(current, stage.takes):
+                    current = await _run_stage(stage, services, current)
+        else:
+            current = await _run_observed(stages, services, state)
     finally:
         services.active.discard(execution_id)
         if _holds_locks(current):
             await _release(services, execution_id)
     assert isinstance(current, Ended), "the last stage ends every call"
     return current.record
+
+
+async def _run_observed(
+    stages: tuple[Stage[Any], ...], services: Services, state: Requested
+) -> State:
+    """The stage loop with each stage timed and traced as configured, and the call's end
+    counted: the one place the pipeline's metrics and spans are taken."""
+    telemetry = services.telemetry
+    metrics, tracing = telemetry.metrics, telemetry.tracing
+    ticket = state.ticket
+    request = ticket.request
+    span: Any = None
+    with contextlib.ExitStack() as scope:
+        if tracing is not None:
+            span = scope.enter_context(
+                tracing.execution(
+                    request.traceparent,
+                    {
+                        "toolgate.execution_id": ticket.execution_id,
+                        "toolgate.run_id": request.run_id,
+                        "toolgate.call_id": request.call_id,
+                        "toolgate.tool": request.tool_name,
+                        "toolgate.principal": request.principal,
+                    },
+                )
+            )
+        current: State = state
+        last: ToolResult | None = None
+        clock = time.perf_counter
+        for stage in stages:
+            if isinstance(current, Ended):
+                break
+            if isinstance(current, stage.takes):
+                start = clock()
+                if tracing is None:
+                    current = await _run_stage(stage, services, current)
+                else:
+                    with tracing.stage(stage.name):
+                        current = await _run_stage(stage, services, current)
+                if metrics is not None:
+                    metrics.stage(stage.name, clock() - start)
+                if isinstance(current, Settled):
+                    last = current.result
+        error = last.error if last is not None else None
+        if isinstance(current, Ended) and current.record.id == ticket.execution_id:
+            record = current.record  # a replay of an existing execution is not counted again
+            if tracing is not None:
+                shown = record.outcome if record.terminal else str(record.status)
+                tracing.ended(span, shown, error.code if error else None)
+            if metrics is not None and record.terminal:  # a parked call: when it ends
+                phase = error.phase.value if error is not None and error.phase else ""
+                metrics.execution(record.tool_name, record.outcome or "", phase)
+    return current
 
 
 def _holds_locks(state: State) -> bool:

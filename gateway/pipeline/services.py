@@ -16,6 +16,7 @@ import anyio
 from gateway.adapters.base import Adapter
 from gateway.declarations.catalogue import Catalogue
 from gateway.faults import Faults
+from gateway.observability.telemetry import Telemetry
 from gateway.policy.data import PolicyData
 from gateway.settings import Settings
 from gateway.store.store import Store
@@ -68,6 +69,8 @@ class Services(Protocol):
     def cancellations(self) -> CancelSignals: ...
     @property
     def active(self) -> ActiveExecutions: ...
+    @property
+    def telemetry(self) -> Telemetry: ...
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

@@ -61,7 +61,7 @@ from gateway.policy.loader import (
     syntax_tree,
 )
 from gateway.policy.reads import InputReads, Tree, input_reads, path_tree, project
-from gateway.types import JSON, Decision, DecisionResult
+from gateway.types import JSON, CacheObserver, Decision, DecisionResult
 
 UNDEFINED = "<undefined>"
 """What regorus returns, as JSON, for an undefined rule (pass it to parse_decision)."""
@@ -117,6 +117,7 @@ class EmbeddedPolicy:
             raise ConfigError(f"policy: regorus cannot load the sources: {exc}") from exc
         self._tree: Tree | None = None
         self._cache: _LRU | None = None
+        self._on_cache: CacheObserver | None = None
         self.cache_refusal: str | None = "the cache is disabled (cache_size=0)"
         """Why decisions are not cached; None when they are."""
         if cache_size > 0:
@@ -130,6 +131,10 @@ class EmbeddedPolicy:
     def sources(self) -> PolicySources:
         """What this backend evaluates (the bundle route serves them)."""
         return self._sources
+
+    def observe_cache(self, hook: CacheObserver | None) -> None:
+        """``hook(hit)`` on each cache lookup (none while the cache is off)."""
+        self._on_cache = hook
 
     async def decide(self, document: Mapping[str, JSON]) -> Decision:
         """Decide on the event loop's thread.
@@ -153,8 +158,12 @@ class EmbeddedPolicy:
         except (TypeError, ValueError, RecursionError) as exc:
             return policy_error(f"the input document is not JSON: {exc}")
         cache = self._cache
-        if cache is not None and (cached := cache.get(input_json)) is not None:
-            return _copy(cached)
+        if cache is not None:
+            cached = cache.get(input_json)
+            if (hook := self._on_cache) is not None:
+                hook(cached is not None)
+            if cached is not None:
+                return _copy(cached)
         try:
             engine = self._engine()
             engine_call(engine.set_input_json, input_json)

@@ -22,6 +22,7 @@ BaseExceptions), ``list_rules`` and the syntax-tree readers ``syntax_tree``, ``r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -62,6 +63,15 @@ class PolicySources:
     lines: Mapping[str, Lines] = field(default_factory=dict)
     """The line index of the file each top-level key of ``data`` comes from, for errors
     that name the file, line and key (``gateway.policy.data``)."""
+
+    def revision(self) -> str:
+        """A digest of the modules and the data: what the decision log names as the policy
+        revision (it changes exactly when a decision could)."""
+        digest = hashlib.sha256()
+        for name, text in self.modules:
+            digest.update(f"{name}\0{text}\0".encode())
+        digest.update(self.data_json().encode())
+        return digest.hexdigest()[:16]
 
     def data_json(self) -> str:
         """The whole data document (``{"toolgate": data}``) as JSON."""

@@ -80,6 +80,8 @@ async def decide(
     if isinstance(decision, Refused):
         raise await _refusal(runtime, replace(approval, status=decision.status))
     decided = decision.approval
+    if (metrics := runtime.telemetry.metrics) is not None:
+        metrics.approval("approved" if approve else "denied")
     if not approve:
         why = f"denied by {approver}" + (f": {comment}" if comment else "")
         await close_parked(runtime, decided, PolicyDenied(why, code="approval_denied"))
@@ -204,7 +206,10 @@ async def resume(runtime: Runtime, approval: ApprovalRecord) -> None:
 
 async def sweep(runtime: Runtime) -> None:
     """Expire overdue approvals (failing their executions) and forget expired keys."""
+    metrics = runtime.telemetry.metrics
     for approval in await runtime.store.expired_approvals():
+        if metrics is not None:
+            metrics.approval("expired")
         try:
             await close_expired(runtime, approval)
         except ToolgateError as exc:

@@ -8,17 +8,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway import __version__
 from gateway.adapters.registry import SPECS, build_adapters
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
 from gateway.faults import Faults
+from gateway.instance import INSTANCE_ID
+from gateway.observability.decisions import DecisionLog
+from gateway.observability.metrics import Metrics
+from gateway.observability.telemetry import Telemetry, tracing_wanted
 from gateway.policy.backends import open_backend
 from gateway.policy.data import PolicyData, WorkspaceSpec
 from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.runtime.container import Runtime
 from gateway.settings import Settings
 from gateway.store.store import Store
+from gateway.types import CachingPolicy, PolicyBackend
 from gateway.workspace import Workspace
 
 
@@ -73,17 +79,57 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
     workspaces = open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
     store = Store(settings.resolved_database_url)
     await store.open()
+    policy = await open_backend(settings, loaded.sources)
     return Runtime(
         settings=settings,
         catalogue=loaded.catalogue,
-        policy=await open_backend(settings, loaded.sources),
+        policy=policy,
         policy_data=loaded.policy_data,
         workspaces=workspaces,
         store=store,
         adapters=build_adapters(settings, loaded.catalogue),
         approval_key=approval_key(settings),
         faults=Faults.parse(settings.faults),
+        telemetry=make_telemetry(settings, store, policy, revision=loaded.sources.revision()),
     )
+
+
+def make_telemetry(
+    settings: Settings,
+    store: Store,
+    policy: PolicyBackend,
+    env: Mapping[str, str] | None = None,
+    revision: str = "",
+) -> Telemetry:
+    """What ``settings`` (and, for tracing, the ``OTEL_*`` variables of ``env``) switch on,
+    hooked to the store and the policy backend."""
+    env = os.environ if env is None else env
+    tracing = None
+    if tracing_wanted(settings.tracing.enabled, env):
+        try:
+            from gateway.observability.tracing import Tracing
+        except ImportError as exc:
+            raise ConfigError(
+                "tracing is on but OpenTelemetry is not installed: pip install 'toolgate[tracing]'"
+            ) from exc
+        tracing = Tracing(env=env)
+    metrics = None
+    if settings.metrics.enabled:
+        metrics = Metrics()
+        store.observe(metrics.store_transaction)
+        store.observe_batches(metrics.group_commit_size)
+        if isinstance(policy, CachingPolicy):
+            policy.observe_cache(metrics.policy_cache_lookup)
+    decisions = None
+    if settings.decision_log.enabled:
+        config = settings.decision_log
+        target = config.path if config.path == "-" else settings.path(Path(config.path))
+        labels = {"id": INSTANCE_ID, "version": __version__, **config.labels}
+        try:
+            decisions = DecisionLog(target, revision, config.mask, labels)
+        except OSError as exc:
+            raise ConfigError(f"decision_log.path: cannot open {target}: {exc}") from exc
+    return Telemetry(metrics=metrics, tracing=tracing, decisions=decisions)
 
 
 async def close_runtime(runtime: Runtime) -> None:
@@ -91,6 +137,7 @@ async def close_runtime(runtime: Runtime) -> None:
         await adapter.aclose()
     await runtime.policy.aclose()
     await runtime.store.aclose()
+    runtime.telemetry.close()
 
 
 def open_workspaces(declared: Mapping[str, WorkspaceSpec], base_dir: Path) -> dict[str, Workspace]:

@@ -67,4 +67,7 @@ async def close_execution(
         events=closing,
         fencing_json=record.fencing_json,
     )
+    if (metrics := services.telemetry.metrics) is not None:  # ended outside the pipeline
+        phase = error.phase.value if error is not None and error.phase else ""
+        metrics.execution(record.tool_name, outcome.value, phase)
     return await services.store.get_execution(record.id) or record

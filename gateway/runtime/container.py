@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from gateway.adapters.base import Adapter
 from gateway.declarations.catalogue import Catalogue
 from gateway.faults import NO_FAULTS, Faults
+from gateway.observability.telemetry import OFF, Telemetry
 from gateway.policy.data import PolicyData
 from gateway.runtime.signals import Cancellations, Running, Wakeup
 from gateway.settings import Settings
@@ -38,6 +39,8 @@ class Runtime:
     queue_signal: Wakeup = field(default_factory=Wakeup)
     active: Running = field(default_factory=Running)
     """Executions this process is running now (recovery leaves exactly these alone)."""
+    telemetry: Telemetry = OFF
+    """Metrics, tracing and the decision log, as configured (docs/operations.md)."""
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

@@ -77,6 +77,14 @@ async def recover(services: Services) -> list[ExecutionRecord]:
 
 
 async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionRecord:
+    """Settle (or requeue) one execution a crash left; counted by what was done."""
+    settled = await _recover_one(services, record)
+    if (metrics := services.telemetry.metrics) is not None:
+        metrics.recovered("requeued" if not settled.terminal else f"settled_{settled.outcome}")
+    return settled
+
+
+async def _recover_one(services: Services, record: ExecutionRecord) -> ExecutionRecord:
     events = await services.store.events(record.id)
     started = any(e.type == "tool.started" for e in events)
     if not started:

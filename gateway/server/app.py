@@ -76,6 +76,7 @@ def create_app(
         Route("/v1/approvals/{approval_id}/deny", routes.deny, methods=["POST"]),
         Route("/v1/artifacts/{artifact_id}", artifacts.get_artifact, methods=["GET"]),
         Route("/v1/policy/bundle", routes.policy_bundle, methods=["GET"]),
+        Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/healthz", routes.healthz, methods=["GET"]),
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),

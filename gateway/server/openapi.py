@@ -327,6 +327,12 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": _resp("approvals", {"type": "object"}), **_ERRORS},
             }
         },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics (keyless when metrics.open)",
+                "responses": {"200": {"description": "the text exposition"}, **_ERRORS},
+            }
+        },
         "/healthz": {
             "get": {
                 "security": [],

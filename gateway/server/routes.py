@@ -21,6 +21,7 @@ from gateway.errors import (
 )
 from gateway.http import streams
 from gateway.http.auth import authenticate
+from gateway.observability.metrics import CONTENT_TYPE
 from gateway.pipeline.plan import plan_call
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
@@ -400,6 +401,19 @@ async def policy_bundle(request: Request) -> Response:
     if bundles.etag_matches(request.headers.get("if-none-match"), built.etag):
         return Response(status_code=304, headers=headers)
     return Response(built.data, media_type="application/gzip", headers=headers)
+
+
+async def metrics(request: Request) -> Response:
+    """The Prometheus text exposition (docs/operations.md#metrics)."""
+    services = services_of(request)
+    if not services.settings.metrics.open:
+        principal_of(request)
+    collected = services.telemetry.metrics
+    if collected is None:
+        raise NotFound("metrics are off (metrics: {enabled: false})")
+    pending, queued = await services.store.gauges()
+    body = collected.scrape(pending, queued, len(services.active))
+    return Response(body, media_type=CONTENT_TYPE)
 
 
 async def healthz(request: Request) -> Response:

@@ -173,6 +173,13 @@ def resolve_outcome(
     return True
 
 
+def gauges(db: Db) -> tuple[int, int]:
+    """(pending approvals, queued executions)."""
+    pending = db.one("SELECT COUNT(*) FROM approvals WHERE status = ?", ("pending",))
+    queued = db.one("SELECT COUNT(*) FROM executions WHERE status = ?", ("queued",))
+    return int(pending[0]), int(queued[0])
+
+
 def heartbeat(db: Db, execution_id: str) -> None:
     db.run(HEARTBEAT, (now_ms(), execution_id))
 

@@ -50,5 +50,8 @@ class PostgresTransactor:
     def observe(self, hook: Observer | None) -> None:
         self._pool.observer = hook
 
+    def observe_batches(self, hook: Callable[[int], None] | None) -> None:
+        """No group commit here: every write is its own transaction."""
+
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.engine.dispose)

@@ -104,6 +104,7 @@ class SqliteTransactor:
         self._integrity_error = self.dialect.integrity_error
         self._pool = Pool(self.engine, self.dialect, begin=("BEGIN DEFERRED", "BEGIN IMMEDIATE"))
         self._observer: Observer | None = None
+        self._batch_observer: Callable[[int], None] | None = None
         # SQLite has one writer at a time. Threads of this process that race for its lock
         # fall into SQLite's busy handler, which sleeps in whole milliseconds: so this
         # process queues its own write transactions and only other processes contend.
@@ -123,6 +124,9 @@ class SqliteTransactor:
 
     def observe(self, hook: Observer | None) -> None:
         self._observer = self._pool.observer = hook
+
+    def observe_batches(self, hook: Callable[[int], None] | None) -> None:
+        self._batch_observer = hook
 
     def transaction(self, fn: Callable[[Db, *Ts], T], write: bool, *args: *Ts) -> T:
         return self._pool.transaction(fn, write, *args)
@@ -169,6 +173,8 @@ class SqliteTransactor:
             outcomes = self._run_batch(batch)
         else:
             outcomes = timed(hook, batch[0][0], self._run_batch, batch)
+        if (sizes := self._batch_observer) is not None:
+            sizes(len(batch))
         for (_, _, future), outcome in zip(batch, outcomes, strict=True):
             if not future.done():
                 future.set_result(outcome)

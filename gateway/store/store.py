@@ -128,6 +128,14 @@ class Store:
         group-commit batch is named after its first write). ``None`` stops it."""
         self.transactor.observe(hook)
 
+    def observe_batches(self, hook: Callable[[int], None] | None) -> None:
+        """``hook(size)`` after each group commit (SQLite) of ``size`` writes."""
+        self.transactor.observe_batches(hook)
+
+    async def gauges(self) -> tuple[int, int]:
+        """(pending approvals, queued executions), for the metrics' gauges."""
+        return await self._read(executions.gauges)
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def open_sync(self) -> None:

@@ -54,6 +54,10 @@ class Transactor(Protocol):
 
     def observe(self, hook: Observer | None) -> None: ...
 
+    def observe_batches(self, hook: Callable[[int], None] | None) -> None:
+        """``hook(size)`` after each group commit of ``size`` writes (a backend without group
+        commit never calls it)."""
+
     async def aclose(self) -> None: ...
 
 

@@ -89,3 +89,32 @@ async def test_the_lock_keys_are_rendered_sorted_and_exclusive_wins(
     locked = await lock.run(services, Reserved(state.call, None, state.trail))
     assert isinstance(locked, Locked) and list(locked.fencing) == [wanted.key]
     assert locked.trail.events[-1].type == "lock.acquired"
+
+
+async def test_a_lock_wait_and_its_timeout_are_counted(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    from dataclasses import replace
+
+    from gateway.observability.metrics import Metrics
+    from gateway.observability.telemetry import Telemetry
+    from gateway.store.records import LockRequest
+    from gateway.types import LockMode
+
+    await store.try_acquire(
+        "ex_other", "other-call", [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)], 30
+    )
+    metrics = Metrics()
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
+    )
+    services = replace(services, telemetry=Telemetry(metrics=metrics))  # type: ignore[type-var]
+    await run_call(services, request(deadline_ms=int(time.time() * 1000) + 200))
+    await store.release_locks("ex_other")
+    await run_call(services, request(call_id="c2"))  # free now: no wait
+    assert metrics.lock_waits.values == {(): 1}
+    assert metrics.lock_timeouts.values == {(): 1}
+    waited = metrics.lock_wait_seconds.child()
+    assert sum(waited.counts) == 1 and 0.05 < waited.total < 5
+    assert metrics.executions.values[("fs.write_file", "failed", "execute")] == 1
+    assert sum(metrics.executions.values.values()) == 2

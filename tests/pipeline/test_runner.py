@@ -120,10 +120,18 @@ async def test_recovery_settles_what_a_dead_owner_left(
             f"UPDATE executions SET updated_ms = {stale} WHERE id IN ('ex_dead1', 'ex_dead2')"
         )
     )
+    from gateway.observability.metrics import Metrics
+    from gateway.observability.telemetry import Telemetry
+
+    metrics = Metrics()
+    services = replace(services, telemetry=Telemetry(metrics=metrics))
     settled = {r.id: r for r in await recover(services)}
     # The file holds "hi" (written by the seed call), which is what ex_dead1 meant to write.
     assert settled["ex_dead1"].outcome == "succeeded"
     assert settled["ex_dead2"].status is Status.QUEUED  # nothing was attempted: run it again
+    assert metrics.recovery.values == {("settled_succeeded",): 1, ("requeued",): 1}
+    # the settled one ended outside the pipeline, and is counted as an execution that ended
+    assert metrics.executions.values == {("fs.write_file", "succeeded", ""): 1}
 
 
 async def test_a_failure_after_the_side_effect_is_settled_by_recovery(

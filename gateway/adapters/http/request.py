@@ -29,6 +29,7 @@ from gateway.adapters.base import AdapterOutcome, Evidence
 from gateway.adapters.http.options import Body, Credential, whole_reference
 from gateway.declarations.templates import Template, TemplateError, lookup
 from gateway.errors import ExecutionError, ToolgateError
+from gateway.observability.logs import scrub
 
 REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 8
@@ -228,6 +229,7 @@ async def credential_headers(
     for cred in credentials:
         secret = await _usable_secret(cred, secrets_dir)
         if secret is not None:
+            scrub(secret)  # never in a log line, whoever would write it
             secrets.append(secret)
             headers.append((cred.header, cred.prefix + secret))
     return secrets, headers
