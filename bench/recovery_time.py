@@ -34,6 +34,7 @@ from gateway.testing import (
     free_port,
     make_project,
     run_agent_code_without_approval,
+    serve,
     wait_healthy,
 )
 
@@ -41,24 +42,7 @@ HEADERS = {"Authorization": "Bearer tg_dev_alice", "Prefer": "respond-async"}
 
 
 def start(config: Path, port: int) -> subprocess.Popen[bytes]:
-    log = (config.parent / f"gateway-{port}.log").open("ab")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "--config",
-            str(config),
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=config.parent,
-    )
+    return serve(config, port, (config.parent / f"gateway-{port}.log").open("ab"))
 
 
 def count(db: Path, sql: str) -> int:

@@ -12,7 +12,7 @@ project (docs/adapters/writing.md shows both in use).
   (or a benchmark) that calls ``execute`` itself.
 - ``make_project`` copies the shipped project (tools.d, rego, policies, examples,
   toolgate.yaml) under a temporary directory; ``gateway`` starts ``toolgate serve`` on it
-  and yields its base URL; ``free_port``, ``wait_healthy`` and ``stop`` are the pieces.
+  and yields its base URL; ``free_port``, ``serve``, ``wait_healthy`` and ``stop`` are the pieces.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, ClassVar
 
 import anyio
 import httpx
@@ -56,6 +56,7 @@ __all__ = [
     "load_declaration",
     "make_project",
     "run_agent_code_without_approval",
+    "serve",
     "stop",
     "wait_healthy",
     "with_specs",
@@ -221,24 +222,7 @@ def gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[str]:
         port = free_port()
         log_path = config.parent / f"gateway-{port}.log"
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gateway.cli",
-                    "--config",
-                    str(config),
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--log-level",
-                    "warning",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-                cwd=config.parent,
-            )
+            proc = serve(config, port, log, env)
         url = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(url, proc)
@@ -251,6 +235,30 @@ def gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[str]:
         yield url
     finally:
         stop(proc)
+
+
+def serve(
+    config: Path, port: int, log: IO[bytes], env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``toolgate serve`` on ``port`` (not waiting for it), its output to ``log``."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "--config",
+            str(config),
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        cwd=config.parent,
+    )
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

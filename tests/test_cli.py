@@ -326,37 +326,20 @@ def test_call_and_approvals_against_a_running_gateway(tmp_path: Path) -> None:
             key=ALICE,
         )
         approval = json.loads(parked.stdout)["approval"]["id"]
-        listed = toolgate(
-            "--config",
-            str(config),
-            "approvals",
-            "list",
-            "--status",
-            "pending",
-            "--url",
-            url,
-            cwd=tmp_path,
-            key=BOB,
-        )
+        listed = _approvals(config, url, "list", "--status", "pending")
         assert approval in listed.stdout
-        approved = toolgate(
-            "--config",
-            str(config),
-            "approvals",
-            "approve",
-            approval,
-            "--comment",
-            "fine",
-            "--url",
-            url,
-            cwd=tmp_path,
-            key=BOB,
-        )
+        approved = _approvals(config, url, "approve", approval, "--comment", "fine")
         assert approved.returncode == 0, approved.stdout
-        refused = toolgate(
-            "--config", str(config), "approvals", "list", "--url", url, cwd=tmp_path, key=ALICE
-        )
+        refused = _approvals(config, url, "list", key=ALICE)
         assert refused.returncode == 1 and "not_an_approver" in refused.stdout
+
+
+def _approvals(
+    config: Path, url: str, *args: str, key: str = BOB
+) -> subprocess.CompletedProcess[str]:
+    return toolgate(
+        "--config", str(config), "approvals", *args, "--url", url, cwd=config.parent, key=key
+    )
 
 
 def _call(config: Path, url: str, *args: str, key: str = ALICE) -> subprocess.CompletedProcess[str]:
@@ -421,19 +404,7 @@ def test_call_ids_agent_and_idempotency_key(tmp_path: Path) -> None:
 def _pending_approval(config: Path, url: str) -> str:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        listed = toolgate(
-            "--config",
-            str(config),
-            "approvals",
-            "list",
-            "--status",
-            "pending",
-            "--json",
-            "--url",
-            url,
-            cwd=config.parent,
-            key=BOB,
-        )
+        listed = _approvals(config, url, "list", "--status", "pending", "--json")
         items = json.loads(listed.stdout)["items"]
         if items:
             return str(items[0]["id"])
@@ -473,17 +444,7 @@ def test_call_wait_follows_an_approval_and_an_async_call_to_the_end(tmp_path: Pa
         )
         try:
             approval = _pending_approval(config, url)
-            approved = toolgate(
-                "--config",
-                str(config),
-                "approvals",
-                "approve",
-                approval,
-                "--url",
-                url,
-                cwd=tmp_path,
-                key=BOB,
-            )
+            approved = _approvals(config, url, "approve", approval)
             assert approved.returncode == 0, approved.stdout
             out, err = waiting.communicate(timeout=60)
         finally:

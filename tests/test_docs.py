@@ -20,11 +20,12 @@ from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError
 from gateway.events.model import EVENT_TYPES
 from gateway.pipeline import policy
-from gateway.pipeline.records import Call, Requested, ToolExecutionRequest
+from gateway.pipeline.records import Call, Requested
 from gateway.server.app import create_app
 from gateway.settings import ENV_VARIABLES, Settings
 from gateway.types import ApprovalStatus, Outcome, Status
 from gateway.workspace import Workspace
+from tests.pipeline.fakes import request as fake_request
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -566,24 +567,7 @@ def _policy_input() -> dict[str, object]:
             "paths": ["path"],
         }
     )
-    request = ToolExecutionRequest(
-        principal="alice",
-        run_id="r1",
-        turn_id="t1",
-        call_id="c1",
-        tool_name=tool.name,
-        requested_version=None,
-        arguments={"path": "a.txt", "content": "hi"},
-        agent_id="coder",
-        workspace_id="demo",
-        workspace_root=None,
-        deadline_ms=None,
-        cancellation_token=None,
-        idempotency_key=None,
-        approval_token=None,
-        expected_state={},
-        body={},
-    )
+    request = fake_request(tool.name, run_id="r1", turn_id="t1", agent_id="coder")
     call = Call(
         ticket=Requested.start(request).ticket,
         tool=tool,

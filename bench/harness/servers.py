@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import Any
 import httpx
 import psutil
 
-from gateway.testing import free_port, gateway
+from gateway.testing import free_port, gateway, stop
 
 from .plan import AUTH, BENCH, KIB, Scenario, compact
 
@@ -67,12 +66,7 @@ def bare_server(response_bytes: int, scratch: Path) -> Iterator[Server]:
             time.sleep(0.1)
         yield Server(url, proc.pid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 @contextlib.contextmanager

@@ -10,13 +10,13 @@ stolen key gains nothing the stored approval does not already grant (docs/securi
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
 import time
 from dataclasses import asdict, dataclass
 
+from gateway import b64url
 from gateway.errors import PolicyDenied
 from gateway.store.records import ApprovalRecord
 
@@ -32,18 +32,10 @@ class TokenClaims:
     expires_ms: int
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def sign(claims: TokenClaims, key: bytes) -> str:
     payload = json.dumps(asdict(claims), sort_keys=True, separators=(",", ":")).encode()
     mac = hmac.new(key, payload, hashlib.sha256).digest()
-    return f"{_b64(payload)}.{_b64(mac)}"
+    return f"{b64url.encode(payload)}.{b64url.encode(mac)}"
 
 
 def _refuse(why: str) -> PolicyDenied:
@@ -54,7 +46,7 @@ def verify(token: str, key: bytes) -> TokenClaims:
     """The claims of an authentic, unexpired token; PolicyDenied otherwise."""
     try:
         payload_text, mac_text = token.split(".", 1)
-        payload, mac = _unb64(payload_text), _unb64(mac_text)
+        payload, mac = b64url.decode(payload_text), b64url.decode(mac_text)
     except ValueError as exc:
         raise _refuse("it is not a token issued by this gateway") from exc
     expected = hmac.new(key, payload, hashlib.sha256).digest()

@@ -1,8 +1,9 @@
 """A typed client of the gateway's REST API (docs/api.md), sync and async.
 
 ``Client`` and ``AsyncClient`` have the same methods; both build their requests with
-``_Requests`` (one place for paths, bodies and parameters) and read the answers with
-``_read`` (one place for the problem+json errors of ``gateway.client.errors``).
+``_Requests`` (one place for paths, bodies and parameters), send them with ``_arguments``
+and ``_transport_error``, and read the answers with ``_read`` (one place for the
+problem+json errors of ``gateway.client.errors``).
 """
 
 from __future__ import annotations
@@ -183,6 +184,28 @@ class _Requests:
         return _Request("POST", f"/v1/approvals/{approval_id}/{verb}", json=body)
 
 
+def _arguments(req: _Request) -> dict[str, Any]:
+    """The keyword arguments of ``httpx.Client.request`` (and its async twin) for ``req``."""
+    return {
+        "method": req.method,
+        "url": req.path,
+        "params": req.params,
+        "json": req.json,
+        "headers": req.headers,
+        "timeout": req.timeout or httpx.USE_CLIENT_DEFAULT,
+    }
+
+
+def _transport_error(req: _Request, exc: httpx.HTTPError) -> TransportError:
+    return TransportError(f"{req.method} {req.path}: {exc}")
+
+
+def _wait_step(deadline: float) -> tuple[float, float]:
+    """Seconds left before ``deadline`` and the ``?wait=`` of the next long poll."""
+    left = deadline - time.monotonic()
+    return left, max(min(left, MAX_WAIT_S), 0)
+
+
 def _read(response: httpx.Response) -> Any:
     raise_for_problem(response)
     return response.json()
@@ -221,16 +244,9 @@ class Client:
 
     def _send(self, req: _Request) -> Any:
         try:
-            response = self._http.request(
-                req.method,
-                req.path,
-                params=req.params,
-                json=req.json,
-                headers=req.headers,
-                timeout=req.timeout or httpx.USE_CLIENT_DEFAULT,
-            )
+            response = self._http.request(**_arguments(req))
         except httpx.HTTPError as exc:
-            raise TransportError(f"{req.method} {req.path}: {exc}") from exc
+            raise _transport_error(req, exc) from exc
         return _read(response)
 
     def execute(
@@ -264,8 +280,8 @@ class Client:
         returned as it stands)."""
         deadline = time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            execution = self.get(execution_id, wait=max(min(left, MAX_WAIT_S), 0))
+            left, wait = _wait_step(deadline)
+            execution = self.get(execution_id, wait=wait)
             if execution.terminal or left <= 0:
                 return execution
 
@@ -330,16 +346,9 @@ class AsyncClient:
 
     async def _send(self, req: _Request) -> Any:
         try:
-            response = await self._http.request(
-                req.method,
-                req.path,
-                params=req.params,
-                json=req.json,
-                headers=req.headers,
-                timeout=req.timeout or httpx.USE_CLIENT_DEFAULT,
-            )
+            response = await self._http.request(**_arguments(req))
         except httpx.HTTPError as exc:
-            raise TransportError(f"{req.method} {req.path}: {exc}") from exc
+            raise _transport_error(req, exc) from exc
         return _read(response)
 
     async def execute(
@@ -368,8 +377,8 @@ class AsyncClient:
     async def wait(self, execution_id: str, timeout: float = 300.0) -> Execution:
         deadline = time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            execution = await self.get(execution_id, wait=max(min(left, MAX_WAIT_S), 0))
+            left, wait = _wait_step(deadline)
+            execution = await self.get(execution_id, wait=wait)
             if execution.terminal or left <= 0:
                 return execution
 

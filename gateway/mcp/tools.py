@@ -14,6 +14,7 @@ from typing import Any
 from gateway.declarations.definitions import tool_definition
 from gateway.declarations.model import ToolDeclaration
 from gateway.mcp import meta
+from gateway.pipeline.policy import tool_input
 from gateway.pipeline.records import sha256_json
 from gateway.runtime.container import Runtime
 from gateway.types import DecisionResult, SideEffect
@@ -56,16 +57,7 @@ def probe_input(
     """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments."""
     workspace = services.workspaces.get(workspace_id or "")
     return {
-        "tool": {
-            "name": tool.name,
-            "version": str(tool.version),
-            "risk": tool.risk.value,
-            "side_effect": tool.side_effect.value,
-            "reversible": tool.reversible,
-            "adapter": tool.adapter,
-            "operation": tool.operation,
-            "tags": list(tool.tags),
-        },
+        "tool": tool_input(tool),
         "arguments": {},
         "arguments_sha256": sha256_json({}),
         "paths": [],

@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.adapters.base import Previewing
 from gateway.approvals import tokens
+from gateway.declarations.model import ToolDeclaration
 from gateway.errors import CallError, PolicyDenied, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of
 from gateway.pipeline.guards import check_state_guards
@@ -19,22 +20,27 @@ from gateway.store.records import ApprovalRecord
 from gateway.types import JSON, Decision, DecisionResult
 
 
+def tool_input(tool: ToolDeclaration) -> dict[str, Any]:
+    """The ``tool`` part of the policy input (docs/policies.md): what the declaration says."""
+    return {
+        "name": tool.name,
+        "version": str(tool.version),
+        "risk": tool.risk.value,
+        "side_effect": tool.side_effect.value,
+        "reversible": tool.reversible,
+        "adapter": tool.adapter,
+        "operation": tool.operation,
+        "tags": list(tool.tags),
+    }
+
+
 def policy_input(call: Call, approval: ApprovalRecord | None = None) -> dict[str, Any]:
     """The stable policy input document (documented in docs/policies.md)."""
     req, tool = call.ticket.request, call.tool
     now_ms = int(time.time() * 1000)
     left = None if req.deadline_ms is None else int(req.deadline_ms - now_ms)
     return {
-        "tool": {
-            "name": tool.name,
-            "version": str(tool.version),
-            "risk": tool.risk.value,
-            "side_effect": tool.side_effect.value,
-            "reversible": tool.reversible,
-            "adapter": tool.adapter,
-            "operation": tool.operation,
-            "tags": list(tool.tags),
-        },
+        "tool": tool_input(tool),
         "arguments": dict(call.arguments),
         "arguments_sha256": call.arguments_sha256,
         "paths": [p.to_json() for p in call.paths.values()],

@@ -21,7 +21,6 @@ its ETag, depend on the sources only.
 
 from __future__ import annotations
 
-import base64
 import gzip
 import hashlib
 import hmac
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway import b64url
 from gateway.errors import ConfigError
 from gateway.policy.loader import DATA_ROOT, PolicySources, engine_call, new_engine, ref_path
 
@@ -183,14 +183,6 @@ def sources_of(files: Mapping[str, bytes]) -> PolicySources:
 # --- signatures -----------------------------------------------------------------------------
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def file_claims(files: Mapping[str, bytes]) -> list[dict[str, str]]:
     """``files`` of the JWT: every file but the signatures, by name."""
     return [
@@ -216,8 +208,10 @@ def sign(
         claims["keyid"] = keyid
     if scope:
         claims["scope"] = scope
-    signing_input = f"{_b64(canonical_json(header))}.{_b64(canonical_json(claims))}"
-    return f"{signing_input}.{_b64(_signature(signing_input.encode(), key, algorithm))}"
+    signing_input = (
+        f"{b64url.encode(canonical_json(header))}.{b64url.encode(canonical_json(claims))}"
+    )
+    return f"{signing_input}.{b64url.encode(_signature(signing_input.encode(), key, algorithm))}"
 
 
 def _signature(message: bytes, key: bytes, algorithm: str) -> bytes:
@@ -242,12 +236,12 @@ def verify(data: bytes, key: bytes, algorithm: str = "HS256") -> dict[str, Any]:
     try:
         (token,) = json.loads(files[SIGNATURES])["signatures"]
         head, body, signature = token.split(".")
-        header, claims = json.loads(_unb64(head)), json.loads(_unb64(body))
+        header, claims = json.loads(b64url.decode(head)), json.loads(b64url.decode(body))
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"bundle verification: malformed .signatures.json: {exc}") from exc
     if header.get("alg") != algorithm:
         raise ConfigError(f"bundle verification: signed {header.get('alg')}, not {algorithm}")
-    if not _signature_ok(f"{head}.{body}".encode(), _unb64(signature), key, algorithm):
+    if not _signature_ok(f"{head}.{body}".encode(), b64url.decode(signature), key, algorithm):
         raise ConfigError("bundle verification: the signature does not match the key")
     if claims.get("files") != file_claims(files):
         raise ConfigError("bundle verification: the files do not match their signed hashes")

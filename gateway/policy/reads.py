@@ -196,18 +196,7 @@ class _Scan:
             self.walk(value)
 
     def reference(self, node: dict[str, Any]) -> None:
-        steps: list[tuple[str, Any]] = []  # from the root outwards
-        root = node
-        while True:
-            kind, body = next(iter(root.items()))
-            if kind == "RefDot":
-                steps.append(("field", body["field"][-1]))
-            elif kind == "RefBrack":
-                steps.append(("index", body["index"]))
-            else:
-                break
-            root = body["refr"]
-        steps.reverse()
+        root, steps = _unwind(node)
         kind, body = next(iter(root.items()))
         if kind == "Var" and body.get("value") == _INPUT:
             path = list(_fixed_prefix(steps))
@@ -248,6 +237,24 @@ class _Scan:
         if name in DETERMINISTIC_BUILTINS:
             return True
         return "." not in name and f"data.{self.package}.{name}" in self.functions
+
+
+def _unwind(node: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """A reference (nested ``RefDot``/``RefBrack``) as its root node and its steps from the
+    root outwards: ``("field", name)`` or ``("index", node)``."""
+    steps: list[tuple[str, Any]] = []
+    root = node
+    while True:
+        kind, body = next(iter(root.items()))
+        if kind == "RefDot":
+            steps.append(("field", body["field"][-1]))
+        elif kind == "RefBrack":
+            steps.append(("index", body["index"]))
+        else:
+            break
+        root = body["refr"]
+    steps.reverse()
+    return root, steps
 
 
 def _fixed_prefix(steps: list[tuple[str, Any]]) -> Iterator[str]:
@@ -348,18 +355,7 @@ def _data_walk(node: Any, file: str, found: list[DataRead]) -> None:
     if len(node) == 1:
         kind, body = next(iter(node.items()))
         if kind in ("RefDot", "RefBrack") and isinstance(body, dict):
-            steps: list[tuple[str, Any]] = []
-            root: Any = node
-            while True:
-                kind, body = next(iter(root.items()))
-                if kind == "RefDot":
-                    steps.append(("field", body["field"][-1]))
-                elif kind == "RefBrack":
-                    steps.append(("index", body["index"]))
-                else:
-                    break
-                root = body["refr"]
-            steps.reverse()
+            root, steps = _unwind(node)
             kind, body = next(iter(root.items()))
             if kind == "Var" and body.get("value") == "data":
                 path = tuple(_fixed_prefix(steps))

@@ -21,6 +21,11 @@ _ERRORS = {
     "403": _resp("not allowed for this principal"),
 }
 _EXECUTION = {"$ref": "#/components/schemas/Execution"}
+_EXECUTION_REQUEST = {
+    "required": True,
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ExecutionRequest"}}},
+}
+"""The body of ``POST /v1/executions`` and ``POST /v1/plans``."""
 _ID_PARAM = {"name": "execution_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
@@ -85,14 +90,7 @@ def _paths() -> dict[str, Any]:
                         "schema": {"type": "string"},
                     },
                 ],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {"$ref": "#/components/schemas/ExecutionRequest"}
-                        }
-                    },
-                },
+                "requestBody": _EXECUTION_REQUEST,
                 "responses": {
                     "200": _resp("the execution reached a terminal state", _EXECUTION),
                     "202": _resp(
@@ -117,14 +115,7 @@ def _paths() -> dict[str, Any]:
         "/v1/plans": {
             "post": {
                 "summary": "What POST /v1/executions with this body would do, with no side effect",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {"$ref": "#/components/schemas/ExecutionRequest"}
-                        }
-                    },
-                },
+                "requestBody": _EXECUTION_REQUEST,
                 "responses": {
                     "200": _resp("the plan", {"$ref": "#/components/schemas/Plan"}),
                     "400": _resp("malformed request or missing idempotency key"),

@@ -23,6 +23,7 @@ from gateway.http import streams
 from gateway.http.auth import authenticate
 from gateway.observability.metrics import CONTENT_TYPE
 from gateway.pipeline.plan import plan_call
+from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
 from gateway.policy import bundle as bundles
@@ -88,14 +89,19 @@ async def _execution_response(services: Runtime, record: ExecutionRecord) -> Res
     return Response(body, status_code=status, media_type=JSONResponse.media_type)
 
 
-async def create_execution(request: Request) -> Response:
-    services = services_of(request)
-    principal = principal_of(request)
+async def _call_of(request: Request, services: Runtime) -> ToolExecutionRequest:
+    """The call a ``POST /v1/executions`` or ``POST /v1/plans`` body asks for."""
+    principal = principal_of(request)  # authenticated before the body is read
     body = await read_json(request, services.settings.max_body_bytes)
     headers = request.headers
-    call = parse_request(
+    return parse_request(
         body, principal, headers.get("idempotency-key"), headers.getlist("traceparent")
     )
+
+
+async def create_execution(request: Request) -> Response:
+    services = services_of(request)
+    call = await _call_of(request, services)
     respond_async = "respond-async" in request.headers.get("prefer", "").lower()
     record = await run_call(services, call, respond_async=respond_async)
     return await _execution_response(services, record)
@@ -104,12 +110,7 @@ async def create_execution(request: Request) -> Response:
 async def create_plan(request: Request) -> Response:
     """What ``POST /v1/executions`` with this body would do, with no side effect."""
     services = services_of(request)
-    principal = principal_of(request)
-    body = await read_json(request, services.settings.max_body_bytes)
-    headers = request.headers
-    call = parse_request(
-        body, principal, headers.get("idempotency-key"), headers.getlist("traceparent")
-    )
+    call = await _call_of(request, services)
     plan = await plan_call(services, call)
     return JSONResponse(plan.to_json())
 

@@ -20,10 +20,10 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from gateway.adapters.shared.artifacts import ArtifactStore
 from gateway.errors import Forbidden, MalformedRequest, NotFound, PayloadTooLarge, ToolgateError
 from gateway.events.model import EVENT_TYPES, Event
 from gateway.http import streams
+from gateway.http.artifacts import artifact_response
 from gateway.runtime import approvals
 from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalRecord, ExecutionRecord
@@ -542,18 +542,9 @@ def _artifact_ids(value: Any) -> list[str]:
 async def artifact(request: Request) -> Response:
     """An artifact for the page (the cookie's principal), as ``GET /v1/artifacts/{id}``."""
     principal = session_of(request).principal
-    store = ArtifactStore.of(services_of(request).settings)
-    found = await anyio.to_thread.run_sync(store.load, request.path_params["artifact_id"])
-    if found is None or found[0].owner != principal:
-        raise NotFound("There is no such artifact.", code="artifact_not_found")
-    item, data = found
-    headers = {
-        "ETag": f'"{item.sha256}"',
-        "Cache-Control": "private, max-age=3600",
-        "X-Content-Type-Options": "nosniff",
-        "Content-Security-Policy": "default-src 'none'",
-    }
-    return Response(data, media_type=item.content_type, headers=headers)
+    settings = services_of(request).settings
+    artifact_id = request.path_params["artifact_id"]
+    return await artifact_response(settings, artifact_id, principal, "There is no such artifact.")
 
 
 @signed_in

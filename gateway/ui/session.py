@@ -9,13 +9,14 @@ double-submit way: a random token in a short-lived cookie and in the form.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
 import secrets
 import time
 from dataclasses import dataclass
+
+from gateway import b64url
 
 SESSION_COOKIE = "tg_session"
 SIGNIN_COOKIE = "tg_signin"
@@ -33,14 +34,6 @@ class Session:
     csrf: str
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def issue(principal: str, ttl_s: float, key: bytes) -> tuple[Session, str]:
     """A new session for ``principal`` and its cookie value."""
     session = Session(principal, int((time.time() + ttl_s) * 1000), secrets.token_urlsafe(24))
@@ -48,8 +41,8 @@ def issue(principal: str, ttl_s: float, key: bytes) -> tuple[Session, str]:
         {"p": session.principal, "e": session.expires_ms, "c": session.csrf},
         separators=(",", ":"),
     ).encode("utf-8")
-    payload = _b64(body)
-    signature = _b64(hmac.new(key, payload.encode("ascii"), hashlib.sha256).digest())
+    payload = b64url.encode(body)
+    signature = b64url.encode(hmac.new(key, payload.encode("ascii"), hashlib.sha256).digest())
     return session, f"{payload}.{signature}"
 
 
@@ -58,11 +51,13 @@ def read(value: str | None, key: bytes) -> Session | None:
     if not value or value.count(".") != 1 or len(value) > 4096:
         return None
     payload, signature = value.split(".")
-    expected = _b64(hmac.new(key, payload.encode("ascii", "replace"), hashlib.sha256).digest())
+    expected = b64url.encode(
+        hmac.new(key, payload.encode("ascii", "replace"), hashlib.sha256).digest()
+    )
     if not hmac.compare_digest(expected, signature):
         return None
     try:
-        data = json.loads(_unb64(payload))
+        data = json.loads(b64url.decode(payload))
         session = Session(str(data["p"]), int(data["e"]), str(data["c"]))
     except (ValueError, KeyError, TypeError):
         return None

@@ -15,9 +15,10 @@ import pytest
 from gateway.declarations.templates import FIELDS
 from gateway.errors import ConfigError
 from gateway.pipeline.context import template_context
-from gateway.pipeline.records import Call, Ticket, ToolExecutionRequest
+from gateway.pipeline.records import Call, Ticket
 from gateway.testing import load_catalogue
 from gateway.workspace import Workspace
+from tests.pipeline.fakes import request as fake_request
 
 HEAD = """\
 name: {name}
@@ -224,24 +225,7 @@ def test_known_fields_are_what_a_call_fills_in(tmp_path: Path) -> None:
     """templates.FIELDS (what the load accepts) is exactly what the pipeline provides."""
     (tmp_path / "ok.yaml").write_text(GOOD_PROC)
     tool = load_catalogue(tmp_path).resolve("t.ok")
-    request = ToolExecutionRequest(
-        principal="alice",
-        run_id="r",
-        turn_id="t",
-        call_id="c",
-        tool_name=tool.name,
-        requested_version=None,
-        arguments={},
-        agent_id="a",
-        workspace_id="demo",
-        workspace_root=None,
-        deadline_ms=None,
-        cancellation_token=None,
-        idempotency_key=None,
-        approval_token=None,
-        expected_state={},
-        body={},
-    )
+    request = fake_request(tool.name, call_id="c", arguments={}, agent_id="a")
     ticket = Ticket(request, "ex_1", 0)
     call = Call(ticket, tool, Workspace("demo", tmp_path), {}, "0" * 64, {}, ())
     context = template_context(call)

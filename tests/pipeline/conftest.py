@@ -1,4 +1,5 @@
-"""Fixtures of the pipeline's unit tests: the shipped catalogue and a real SQLite store."""
+"""Fixtures of the pipeline's unit tests: the shipped catalogue, a real SQLite store, and the
+runtime of a call that succeeds and is allowed."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from gateway.declarations.catalogue import Catalogue
+from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.testing import load_catalogue
 from tests.helpers import REPO
+from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, allow_all, make_services, ok
 
 
 @pytest.fixture
@@ -24,3 +27,9 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await s.open()
     yield s
     await s.aclose()
+
+
+@pytest.fixture
+def services(tmp_path: Path, store: Store, catalogue: Catalogue) -> Services:
+    """The runtime most stage tests need: an adapter that succeeds, a policy that allows."""
+    return make_services(tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all))

@@ -4,12 +4,13 @@ real adapters and the real policy engine."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 
+from gateway import testing
 from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.declarations.catalogue import Catalogue
 from gateway.pipeline import normalise, resolve
@@ -24,30 +25,11 @@ from gateway.workspace import Workspace
 from tests.helpers import REPO
 
 
-class FunctionAdapter:
-    """An adapter whose execute and probe are the given functions; it counts calls."""
+class FunctionAdapter(testing.FunctionAdapter):
+    """The kit's function-backed adapter, standing in for ``adapter: file`` (the kind of the
+    shipped tools the stage tests call)."""
 
     name: ClassVar[str] = "file"
-
-    def __init__(
-        self,
-        execute: Callable[[AdapterCall], Awaitable[AdapterOutcome]],
-        probe: Callable[[str, Mapping[str, str], AdapterCall], Awaitable[JSON]] | None = None,
-    ) -> None:
-        self._execute, self._probe = execute, probe
-        self.calls: list[AdapterCall] = []
-
-    async def execute(self, call: AdapterCall) -> AdapterOutcome:
-        self.calls.append(call)
-        return await self._execute(call)
-
-    async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
-        if self._probe is None:
-            return None
-        return await self._probe(name, params, call)
-
-    async def aclose(self) -> None:
-        return None
 
 
 class FunctionPolicy:

@@ -5,7 +5,7 @@ terminal, committed, with the outcome and ``attempted`` flag the truth allows.""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,7 @@ from gateway.pipeline.services import Services
 from gateway.runtime.recovery import recover
 from gateway.store.records import ExecutionRecord
 from gateway.store.store import Store
-from gateway.testing import load_catalogue
 from gateway.types import JSON, Status
-from tests.helpers import REPO
 from tests.pipeline.fakes import (
     FunctionAdapter,
     FunctionPolicy,
@@ -38,19 +36,6 @@ pytestmark = pytest.mark.anyio
 HI = hashlib.sha256(b"hi").hexdigest()
 SECRET = "raw-exception-text-must-not-show"
 BEFORE_THE_ADAPTER = ("resolve", "normalise", "validate", "policy", "reserve", "lock", "execute")
-
-
-@pytest.fixture
-def catalogue() -> Catalogue:
-    return load_catalogue(REPO / "tools.d")
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    await s.open()
-    yield s
-    await s.aclose()
 
 
 class Boom(RuntimeError):

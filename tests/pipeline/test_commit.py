@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from gateway.declarations.catalogue import Catalogue
 from gateway.errors import Conflict, PolicyDenied
 from gateway.pipeline import commit
 from gateway.pipeline.outcomes import failed
 from gateway.pipeline.records import Requested
+from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.types import Status
-from tests.pipeline.fakes import (
-    FunctionAdapter,
-    FunctionPolicy,
-    allow_all,
-    make_services,
-    ok,
-    prepared,
-    request,
-)
+from tests.pipeline.fakes import prepared, request
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_a_call_refused_before_reservation_is_written_once_with_its_events(
-    tmp_path: Path, store: Store, catalogue: Catalogue
+    services: Services, store: Store
 ) -> None:
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
     state = await prepared(services, request())
     ended = await commit.run(services, failed(state, PolicyDenied("no")))
     assert ended.record.status is Status.COMPLETED and ended.record.outcome == "failed"
@@ -44,11 +31,8 @@ async def test_a_call_refused_before_reservation_is_written_once_with_its_events
 
 
 async def test_a_reused_call_id_is_answered_by_the_first_call_or_refused(
-    tmp_path: Path, store: Store, catalogue: Catalogue
+    services: Services,
 ) -> None:
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
     first = await commit.run(services, failed(Requested.start(request()), PolicyDenied("no")))
     again = await commit.run(services, failed(Requested.start(request()), PolicyDenied("no")))
     assert again.record.id == first.record.id

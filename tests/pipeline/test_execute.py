@@ -118,12 +118,7 @@ async def test_the_deadline_and_an_adapter_timeout_are_both_timeouts(
         assert result["error"]["type"] == "timeout" and result["error"]["retryable"] is True
 
 
-async def test_a_cancel_signal_after_the_call_ended_is_refused(
-    tmp_path: Path, store: Store, catalogue: Catalogue
-) -> None:
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
+async def test_a_cancel_signal_after_the_call_ended_is_refused(services: Services) -> None:
     record = await run_call(services, request())
     assert services.cancellations.signal(record.id) is False
 

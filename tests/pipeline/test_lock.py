@@ -10,6 +10,7 @@ import pytest
 
 from gateway.declarations.catalogue import Catalogue
 from gateway.pipeline.runner import run_call
+from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.types import Status
 from tests.pipeline.fakes import (
@@ -74,15 +75,10 @@ async def test_cancel_while_waiting_for_locks_is_not_lost(
     assert "tool.started" not in [e.type for e in await store.events(record.id)]
 
 
-async def test_the_lock_keys_are_rendered_sorted_and_exclusive_wins(
-    tmp_path: Path, store: Store, catalogue: Catalogue
-) -> None:
+async def test_the_lock_keys_are_rendered_sorted_and_exclusive_wins(services: Services) -> None:
     from gateway.pipeline import lock
     from gateway.pipeline.records import Locked, Reserved
 
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
     state = await prepared(services, request())
     [wanted] = lock.lock_requests(state.call)
     assert wanted.key == "ws:demo:file:a.txt" and wanted.mode.value == "exclusive"

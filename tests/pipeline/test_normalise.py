@@ -3,33 +3,17 @@ defaults and the hash approvals bind to."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ValidationError
 from gateway.pipeline.records import sha256_json
-from gateway.store.store import Store
-from tests.pipeline.fakes import (
-    FunctionAdapter,
-    FunctionPolicy,
-    allow_all,
-    make_services,
-    ok,
-    prepared,
-    request,
-)
+from gateway.pipeline.services import Services
+from tests.pipeline.fakes import prepared, request
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_two_spellings_of_one_call_are_the_same_call(
-    tmp_path: Path, store: Store, catalogue: Catalogue
-) -> None:
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
+async def test_two_spellings_of_one_call_are_the_same_call(services: Services) -> None:
     one = (await prepared(services, request(arguments={"path": "./a.txt", "content": "hi"}))).call
     two = (await prepared(services, request(arguments={"path": "a.txt", "content": "hi"}))).call
     assert dict(one.arguments) == {"path": "a.txt", "content": "hi", "create_dirs": True}
@@ -47,11 +31,8 @@ async def test_two_spellings_of_one_call_are_the_same_call(
     ],
 )
 async def test_what_normalise_refuses(
-    tmp_path: Path, store: Store, catalogue: Catalogue, change: dict[str, object], code: str
+    services: Services, change: dict[str, object], code: str
 ) -> None:
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
     with pytest.raises(ValidationError) as caught:
         await prepared(services, request(**change))
     assert caught.value.code == code

@@ -10,13 +10,7 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.pipeline.runner import run_call
 from gateway.store.store import Store
 from gateway.types import Decision, DecisionResult, Status
-from tests.pipeline.fakes import (
-    FunctionAdapter,
-    FunctionPolicy,
-    make_services,
-    ok,
-    request,
-)
+from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, make_services, ok, request
 
 pytestmark = pytest.mark.anyio
 

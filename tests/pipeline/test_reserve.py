@@ -9,12 +9,12 @@ import pytest
 
 from gateway.declarations.catalogue import Catalogue
 from gateway.pipeline.runner import run_call
+from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.types import Decision, DecisionResult, Status
 from tests.pipeline.fakes import (
     FunctionAdapter,
     FunctionPolicy,
-    allow_all,
     make_services,
     ok,
     prepared,
@@ -43,14 +43,11 @@ async def test_a_dequeued_call_that_now_needs_approval_is_parked(
 
 
 async def test_a_read_nobody_waits_on_needs_no_reservation(
-    tmp_path: Path, store: Store, catalogue: Catalogue
+    services: Services, store: Store
 ) -> None:
     from gateway.pipeline import reserve
     from gateway.pipeline.records import Authorized, Reserved
 
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
     state = await prepared(services, request("fs.read_file", arguments={"path": "a.txt"}))
     reserved = await reserve.run(services, Authorized(state.call, None, None, state.trail))
     assert isinstance(reserved, Reserved) and reserved.record is None  # ephemeral

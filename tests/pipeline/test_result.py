@@ -13,6 +13,7 @@ from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ExecutionError
 from gateway.pipeline.runner import run_call
+from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.types import Outcome
 from tests.pipeline.fakes import (
@@ -20,7 +21,6 @@ from tests.pipeline.fakes import (
     FunctionPolicy,
     allow_all,
     make_services,
-    ok,
     prepared,
     request,
     sha_probe,
@@ -93,15 +93,10 @@ async def test_timeout_reconciled_as_succeeded_when_the_effect_is_there(
     assert result["side_effect"]["summary"].startswith("reconciled")
 
 
-async def test_an_adapter_outcome_becomes_a_result_verify_may_check(
-    tmp_path: Path, store: Store, catalogue: Catalogue
-) -> None:
+async def test_an_adapter_outcome_becomes_a_result_verify_may_check(services: Services) -> None:
     from gateway.pipeline import result
     from gateway.pipeline.records import Executed
 
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
     state = await prepared(services, request())
     outcome = AdapterOutcome(Outcome.SUCCEEDED, {"ok": True}, SideEffectReport(True, True, "done"))
     call, trail = state.call, state.trail

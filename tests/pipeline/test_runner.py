@@ -12,6 +12,7 @@ import pytest
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.declarations.catalogue import Catalogue
 from gateway.pipeline.runner import STAGES, run_call
+from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.types import Status
 from tests.pipeline.fakes import (
@@ -83,16 +84,11 @@ async def test_unknown_is_resolved_by_a_person(
         await cancellation.resolve_unknown(services, resolved, "bob", "failed", "changed my mind")
 
 
-async def test_recovery_settles_what_a_dead_owner_left(
-    tmp_path: Path, store: Store, catalogue: Catalogue
-) -> None:
+async def test_recovery_settles_what_a_dead_owner_left(services: Services, store: Store) -> None:
     from gateway.adapters.file.adapter import FileAdapter
     from gateway.events.model import make_event
     from gateway.runtime.recovery import recover
 
-    services = make_services(
-        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
-    )
     services = replace(services, adapters={"file": FileAdapter()})
     record = await run_call(services, request(call_id="seed"))  # a real execution to copy
     dead = "nohost:1:1"  # another host, heartbeat stale: its owner is gone

@@ -1,8 +1,12 @@
-"""Helpers shared by the policy tests: a realistic policy input and its variations."""
+"""Helpers shared by the policy tests: a realistic policy input and its variations, and the
+``toolgate`` command run on this tree."""
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,3 +53,17 @@ def make_input(**sections: dict[str, Any] | list[Any]) -> dict[str, Any]:
 
 
 WritePolicy = Callable[..., tuple[Path, Path]]
+
+
+def toolgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``toolgate *args`` in ``cwd`` with this tree's gateway and no ``TOOLGATE_CONFIG``."""
+    env = {**os.environ, "RUST_LIB_BACKTRACE": "0", "PYTHONPATH": str(REPO)}
+    env.pop("TOOLGATE_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

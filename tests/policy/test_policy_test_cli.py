@@ -3,15 +3,12 @@ rules, and the rules of the decision no test reached (--coverage). Run as a real
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.policy.helpers import REPO
+from tests.policy.helpers import REPO, toolgate
 
 POLICY = """\
 package toolgate
@@ -59,19 +56,6 @@ todo_b_denies if {
 	toolgate.decision.result == "deny" with input as {"b": 1000}
 }
 """
-
-
-def toolgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RUST_LIB_BACKTRACE": "0", "PYTHONPATH": str(REPO)}
-    env.pop("TOOLGATE_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture

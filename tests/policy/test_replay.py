@@ -4,10 +4,7 @@ exits 1; the unchanged policy exits 0; truncated and masked inputs are not repla
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +15,7 @@ from starlette.testclient import TestClient
 from gateway.server.app import create_app
 from gateway.settings import load_settings
 from tests.helpers import ALICE, BOB
-from tests.policy.helpers import REPO
-
-
-def toolgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RUST_LIB_BACKTRACE": "0", "PYTHONPATH": str(REPO)}
-    env.pop("TOOLGATE_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.policy.helpers import toolgate
 
 
 def call(client: TestClient, name: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

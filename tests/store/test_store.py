@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from unittest.mock import ANY
@@ -25,14 +24,6 @@ from gateway.store.store import Store
 from gateway.types import LockMode, Status
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    s = Store(database_url)
-    await s.open()
-    yield s
-    await s.aclose()
 
 
 def record(ex_id: str, call_id: str = "c1", payload: str = "p1", **kw: object) -> ExecutionRecord:

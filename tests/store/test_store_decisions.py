@@ -5,7 +5,6 @@ its call still waits for it."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -25,14 +24,6 @@ from gateway.types import LockMode, Status
 from tests.store.test_store import record
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    s = Store(database_url)
-    await s.open()
-    yield s
-    await s.aclose()
 
 
 async def _parked(store: Store, ex_id: str) -> ApprovalRecord:
