@@ -19,7 +19,7 @@ import yaml
 
 from gateway.testing import gateway, make_project
 from gateway.ui import session as sessions
-from tests.helpers import ALICE, BOB, REPO
+from tests.helpers import ALICE, BOB, IN_CI, REPO
 
 pytestmark = [pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
@@ -92,7 +92,10 @@ def _write(url: str, path: str, content: str, call_id: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed")
+        reason = "Debian's chromium is not installed (make test installs it as root)"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as play:
