@@ -7,42 +7,35 @@ import gc
 import json
 import math
 import os
-import re
 import sys
-import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from typing import TYPE_CHECKING
 
-from gateway.errors import ConfigError, RequestError, ToolgateError
+from gateway.errors import ConfigError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
 from gateway.types import ApprovalStatus
 
 if TYPE_CHECKING:
-    import httpx
-
     from gateway.declarations.catalogue import Catalogue
 
-MAX_WAIT_S = 60.0
-"""The longest ``?wait=`` the gateway accepts; ``call --wait`` asks again after each."""
-
-
-class UsageError(RequestError):
-    """A command line that cannot work as given (a missing API key, a malformed --arg, an
-    unreadable input file): not a fault of the configuration. Printed, never sent."""
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(Path(args.config) if args.config else None)
-
-
-def _fail(problems: Sequence[str], what: str) -> int:
-    print(f"toolgate: {what}:", file=sys.stderr)
-    for problem in problems:
-        print(f"  - {problem}", file=sys.stderr)
-    return 2
+from gateway.commands.common import (
+    client_options,
+    count,
+    fail,
+    settings_of,
+    warn,
+)
+from gateway.commands.policy import (
+    cmd_policy_bundle,
+    cmd_policy_eval,
+    cmd_policy_input,
+    cmd_policy_replay,
+    cmd_policy_serve_opa,
+    cmd_policy_test,
+)
+from gateway.commands.remote import cmd_approvals, cmd_call, cmd_executions, cmd_mcp
+from gateway.commands.tables import table
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -114,7 +107,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     from gateway.runtime.bootstrap import check_adapters, load_sources, open_workspaces
 
-    settings = _settings(args)
+    settings = settings_of(args)
     problems: list[str] = []  # every check runs, so that one run lists every fault
     loaded = None
     try:
@@ -130,11 +123,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     if problems:
         raise ConfigError(problems)
     assert loaded is not None
-    _warn(loaded.sources.warnings)
+    warn(loaded.sources.warnings)
     print(
         f"ok: {len(loaded.catalogue)} tool versions, {len(loaded.sources.modules)} policy "
         f"modules, {len(loaded.sources.test_modules)} policy test modules"
-        + (f", {_count(loaded.sources.warnings, 'warning')}" if loaded.sources.warnings else "")
+        + (f", {count(loaded.sources.warnings, 'warning')}" if loaded.sources.warnings else "")
     )
     return 0
 
@@ -152,22 +145,12 @@ def _loadable_tools(settings: Settings) -> Catalogue:
         return Catalogue(())
 
 
-def _count(items: Sequence[object], noun: str) -> str:
-    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
-
-
-def _warn(warnings: Sequence[str]) -> None:
-    """Policy warnings (docs/policies.md#what-the-load-checks-catch), one line each."""
-    for warning in warnings:
-        print(f"toolgate: warning: {warning}", file=sys.stderr)
-
-
 def cmd_tools(args: argparse.Namespace) -> int:
     from gateway.adapters.registry import SPECS
     from gateway.declarations.loader import load_catalogue
     from gateway.server.render import tool_detail
 
-    settings = _settings(args)
+    settings = settings_of(args)
     catalogue = load_catalogue(settings.path(settings.tools_dir), SPECS)
     if args.name:
         tool = catalogue.resolve(args.name, args.version)
@@ -195,251 +178,6 @@ def cmd_tools(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Rows under headers in aligned columns (the last one unpadded), for people."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [str(c).ljust(w) for c, w in zip(cells[:-1], widths, strict=False)]
-        return "  ".join([*padded, str(cells[-1])]).rstrip()
-
-    return "\n".join([line(headers), *(line(r) for r in rows)])
-
-
-def _when(ms: object) -> str:
-    """An epoch-milliseconds time as local ``YYYY-MM-DD HH:MM:SS``; ``-`` when absent."""
-    if not isinstance(ms, int):
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
-
-
-def _left(ms: object) -> str:
-    """Time left until an epoch-milliseconds instant, e.g. ``42m``; ``expired`` when past."""
-    if not isinstance(ms, int):
-        return "-"
-    seconds = int(ms / 1000 - time.time())
-    if seconds <= 0:
-        return "expired"
-    if seconds < 120:
-        return f"{seconds}s"
-    return f"{seconds // 60}m" if seconds < 7200 else f"{seconds // 3600}h"
-
-
-def approvals_table(items: Sequence[dict[str, Any]]) -> str:
-    rows = [
-        [
-            a.get("id", ""),
-            a.get("status", ""),
-            f"{a['tool']['name']}@{a['tool']['version']}",
-            a.get("requested_by", ""),
-            a.get("workspace", ""),
-            _when(a.get("requested_at_ms")),
-            _left(a.get("expires_at_ms")) if a.get("status") == "pending" else "-",
-            "; ".join(a.get("reasons") or []),
-        ]
-        for a in items
-    ]
-    headers = ["ID", "STATUS", "TOOL", "REQUESTED BY", "WORKSPACE", "REQUESTED", "LEFT", "REASONS"]
-    return table(headers, rows)
-
-
-def executions_table(items: Sequence[dict[str, Any]]) -> str:
-    rows = []
-    for e in items:
-        result = e.get("result") or {}
-        error = result.get("error") or {}
-        rows.append(
-            [
-                e.get("id", ""),
-                e.get("run_id", ""),
-                e.get("call_id", ""),
-                f"{e['tool']['name']}@{e['tool']['version'] or '?'}",
-                e.get("status", ""),
-                result.get("outcome") or "-",
-                error.get("type") or "",
-                _when(e.get("created_at_ms")),
-            ]
-        )
-    headers = ["ID", "RUN", "CALL", "TOOL", "STATUS", "OUTCOME", "ERROR", "CREATED"]
-    return table(headers, rows)
-
-
-def cmd_policy_test(args: argparse.Namespace) -> int:
-    """Run rego/*_test.rego (docs/policies.md#writing-tests); exit 1 on a failure or when no
-    test ran."""
-    from gateway.policy.loader import load_policy_sources
-    from gateway.policy.testing import format_report, run_tests
-
-    try:
-        pattern = re.compile(args.run) if args.run is not None else None
-    except re.error as exc:
-        raise UsageError(f"--run {args.run!r}: not a regular expression: {exc}") from exc
-    settings = _settings(args)
-    sources = load_policy_sources(
-        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
-    )
-    _warn(sources.warnings)
-    run = run_tests(sources, args.filter, pattern, coverage=args.coverage)
-    print(format_report(run.results, verbose=args.verbose, skipped=run.skipped))
-    for line in run.coverage:
-        print(line)
-    if not run.results:
-        print("toolgate: no test ran", file=sys.stderr)
-        return 1
-    return 0 if all(r.passed for r in run.results) else 1
-
-
-def cmd_policy_eval(args: argparse.Namespace) -> int:
-    from gateway.policy.embedded import EmbeddedPolicy
-    from gateway.policy.loader import load_policy_sources
-
-    settings = _settings(args)
-    sources = load_policy_sources(
-        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
-    )
-    source = "standard input" if args.input in (None, "-") else args.input
-    try:
-        text = sys.stdin.read() if source == "standard input" else Path(source).read_text("utf-8")
-        document = json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{source}: cannot read a JSON input document: {exc}") from exc
-    if not isinstance(document, dict):
-        raise UsageError(f"{source}: the input document must be a JSON object")
-    decision = EmbeddedPolicy(sources).decide_sync(document)
-    print(json.dumps(decision.to_json(), indent=2))
-    return 0
-
-
-def _policy_sources(args: argparse.Namespace) -> Any:
-    from gateway.policy.loader import load_policy_sources
-
-    settings = _settings(args)
-    return load_policy_sources(
-        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
-    )
-
-
-def cmd_policy_bundle(args: argparse.Namespace) -> int:
-    """Write the OPA bundle of rego/ and policies/ (docs/policies.md#bundles)."""
-    from gateway.policy import bundle
-
-    sources = _policy_sources(args)
-    key = None
-    if args.signing_key:
-        try:
-            key = Path(args.signing_key).read_bytes()
-        except OSError as exc:
-            raise UsageError(f"--signing-key: cannot read {args.signing_key}: {exc}") from exc
-        if args.signing_alg == "HS256":
-            key = key.strip()
-    built = bundle.build(
-        sources, key=key, algorithm=args.signing_alg, keyid=args.keyid, scope=args.scope
-    )
-    Path(args.output).write_bytes(built.data)
-    signed = f", signed {args.signing_alg}" if key else ""
-    print(f"wrote {args.output}: revision {built.revision}, roots {list(built.roots)}{signed}")
-    return 0
-
-
-def cmd_policy_serve_opa(args: argparse.Namespace) -> int:
-    """Serve OPA's Data API over the embedded engine, for local development."""
-    from gateway.policy import bundle
-    from gateway.policy.standin import StandIn
-
-    if args.bundle:
-        try:
-            data = Path(args.bundle).read_bytes()
-        except OSError as exc:
-            raise UsageError(f"--bundle: cannot read {args.bundle}: {exc}") from exc
-    else:
-        data = bundle.build(_policy_sources(args)).data
-    server = StandIn.from_bundle(data, args.host, args.port)
-    print(f"toolgate: OPA stand-in (not OPA) on {server.url}, revision {server.revision}")
-    try:
-        server.server.serve_forever()
-    finally:
-        server.server.server_close()
-    return 0
-
-
-def cmd_policy_replay(args: argparse.Namespace) -> int:
-    """Decide the recorded policy inputs of past calls again under a candidate policy
-    (docs/policies.md#policy-replay); exit 1 when some decision would change."""
-    import asyncio
-
-    from gateway.policy import replay
-    from gateway.policy.loader import load_policy_sources
-    from gateway.store.store import Store
-    from gateway.units import parse_duration
-
-    try:
-        since_s = parse_duration(args.since)
-    except ValueError as exc:
-        raise UsageError(f"--since {args.since!r}: {exc}") from exc
-    if args.limit < 1:
-        raise UsageError("--limit must be at least 1")
-    settings = _settings(args)
-    rego = Path(args.rego) if args.rego else settings.path(settings.rego_dir)
-    data = Path(args.data) if args.data else settings.path(settings.policies_dir)
-    sources = load_policy_sources(rego, data)
-    _warn(sources.warnings)
-    url = settings.resolved_database_url
-    sqlite_file = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
-    if sqlite_file is not None and ":memory:" not in url and not Path(sqlite_file).is_file():
-        raise UsageError(f"no store at {sqlite_file} (database_url): nothing to replay")
-    since_ms = int((time.time() - since_s) * 1000)
-
-    async def run() -> replay.ReplayReport:
-        store = Store(url)  # read only: never opened (that would create the schema)
-        try:
-            found, executions, more = await replay.recorded_decisions(store, since_ms, args.limit)
-        finally:
-            store.engine.dispose()
-        return await replay.replay(found, sources, settings.policy_input_mask, executions, more)
-
-    report = asyncio.run(run())
-    print(f"toolgate: replaying against {rego} and {data}", file=sys.stderr)
-    for line in report.lines():
-        print(line)
-    return 1 if report.changes else 0
-
-
-def cmd_policy_input(args: argparse.Namespace) -> int:
-    """Print the policy input of an execution's last decision (its ``policy.decided`` event)."""
-    import httpx
-
-    settings = _settings(args)
-    url, key = _client_target(args, settings)
-    try:
-        response = httpx.get(
-            f"{url}/v1/executions/{args.id}/events",
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=args.timeout,
-        )
-    except httpx.HTTPError as exc:
-        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
-        return 3
-    if response.status_code >= 400:
-        print(json.dumps(response.json(), indent=2))
-        return 1
-    decided = [
-        e
-        for e in response.json().get("items", [])
-        if e.get("type") == "policy.decided" and "input" in e.get("data", {})
-    ]
-    if not decided:
-        print(f"toolgate: execution {args.id} has no recorded policy input", file=sys.stderr)
-        return 1
-    data = decided[-1]["data"]
-    if data.get("input_truncated"):
-        print(
-            "toolgate: note: long arguments were cut in this record (docs/policies.md)",
-            file=sys.stderr,
-        )
-    print(json.dumps(data["input"], indent=2))
-    return 0
-
-
 def cmd_keys_hash(args: argparse.Namespace) -> int:
     key = args.key if args.key else sys.stdin.readline().strip()
     print(hash_key(key))
@@ -453,186 +191,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
     schema = declaration_json_schema(SPECS)
     print(json.dumps(schema, indent=2, sort_keys=True))
     return 0
-
-
-def _argument(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise UsageError(f"--arg {text!r}: use NAME=VALUE")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value
-
-
-def _arguments_json(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        arguments = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"--args-json is not JSON: {exc}") from exc
-    if not isinstance(arguments, dict):
-        raise UsageError("--args-json must be one JSON object of arguments")
-    return arguments
-
-
-def _client_target(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
-    """(base URL, API key) for commands that talk to a running gateway."""
-    key = args.key or os.environ.get("TOOLGATE_API_KEY")
-    if not key:
-        raise UsageError("give an API key with --key or TOOLGATE_API_KEY")
-    return args.url or f"http://{settings.host}:{settings.port}", key
-
-
-def _request(
-    args: argparse.Namespace,
-    method: str,
-    path: str,
-    body: Any = None,
-    render: Callable[[Sequence[dict[str, Any]]], str] | None = None,
-) -> int:
-    """Send one request to the gateway, print the answer: its ``items`` as ``render`` makes
-    them a table, unless ``--json`` (or an error: always the problem's JSON); exit code 1 on
-    an error."""
-    import httpx
-
-    settings = _settings(args)
-    url, key = _client_target(args, settings)
-    try:
-        response = httpx.request(
-            method,
-            url + path,
-            json=body,
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=args.timeout,
-        )
-    except httpx.HTTPError as exc:
-        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
-        return 3
-    failed = response.status_code >= 400
-    if render is not None and not failed and not getattr(args, "json", False):
-        items = response.json().get("items", [])
-        print(render(items) if items else "(none)")
-    else:
-        print(json.dumps(response.json(), indent=2))
-    return 1 if failed else 0
-
-
-def cmd_approvals(args: argparse.Namespace) -> int:
-    action = args.approvals_command
-    if action == "list":
-        query = f"?status={args.status}" if args.status else ""
-        return _request(args, "GET", f"/v1/approvals{query}", render=approvals_table)
-    if action == "show":
-        return _request(args, "GET", f"/v1/approvals/{args.id}")
-    body: dict[str, Any] = {"comment": args.comment} if args.comment else {}
-    if action == "approve" and args.no_resume:
-        body["resume"] = False
-    return _request(args, "POST", f"/v1/approvals/{args.id}/{action}", body)
-
-
-def cmd_executions(args: argparse.Namespace) -> int:
-    action = args.executions_command
-    if action == "list":
-        query = urlencode(
-            {k: v for k, v in (("run_id", args.run_id), ("call_id", args.call_id)) if v}
-        )
-        path = "/v1/executions" + (f"?{query}" if query else "")
-        return _request(args, "GET", path, render=executions_table)
-    if action == "show":
-        return _request(args, "GET", f"/v1/executions/{args.id}")
-    if action == "events":
-        after = f"?after={args.after}" if args.after is not None else ""
-        return _request(args, "GET", f"/v1/executions/{args.id}/events{after}")
-    if action == "cancel":
-        return _request(args, "POST", f"/v1/executions/{args.id}/cancel")
-    body = {"outcome": args.outcome, "note": args.note}
-    return _request(args, "POST", f"/v1/executions/{args.id}/resolve", body)
-
-
-def cmd_call(args: argparse.Namespace) -> int:
-    import httpx
-
-    settings = _settings(args)
-    url, key = _client_target(args, settings)
-    headers = {"Authorization": f"Bearer {key}"}
-    if args.respond_async:
-        headers["Prefer"] = "respond-async"
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=args.timeout) as client:
-            response = client.post("/v1/executions", json=_call_body(args, settings, key))
-            if args.wait is not None and response.status_code == 202:
-                response = _wait_for(client, response.json()["id"], args.wait, args.timeout)
-    except httpx.HTTPError as exc:
-        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
-        return 3
-    print(json.dumps(response.json(), indent=2))
-    if response.status_code >= 400:
-        return 1
-    result = response.json().get("result") or {}
-    return 0 if result.get("outcome") == "succeeded" else 1
-
-
-def _call_body(args: argparse.Namespace, settings: Settings, key: str) -> dict[str, Any]:
-    """The execution request: fresh run and call ids unless given."""
-    arguments = _arguments_json(args.args_json)
-    arguments.update(dict(_argument(a) for a in args.arg))
-    body: dict[str, Any] = {
-        "run_id": args.run_id or f"cli-{uuid.uuid4().hex[:12]}",
-        "call_id": args.call_id or uuid.uuid4().hex[:12],
-        "tool": {"name": args.tool, "requested_version": args.version},
-        "arguments": arguments,
-        "workspace": {"id": args.workspace},
-    }
-    principal = settings.principal_for_key(key)
-    agent_id = args.agent_id if args.agent_id is not None else "cli"
-    if principal is not None:
-        body["actor"] = {"user_id": principal.id, "agent_id": agent_id}
-    elif args.agent_id is not None:  # a gateway whose keys this configuration does not know
-        body["actor"] = {"agent_id": agent_id}
-    if args.idempotency_key:
-        body["idempotency_key"] = args.idempotency_key
-    return body
-
-
-def _wait_for(
-    client: httpx.Client, execution_id: str, wait: float, timeout: float
-) -> httpx.Response:
-    """Long-poll the execution until it is completed, or for at most ``wait`` seconds."""
-    deadline = time.monotonic() + wait
-    while True:
-        left = max(0.0, min(MAX_WAIT_S, deadline - time.monotonic()))
-        response = client.get(
-            f"/v1/executions/{execution_id}",
-            params={"wait": f"{left:.3f}"},
-            timeout=timeout + left,
-        )
-        if response.status_code != 202 or time.monotonic() >= deadline:
-            return response
-
-
-def cmd_mcp(args: argparse.Namespace) -> int:
-    """A stdio MCP server relaying to a gateway's /mcp (for desktop clients)."""
-    import anyio
-
-    from gateway.mcp.bridge import relay
-
-    key = os.environ.get(args.key_env)
-    if not key:
-        raise UsageError(f"set the API key in ${args.key_env} (the bridge takes no key argument)")
-    settings = _settings(args)
-    url = (args.url or f"http://{settings.host}:{settings.port}").rstrip("/")
-    if not url.endswith("/mcp"):
-        url += "/mcp"
-    anyio.run(relay, url, key)
-    return 0
-
-
-def _client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--key", help="API key (default $TOOLGATE_API_KEY)")
-    parser.add_argument("--url", help="gateway URL (default from the configuration)")
-    parser.add_argument("--timeout", type=float, default=60.0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -681,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="send Prefer: respond-async (answer once accepted; a worker runs it)",
     )
-    _client_options(call)
+    client_options(call)
     call.set_defaults(fn=cmd_call)
 
     bridge = sub.add_parser("mcp", help="stdio MCP server relaying to a gateway's /mcp")
@@ -752,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         "input", help="print the policy input of an execution (from a running gateway)"
     )
     pinput.add_argument("id", help="execution id")
-    _client_options(pinput)
+    client_options(pinput)
     pinput.set_defaults(fn=cmd_policy_input)
 
     approvals = sub.add_parser("approvals", help="list, show and decide approvals")
@@ -772,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     adeny.add_argument("id")
     adeny.add_argument("--comment")
     for p in (alist, ashow, aapprove, adeny):
-        _client_options(p)
+        client_options(p)
         p.set_defaults(fn=cmd_approvals)
 
     executions = sub.add_parser("executions", help="list, show, cancel or resolve executions")
@@ -783,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     elist.add_argument("--run-id", help="only this run's")
     elist.add_argument("--call-id", help="only this call id's")
     elist.add_argument("--json", action="store_true", help="the API's JSON, for scripts")
-    _client_options(elist)
+    client_options(elist)
     elist.set_defaults(fn=cmd_executions)
     eshow = esub.add_parser("show", help="one execution")
     eevents = esub.add_parser("events", help="its event log")
@@ -794,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     eresolve.add_argument("--note", required=True, help="how you know")
     for p in (eshow, eevents, ecancel, eresolve):
         p.add_argument("id")
-        _client_options(p)
+        client_options(p)
         p.set_defaults(fn=cmd_executions)
 
     keys = sub.add_parser("keys", help="API key helpers")
@@ -820,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _reader_gone()
     except ConfigError as exc:
-        return _fail(exc.problems, "configuration is not valid")
+        return fail(exc.problems, "configuration is not valid")
     except ToolgateError as exc:
         print(f"toolgate: {exc.message}", file=sys.stderr)
         return 2

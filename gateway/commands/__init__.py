@@ -1,0 +1,1 @@
+"""The ``toolgate`` subcommands, grouped (``gateway/cli.py`` holds the parser and ``main``)."""

@@ -1,0 +1,117 @@
+"""What every toolgate subcommand shares: settings, usage errors, requests to a gateway."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.errors import RequestError
+from gateway.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    pass
+
+
+MAX_WAIT_S = 60.0
+"""The longest ``?wait=`` the gateway accepts; ``call --wait`` asks again after each."""
+
+
+class UsageError(RequestError):
+    """A command line that cannot work as given (a missing API key, a malformed --arg, an
+    unreadable input file): not a fault of the configuration. Printed, never sent."""
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    return load_settings(Path(args.config) if args.config else None)
+
+
+def fail(problems: Sequence[str], what: str) -> int:
+    print(f"toolgate: {what}:", file=sys.stderr)
+    for problem in problems:
+        print(f"  - {problem}", file=sys.stderr)
+    return 2
+
+
+def argument(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise UsageError(f"--arg {text!r}: use NAME=VALUE")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def arguments_json(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        arguments = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--args-json is not JSON: {exc}") from exc
+    if not isinstance(arguments, dict):
+        raise UsageError("--args-json must be one JSON object of arguments")
+    return arguments
+
+
+def client_target(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
+    """(base URL, API key) for commands that talk to a running gateway."""
+    key = args.key or os.environ.get("TOOLGATE_API_KEY")
+    if not key:
+        raise UsageError("give an API key with --key or TOOLGATE_API_KEY")
+    return args.url or f"http://{settings.host}:{settings.port}", key
+
+
+def request(
+    args: argparse.Namespace,
+    method: str,
+    path: str,
+    body: Any = None,
+    render: Callable[[Sequence[dict[str, Any]]], str] | None = None,
+) -> int:
+    """Send one request to the gateway, print the answer: its ``items`` as ``render`` makes
+    them a table, unless ``--json`` (or an error: always the problem's JSON); exit code 1 on
+    an error."""
+    import httpx
+
+    settings = settings_of(args)
+    url, key = client_target(args, settings)
+    try:
+        response = httpx.request(
+            method,
+            url + path,
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=args.timeout,
+        )
+    except httpx.HTTPError as exc:
+        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
+        return 3
+    failed = response.status_code >= 400
+    if render is not None and not failed and not getattr(args, "json", False):
+        items = response.json().get("items", [])
+        print(render(items) if items else "(none)")
+    else:
+        print(json.dumps(response.json(), indent=2))
+    return 1 if failed else 0
+
+
+def client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--key", help="API key (default $TOOLGATE_API_KEY)")
+    parser.add_argument("--url", help="gateway URL (default from the configuration)")
+    parser.add_argument("--timeout", type=float, default=60.0)
+
+
+def count(items: Sequence[object], noun: str) -> str:
+    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
+
+
+def warn(warnings: Sequence[str]) -> None:
+    """Policy warnings (docs/policies.md#what-the-load-checks-catch), one line each."""
+    for warning in warnings:
+        print(f"toolgate: warning: {warning}", file=sys.stderr)

@@ -1,0 +1,197 @@
+"""``toolgate policy ...``: test, eval, bundle, serve-opa, replay, input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from gateway.commands.common import (
+    UsageError,
+    client_target,
+    settings_of,
+    warn,
+)
+
+
+def cmd_policy_test(args: argparse.Namespace) -> int:
+    """Run rego/*_test.rego (docs/policies.md#writing-tests); exit 1 on a failure or when no
+    test ran."""
+    from gateway.policy.loader import load_policy_sources
+    from gateway.policy.testing import format_report, run_tests
+
+    try:
+        pattern = re.compile(args.run) if args.run is not None else None
+    except re.error as exc:
+        raise UsageError(f"--run {args.run!r}: not a regular expression: {exc}") from exc
+    settings = settings_of(args)
+    sources = load_policy_sources(
+        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
+    )
+    warn(sources.warnings)
+    run = run_tests(sources, args.filter, pattern, coverage=args.coverage)
+    print(format_report(run.results, verbose=args.verbose, skipped=run.skipped))
+    for line in run.coverage:
+        print(line)
+    if not run.results:
+        print("toolgate: no test ran", file=sys.stderr)
+        return 1
+    return 0 if all(r.passed for r in run.results) else 1
+
+
+def cmd_policy_eval(args: argparse.Namespace) -> int:
+    from gateway.policy.embedded import EmbeddedPolicy
+    from gateway.policy.loader import load_policy_sources
+
+    settings = settings_of(args)
+    sources = load_policy_sources(
+        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
+    )
+    source = "standard input" if args.input in (None, "-") else args.input
+    try:
+        text = sys.stdin.read() if source == "standard input" else Path(source).read_text("utf-8")
+        document = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{source}: cannot read a JSON input document: {exc}") from exc
+    if not isinstance(document, dict):
+        raise UsageError(f"{source}: the input document must be a JSON object")
+    decision = EmbeddedPolicy(sources).decide_sync(document)
+    print(json.dumps(decision.to_json(), indent=2))
+    return 0
+
+
+def _policy_sources(args: argparse.Namespace) -> Any:
+    from gateway.policy.loader import load_policy_sources
+
+    settings = settings_of(args)
+    return load_policy_sources(
+        settings.path(settings.rego_dir), settings.path(settings.policies_dir)
+    )
+
+
+def cmd_policy_bundle(args: argparse.Namespace) -> int:
+    """Write the OPA bundle of rego/ and policies/ (docs/policies.md#bundles)."""
+    from gateway.policy import bundle
+
+    sources = _policy_sources(args)
+    key = None
+    if args.signing_key:
+        try:
+            key = Path(args.signing_key).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--signing-key: cannot read {args.signing_key}: {exc}") from exc
+        if args.signing_alg == "HS256":
+            key = key.strip()
+    built = bundle.build(
+        sources, key=key, algorithm=args.signing_alg, keyid=args.keyid, scope=args.scope
+    )
+    Path(args.output).write_bytes(built.data)
+    signed = f", signed {args.signing_alg}" if key else ""
+    print(f"wrote {args.output}: revision {built.revision}, roots {list(built.roots)}{signed}")
+    return 0
+
+
+def cmd_policy_serve_opa(args: argparse.Namespace) -> int:
+    """Serve OPA's Data API over the embedded engine, for local development."""
+    from gateway.policy import bundle
+    from gateway.policy.standin import StandIn
+
+    if args.bundle:
+        try:
+            data = Path(args.bundle).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--bundle: cannot read {args.bundle}: {exc}") from exc
+    else:
+        data = bundle.build(_policy_sources(args)).data
+    server = StandIn.from_bundle(data, args.host, args.port)
+    print(f"toolgate: OPA stand-in (not OPA) on {server.url}, revision {server.revision}")
+    try:
+        server.server.serve_forever()
+    finally:
+        server.server.server_close()
+    return 0
+
+
+def cmd_policy_replay(args: argparse.Namespace) -> int:
+    """Decide the recorded policy inputs of past calls again under a candidate policy
+    (docs/policies.md#policy-replay); exit 1 when some decision would change."""
+    import asyncio
+
+    from gateway.policy import replay
+    from gateway.policy.loader import load_policy_sources
+    from gateway.store.store import Store
+    from gateway.units import parse_duration
+
+    try:
+        since_s = parse_duration(args.since)
+    except ValueError as exc:
+        raise UsageError(f"--since {args.since!r}: {exc}") from exc
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    settings = settings_of(args)
+    rego = Path(args.rego) if args.rego else settings.path(settings.rego_dir)
+    data = Path(args.data) if args.data else settings.path(settings.policies_dir)
+    sources = load_policy_sources(rego, data)
+    warn(sources.warnings)
+    url = settings.resolved_database_url
+    sqlite_file = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+    if sqlite_file is not None and ":memory:" not in url and not Path(sqlite_file).is_file():
+        raise UsageError(f"no store at {sqlite_file} (database_url): nothing to replay")
+    since_ms = int((time.time() - since_s) * 1000)
+
+    async def run() -> replay.ReplayReport:
+        store = Store(url)  # read only: never opened (that would create the schema)
+        try:
+            found, executions, more = await replay.recorded_decisions(store, since_ms, args.limit)
+        finally:
+            store.engine.dispose()
+        return await replay.replay(found, sources, settings.policy_input_mask, executions, more)
+
+    report = asyncio.run(run())
+    print(f"toolgate: replaying against {rego} and {data}", file=sys.stderr)
+    for line in report.lines():
+        print(line)
+    return 1 if report.changes else 0
+
+
+def cmd_policy_input(args: argparse.Namespace) -> int:
+    """Print the policy input of an execution's last decision (its ``policy.decided`` event)."""
+    import httpx
+
+    settings = settings_of(args)
+    url, key = client_target(args, settings)
+    try:
+        response = httpx.get(
+            f"{url}/v1/executions/{args.id}/events",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=args.timeout,
+        )
+    except httpx.HTTPError as exc:
+        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
+        return 3
+    if response.status_code >= 400:
+        print(json.dumps(response.json(), indent=2))
+        return 1
+    decided = [
+        e
+        for e in response.json().get("items", [])
+        if e.get("type") == "policy.decided" and "input" in e.get("data", {})
+    ]
+    if not decided:
+        print(f"toolgate: execution {args.id} has no recorded policy input", file=sys.stderr)
+        return 1
+    data = decided[-1]["data"]
+    if data.get("input_truncated"):
+        print(
+            "toolgate: note: long arguments were cut in this record (docs/policies.md)",
+            file=sys.stderr,
+        )
+    print(json.dumps(data["input"], indent=2))
+    return 0
