@@ -21,35 +21,9 @@ from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import load_policy_sources
 from gateway.policy.opa import OpaPolicy
 from gateway.policy.standin import StandIn
+from gateway.testing import SAMPLE_POLICY_INPUT as BASE_INPUT
 
 REPO = Path(__file__).resolve().parents[1]
-
-BASE_INPUT: dict[str, Any] = {  # an allowed write by an agent, as the pipeline builds it
-    "tool": {
-        "name": "fs.write_file",
-        "version": "1.2.0",
-        "risk": "medium",
-        "side_effect": "write",
-        "reversible": False,
-        "adapter": "file",
-        "tags": ["fs"],
-    },
-    "arguments": {"path": "notes/a.txt", "content": "hi"},
-    "arguments_sha256": "9b1e1b2a",
-    "paths": [{"argument": "path", "relative": "notes/a.txt", "inside_workspace": True}],
-    "actor": {"user_id": "alice", "agent_id": "coder", "roles": ["agent"]},
-    "workspace": {"id": "demo", "root": "/srv/toolgate/var/workspaces/demo"},
-    "request": {
-        "run_id": "r1",
-        "turn_id": "t1",
-        "call_id": "c1",
-        "deadline_ms_left": 9000,
-        "idempotency_key_present": True,
-        "time_ms": 1764579600000,
-    },
-    "approval": {"present": False, "approved_by": None},
-    "usage": {},
-}
 
 
 async def opa_median(sources: Any, url: str, n: int, cache_size: int) -> float:

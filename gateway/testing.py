@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 import anyio
 import httpx
@@ -47,6 +47,7 @@ from gateway.yamlsrc import Lines
 __all__ = [
     "FAKE_SPEC",
     "PROJECT",
+    "SAMPLE_POLICY_INPUT",
     "FunctionAdapter",
     "adapter_call",
     "catalogue_of",
@@ -64,6 +65,34 @@ __all__ = [
 
 PROJECT = Path(__file__).resolve().parent.parent
 """The project this package ships with (its tools.d, rego/, policies/, toolgate.yaml)."""
+
+SAMPLE_POLICY_INPUT: dict[str, Any] = {
+    "tool": {
+        "name": "fs.write_file",
+        "version": "1.2.0",
+        "risk": "medium",
+        "side_effect": "write",
+        "reversible": False,
+        "adapter": "file",
+        "tags": ["fs"],
+    },
+    "arguments": {"path": "notes/a.txt", "content": "hi"},
+    "arguments_sha256": "9b1e1b2a",
+    "paths": [{"argument": "path", "relative": "notes/a.txt", "inside_workspace": True}],
+    "actor": {"user_id": "alice", "agent_id": "coder", "roles": ["agent"]},
+    "workspace": {"id": "demo", "root": "/srv/toolgate/var/workspaces/demo"},
+    "request": {
+        "run_id": "r1",
+        "turn_id": "t1",
+        "call_id": "c1",
+        "deadline_ms_left": 9000,
+        "idempotency_key_present": True,
+        "time_ms": 1764579600000,
+    },
+    "approval": {"present": False, "approved_by": None},
+    "usage": {},
+}
+"""A policy input as the pipeline builds it: an agent's allowed write (copy before changing)."""
 
 _ANY_EFFECT = frozenset({"none", "read", "write", "external"})
 FAKE_SPEC = AdapterSpec(

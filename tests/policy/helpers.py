@@ -11,34 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from gateway.testing import SAMPLE_POLICY_INPUT as BASE_INPUT
 
-BASE_INPUT: dict[str, Any] = {
-    "tool": {
-        "name": "fs.write_file",
-        "version": "1.2.0",
-        "risk": "medium",
-        "side_effect": "write",
-        "reversible": False,
-        "adapter": "file",
-        "tags": ["fs"],
-    },
-    "arguments": {"path": "notes/a.txt", "content": "hi"},
-    "arguments_sha256": "9b1e1b2a",
-    "paths": [{"argument": "path", "relative": "notes/a.txt", "inside_workspace": True}],
-    "actor": {"user_id": "alice", "agent_id": "coder", "roles": ["agent"]},
-    "workspace": {"id": "demo", "root": "/srv/toolgate/var/workspaces/demo"},
-    "request": {
-        "run_id": "r1",
-        "turn_id": "t1",
-        "call_id": "c1",
-        "deadline_ms_left": 9000,
-        "idempotency_key_present": True,
-        "time_ms": 1764579600000,
-    },
-    "approval": {"present": False, "approved_by": None},
-    "usage": {},
-}
+REPO = Path(__file__).resolve().parents[2]
 
 
 def make_input(**sections: dict[str, Any] | list[Any]) -> dict[str, Any]:
