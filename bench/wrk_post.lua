@@ -1,6 +1,6 @@
 -- wrk script for bench/run.py: POST a JSON body built from a template, a unique call_id each.
 --
---   wrk -t2 -c16 -d10s --latency -s bench/wrk_post.lua URL -- TEMPLATE NONCE MARKER AUTH SLOTS
+--   wrk -t2 -c16 -d10s --latency -s bench/wrk_post.lua URL -- TEMPLATE NONCE MARKER AUTH SLOTS HEADERS
 --
 -- TEMPLATE  file holding the compact JSON body; "@CALL@" in it becomes NONCE-<thread>-<n>
 --           (unique per request: the gateway de-duplicates (run_id, call_id)), and "@SLOT@"
@@ -10,6 +10,7 @@
 --           (plain substring; "" = status only). Everything else counts as bad.
 -- AUTH      the Authorization header value ("" = none).
 -- SLOTS     the modulus of "@SLOT@" (default 64).
+-- HEADERS   more request headers, "Name: value" lines separated by "\n" (default none).
 --
 -- done() prints one line "WRK_JSON {...}" with counts and latency percentiles (µs).
 
@@ -51,6 +52,10 @@ function init(args)
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
   if auth ~= "" then wrk.headers["Authorization"] = auth end
+  for line in string.gmatch(args[6] or "", "[^\n]+") do
+    local name, value = string.match(line, "^([^:]+):%s*(.*)$")
+    if name then wrk.headers[name] = value end
+  end
 end
 
 function request()

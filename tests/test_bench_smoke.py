@@ -27,6 +27,9 @@ HTTP_SCENARIOS = (
     "s3_deny",
     "s4_write_64_files",
     "s4_write_shared_file",
+    "s6_mcp_read",
+    "s1_metrics_off",
+    "s1_tracing_on",
 )
 
 
@@ -59,7 +62,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         cwd=REPO,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
-    assert "target (issue 6)" in proc.stdout, proc.stdout
+    assert "scenario 6 throughput / bare (MCP tools/call)" in proc.stdout, proc.stdout
     files = list(out.glob("*.json"))
     assert len(files) == 1, files
     assert (out / "performance.png").stat().st_size > 0
@@ -86,6 +89,11 @@ def test_every_http_scenario_has_positive_figures(results: dict[str, Any]) -> No
     positive("s1_half_rate_latency.gateway", half["gateway"], "achieved_rate", "p50_ms", "p99_ms")
     positive("s1_half_rate_latency.bare", half["bare"], "achieved_rate", "p99_ms")
     assert half["gateway"]["bad"] == 0
+    one = results["http"]["mcp_vs_rest_latency"]
+    positive("mcp_vs_rest_latency", one, "n", "ratio")
+    positive("mcp_vs_rest_latency.mcp", one["mcp"], "median_ms", "p90_ms")
+    positive("mcp_vs_rest_latency.rest", one["rest"], "median_ms", "p90_ms")
+    positive("rss_mb", results["http"]["rss_mb"], "idle", "after")
 
 
 def test_every_micro_benchmark_has_positive_figures(results: dict[str, Any]) -> None:
@@ -127,7 +135,7 @@ def test_growth_and_targets(results: dict[str, Any]) -> None:
     assert events["events"] == results["plan"]["events"]
     positive("events", events, "ratio", "empty_rps", "full_rps")
     statuses = {t["target"]: t["status"] for t in results["targets"]}
-    assert len(statuses) == 9, statuses  # the policy target twice: cached and on a miss
+    assert len(statuses) == 14, statuses  # the policy target twice: cached and on a miss
     assert set(statuses.values()) <= {"PASS", "MISS"}, statuses
     for status in statuses.values():
         assert status in results["_stdout"]

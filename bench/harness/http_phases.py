@@ -4,24 +4,35 @@ scenario 5 on PostgreSQL, each gateway run after its own bare run."""
 from __future__ import annotations
 
 import json
+import statistics
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
+import yaml
 from openloop import run_open_loop  # bench/openloop.py (run.py puts bench/ on sys.path)
 
 from gateway.testing import gateway, make_project
 
 from .plan import (
     AUTH,
+    MCP_HEADERS,
+    S1_METRICS_OFF,
+    S1_TRACING_ON,
     S5,
     S5_TITLE,
+    S6,
+    TELEMETRY_TITLES,
     Plan,
     Scenario,
     loadavg,
     log,
+    mcp_read,
+    mcp_scenario,
     scenarios,
     seed_workspace,
     sqlite_url,
@@ -32,6 +43,7 @@ from .servers import (
     bare_server,
     check,
     gateway_pid,
+    gateways,
     pg_available,
     pg_database,
     post,
@@ -57,12 +69,14 @@ def ab_rounds(
         wrk.run(bare_url, bare_template, duration=plan.warmup)
         for key, (server, s) in gateways.items():
             warm[key] = wrk.run(
-                server.url + "/v1/executions", s.template, s.marker, duration=plan.warmup
+                server.url + s.path, s.template, s.marker, duration=plan.warmup, headers=s.headers
             )["ok"]
     for r in range(plan.rounds):
         for key, (server, s) in gateways.items():
             a = wrk.run(bare_url, bare_template, pid=bare.pid)
-            b = wrk.run(server.url + "/v1/executions", s.template, s.marker, pid=server.pid)
+            b = wrk.run(
+                server.url + s.path, s.template, s.marker, pid=server.pid, headers=s.headers
+            )
             # Calls of this scenario the gateway answered before this run (a replayed key's
             # log grows with each replay: see scenario 2's per-round ratios).
             b["earlier_calls"] = sum(x["ok"] for x in runs[key][1]) + warm.get(key, 0)
@@ -89,9 +103,18 @@ def http_sqlite_phase(
     config = make_project(root, sqlite_url(root))
     seed_workspace(config)
     scen = scenarios(f"replay-{uuid.uuid4().hex[:8]}")
-    with gateway(config) as base, httpx.Client(timeout=30) as client:
+    telemetry = {
+        S1_METRICS_OFF: _variant(work / "metrics-off", {"metrics": {"enabled": False}}),
+        S1_TRACING_ON: _variant(work / "tracing-on", {"tracing": {"enabled": True}}),
+    }
+    with (
+        gateways(config, *telemetry.values()) as (base, *others),
+        httpx.Client(timeout=30) as client,
+    ):
         gw = Server(base, gateway_pid(base))
         prep = prepare_gateway(client, base, scen)
+        check_mcp(client, base)
+        rss = {"idle": _rss_mb(gw.pid)}
         scen["s2_replay"] = replace(scen["s2_replay"], marker=prep["replay_marker"])
         size = prep["response_bytes"]
         s1 = scen["s1_read"]
@@ -107,8 +130,15 @@ def http_sqlite_phase(
                 echo,
             )
             log(f"A/B rounds; request {len(s1.template)} bytes, response {size} bytes")
-            results["http"]["scenarios"].update(
-                ab_rounds(plan, wrk, bare, s1.template, {k: (gw, s) for k, s in scen.items()})
+            under: dict[str, tuple[Server, Scenario]] = {k: (gw, s) for k, s in scen.items()}
+            under[S6] = (gw, mcp_scenario())
+            for (key, title), url in zip(TELEMETRY_TITLES.items(), others, strict=True):
+                under[key] = (Server(url, gateway_pid(url)), replace(s1, key=key, title=title))
+            results["http"]["scenarios"].update(ab_rounds(plan, wrk, bare, s1.template, under))
+            rss["after"] = _rss_mb(gw.pid)
+            results["http"]["rss_mb"] = rss
+            results["http"]["mcp_vs_rest_latency"] = one_call_latency(
+                client, base, plan.iterations // 4
             )
             # Latency at half of scenario 1's max rate: open loop, gateway then bare.
             max_rps = results["http"]["scenarios"]["s1_read"]["gateway_rps"]
@@ -170,3 +200,65 @@ def http_pg_phase(plan: Plan, wrk: Wrk, work: Path, size: int, results: dict[str
                 results["http"]["scenarios"].update(
                     ab_rounds(plan, wrk, bare, s1.template, {S5: (gw, s1)})
                 )
+
+
+def _variant(root: Path, overrides: dict[str, Any]) -> Path:
+    """Scenario 1's project with some configuration changed (its own database)."""
+    config = make_project(root, sqlite_url(root))
+    seed_workspace(config)
+    data = yaml.safe_load(config.read_text())
+    data.update(overrides)
+    config.write_text(yaml.safe_dump(data))
+    return config
+
+
+def check_mcp(client: httpx.Client, base: str) -> None:
+    r = client.post(
+        base + "/mcp",
+        json=mcp_read("check-mcp"),
+        headers={"Authorization": AUTH, **dict(MCP_HEADERS)},
+    )
+    meta = ((r.json() if r.status_code == 200 else {}).get("result") or {}).get("_meta") or {}
+    check(
+        meta.get("io.toolgate/outcome") == "succeeded",
+        "scenario 6 (MCP tools/call) does not read the file",
+        r,
+    )
+
+
+def one_call_latency(client: httpx.Client, base: str, n: int) -> dict[str, Any]:
+    """One call at a time, alternately over REST and MCP: the median and p90 of each (ms)."""
+    rest_ms: list[float] = []
+    mcp_ms: list[float] = []
+    rest_headers = {"Authorization": AUTH, "Content-Type": "application/json"}
+    mcp_headers = {**rest_headers, **dict(MCP_HEADERS)}
+    s1 = scenarios("unused")["s1_read"].template
+    for i in range(max(n, 20)):
+        for sink, url, body, headers in (
+            (rest_ms, base + "/v1/executions", s1.replace("@CALL@", f"lat-rest-{i}"), rest_headers),
+            (mcp_ms, base + "/mcp", json.dumps(mcp_read(f"lat-mcp-{i}")), mcp_headers),
+        ):
+            t0 = time.perf_counter()
+            r = client.post(url, content=body, headers=headers)
+            sink.append((time.perf_counter() - t0) * 1000)
+            check(r.status_code == 200 and "succeeded" in r.text, f"{url} failed", r)
+
+    def summary(values: list[float]) -> dict[str, float]:
+        ordered = sorted(values)
+        return {
+            "median_ms": round(statistics.median(ordered), 3),
+            "p90_ms": round(ordered[int(len(ordered) * 0.9)], 3),
+        }
+
+    rest, mcp = summary(rest_ms), summary(mcp_ms)
+    log(f"one call at a time: REST {rest['median_ms']} ms, MCP {mcp['median_ms']} ms (median)")
+    return {
+        "n": len(rest_ms),
+        "rest": rest,
+        "mcp": mcp,
+        "ratio": round(mcp["median_ms"] / rest["median_ms"], 3),
+    }
+
+
+def _rss_mb(pid: int | None) -> float:
+    return psutil.Process(pid).memory_info().rss / 1e6 if pid else 0.0

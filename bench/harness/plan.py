@@ -93,6 +93,64 @@ class Scenario:
     """Compact JSON body; @CALL@ becomes a unique call_id, @SLOT@ a file number."""
     marker: str = '"outcome":"succeeded"'
     """What an ok response body contains (besides status 200)."""
+    path: str = "/v1/executions"
+    headers: tuple[tuple[str, str], ...] = ()
+    """Headers besides Authorization and Content-Type."""
+
+
+MCP_ERA = "2026-07-28"
+MCP_HEADERS = (
+    ("Accept", "application/json, text/event-stream"),
+    ("MCP-Protocol-Version", MCP_ERA),
+    ("Mcp-Method", "tools/call"),
+    ("Mcp-Name", "fs.read_file"),
+)
+
+
+def mcp_read(call_id: str) -> dict[str, Any]:
+    """Scenario 1's call as an MCP ``tools/call`` of the stateless 2026-07-28 era (no
+    handshake, no session): the request contract's parts under ``_meta``."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "fs.read_file",
+            "arguments": {"path": "one-kib.txt"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MCP_ERA,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.toolgate/run_id": "bench",
+                "io.toolgate/call_id": call_id,
+                "io.toolgate/agent_id": "bench",
+            },
+        },
+    }
+
+
+S6 = "s6_mcp_read"
+S6_TITLE = "6. fs.read_file 1 KiB over MCP (tools/call, 2026-07-28)"
+
+
+def mcp_scenario() -> Scenario:
+    return Scenario(
+        S6,
+        S6_TITLE,
+        compact(mcp_read("@CALL@")),
+        marker='"io.toolgate/outcome":"succeeded"',
+        path="/mcp",
+        headers=MCP_HEADERS,
+    )
+
+
+S1_METRICS_OFF = "s1_metrics_off"
+S1_TRACING_ON = "s1_tracing_on"
+TELEMETRY_TITLES = {
+    S1_METRICS_OFF: "1m. fs.read_file 1 KiB, metrics off",
+    S1_TRACING_ON: "1t. fs.read_file 1 KiB, metrics and tracing on (spans dropped)",
+}
+"""Scenario 1 on gateways configured otherwise (scenario 1 itself: metrics on, tracing off,
+the defaults): what telemetry costs, in the same run."""
 
 
 def scenarios(replay_key: str) -> dict[str, Scenario]:

@@ -52,6 +52,7 @@ class Wrk:
         duration: int | None = None,
         connections: int | None = None,
         pid: int | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> dict[str, Any]:
         """One wrk run; returns requests/s of ok responses and latency percentiles, and the
         server's CPU time per ok response when its ``pid`` is given."""
@@ -76,6 +77,7 @@ class Wrk:
             marker,
             AUTH,
             "64",
+            "\n".join(f"{k}: {v}" for k, v in headers),
         ]
         cpu_before = cpu_seconds(pid)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)

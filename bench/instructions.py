@@ -1,0 +1,223 @@
+"""Instructions per call, counted by valgrind (callgrind): a measure this noisy machine cannot
+disturb. Wall-clock and CPU-time figures move 10-20 % with the load of other processes; the
+number of instructions a request executes does not (within ~0.1 % run to run).
+
+    .venv/bin/python bench/instructions.py [--rev REV ...] [--calls 200] [--concurrency 16]
+
+For each revision (default: the working tree), a gateway app of that tree on a temporary
+project (SQLite, the shipped tools.d) answers ``--calls`` ``POST /v1/executions`` of
+fs.read_file 1 KiB (scenario 1) in-process through httpx's ASGI transport, ``--concurrency``
+at a time, after a warm-up of 500; callgrind counts only the measured calls (instrumentation
+is switched on and off around them with ``callgrind_control``). Prints Ir (instructions) per
+call for each revision and the ratio to the first; writes
+``bench/results/instructions-<date>.json``. The count includes the client's side (httpx) and
+excludes uvicorn's, the same code in every revision. About 3 minutes a revision on 2 cores.
+Needs Debian's ``valgrind`` (``apt-get install -y valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child(tree: Path, calls: int, concurrency: int, flag_dir: Path) -> None:
+    """Runs inside valgrind: the app of ``tree``, the warm-up, then the measured calls."""
+    sys.path.insert(0, str(tree))
+    import httpx
+    import yaml
+
+    root = Path(tempfile.mkdtemp(prefix="instructions-"))
+    for name in ("tools.d", "rego", "policies", "examples"):
+        if (tree / name).is_dir():
+            shutil.copytree(tree / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    config = yaml.safe_load((tree / "toolgate.yaml").read_text())
+    config["database_url"] = f"sqlite:///{root}/toolgate.db"
+    config["approval_secret"] = "s" * 40
+    (root / "toolgate.yaml").write_text(yaml.safe_dump(config))
+    rules = root / "policies" / "rules.yaml"
+    data = yaml.safe_load(rules.read_text())
+    data["quotas"] = {"calls_per_minute": {}}
+    rules.write_text(yaml.safe_dump(data))
+    ws = root / "var" / "workspaces" / "demo"
+    ws.mkdir(parents=True)
+    (ws / "one-kib.txt").write_text("x" * 1024)
+    os.chdir(root)
+    import logging
+
+    from gateway.server.app import create_app
+    from gateway.settings import load_settings
+
+    logging.disable(logging.WARNING)
+    app = create_app(load_settings(root / "toolgate.yaml"))
+
+    def body() -> dict[str, Any]:
+        return {
+            "run_id": "bench",
+            "call_id": uuid.uuid4().hex,
+            "tool": {"name": "fs.read_file"},
+            "arguments": {"path": "one-kib.txt"},
+            "actor": {"user_id": "alice", "agent_id": "bench"},
+            "workspace": {"id": "demo"},
+        }
+
+    async def main() -> None:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            headers = {"Authorization": "Bearer tg_dev_alice"}
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://gateway", headers=headers
+            ) as client:
+
+                async def worker(k: int) -> None:
+                    for _ in range(k):
+                        r = await client.post("/v1/executions", json=body())
+                        if r.status_code != 200 or '"succeeded"' not in r.text:
+                            raise SystemExit(f"call failed: {r.status_code} {r.text[:300]}")
+
+                async def batch(total: int) -> None:
+                    await asyncio.gather(
+                        *(worker(total // concurrency) for _ in range(concurrency))
+                    )
+
+                await batch(500)
+                (flag_dir / "ready").write_text("1")
+                while not (flag_dir / "go").exists():
+                    await asyncio.sleep(0.1)
+                await batch(calls)
+                (flag_dir / "done").write_text("1")
+                while (flag_dir / "go").exists():
+                    await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def count(tree: Path, calls: int, concurrency: int, scratch: Path) -> int:
+    flags = Path(tempfile.mkdtemp(dir=scratch))
+    out = flags / "callgrind.out"
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        __file__,
+        "--child",
+        str(tree),
+        "--calls",
+        str(calls),
+        "--concurrency",
+        str(concurrency),
+        "--flags",
+        str(flags),
+    ]
+    log = (flags / "log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        while not (flags / "ready").exists():
+            if proc.poll() is not None:
+                raise SystemExit(f"the child failed:\n{(flags / 'log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        subprocess.run(
+            ["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True
+        )
+        (flags / "go").write_text("1")
+        while not (flags / "done").exists():
+            if proc.poll() is not None:
+                raise SystemExit(f"the child failed:\n{(flags / 'log').read_text()[-3000:]}")
+            time.sleep(0.2)
+        subprocess.run(
+            ["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True
+        )
+        (flags / "go").unlink()
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    totals = next(line for line in out.read_text().splitlines() if line.startswith("totals:"))
+    return int(totals.split()[1])
+
+
+def tree_of(rev: str | None, scratch: Path) -> Path:
+    if rev is None:
+        return ROOT
+    path = scratch / f"tree-{rev.replace('/', '_')}"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rev", action="append", help="a git revision (repeat); default: this tree"
+    )
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--flags", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = parser.parse_args(argv)
+    if args.child:
+        child(Path(args.child), args.calls, args.concurrency, Path(args.flags))
+        return 0
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print(
+            "valgrind is not installed: apt-get update && apt-get install -y valgrind",
+            file=sys.stderr,
+        )
+        return 2
+    scratch = Path(tempfile.mkdtemp(prefix="instructions-"))
+    revs: list[str | None] = list(args.rev or [None])
+    trees: list[Path] = []
+    try:
+        trees = [tree_of(rev, scratch) for rev in revs]
+        figures = []
+        for rev, tree in zip(revs, trees, strict=True):
+            total = count(tree, args.calls, args.concurrency, scratch)
+            per = total / args.calls
+            figures.append({"rev": rev or "working tree", "ir_per_call": round(per)})
+            first = figures[0]["ir_per_call"]
+            print(
+                f"{rev or 'working tree'}: {per / 1e6:.3f} M instructions per call "
+                f"({per / first:.4f} of the first)",
+                flush=True,
+            )
+    finally:
+        for rev, tree in zip(revs, trees, strict=False):
+            if rev is not None:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                    capture_output=True,
+                )
+        shutil.rmtree(scratch, ignore_errors=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"instructions-{time.strftime('%Y-%m-%dT%H%M%S')}.json"
+    path.write_text(
+        json.dumps(
+            {"calls": args.calls, "concurrency": args.concurrency, "figures": figures}, indent=1
+        )
+    )
+    print(f"written {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
