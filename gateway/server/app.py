@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from gateway.errors import ToolgateError
 from gateway.http.problems import HANDLERS
-from gateway.mcp.endpoint import McpEndpoint
+from gateway.mcp.door import McpDoor
 from gateway.runtime import approvals
 from gateway.runtime.bootstrap import Loaded, close_runtime, open_runtime
 from gateway.runtime.container import Runtime
@@ -34,7 +34,7 @@ def create_app(
     """An app that opens its services on startup (or uses ``services`` as given; ``loaded``:
     the sources already read, so that start-up does not parse them again)."""
     openapi = build_openapi()
-    mcp = McpEndpoint(settings)
+    mcp = McpDoor(settings)
 
     async def openapi_json(request: Request) -> Response:
         routes.principal_of(request)
