@@ -9,7 +9,8 @@ the pad sized so that the response is ``--response-bytes`` long (the size of the
 answer to the same request, measured by the harness). It does nothing else: no auth, no
 store, no policy. ``GET /readyz`` answers ``200`` for the harness's start-up probe.
 
-uvicorn runs it exactly as ``toolgate serve`` runs the gateway (gateway/cli.py): one process,
+uvicorn runs it exactly as ``toolgate serve`` runs the gateway (gateway/cli.py): one process
+(``--workers N``: N processes, uvicorn's own supervisor, the ceiling for ``serve --workers N``),
 ``access_log=False``, ``server_header=False``, ``log_level`` from ``--log-level`` (the harness
 passes ``warning`` to both), default loop and HTTP implementation.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -47,6 +49,11 @@ def create_app(response_bytes: int) -> Starlette:
     )
 
 
+def from_env() -> Starlette:
+    """The app for uvicorn's worker processes (``--workers N``): its size from the environment."""
+    return create_app(int(os.environ["BARE_RESPONSE_BYTES"]))
+
+
 def main() -> None:
     import uvicorn
 
@@ -55,7 +62,22 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--response-bytes", type=int, default=2048)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--workers", type=int, default=1, help="processes (uvicorn's workers)")
     args = parser.parse_args()
+    if args.workers > 1:  # the ceiling for `toolgate serve --workers N`
+        os.environ["BARE_RESPONSE_BYTES"] = str(args.response_bytes)
+        uvicorn.run(
+            "bare_app:from_env",
+            factory=True,
+            app_dir=os.path.dirname(os.path.abspath(__file__)),
+            workers=args.workers,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            access_log=False,
+            server_header=False,
+        )
+        return
     uvicorn.run(
         create_app(args.response_bytes),
         host=args.host,

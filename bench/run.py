@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             results["profile"] = prof
         log("HTTP scenario 5 (PostgreSQL)")
         http_phases.http_pg_phase(plan, wrk, work, size, results)
+        log("HTTP scenario 7 (2 workers, SQLite)")
+        http_phases.http_workers_phase(plan, wrk, work, size, results)
         log("store growth (events)")
         growth.events_growth_phase(plan, wrk, work, results)
     results["host"]["loadavg_end"] = loadavg()

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.errors import ConfigError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
@@ -18,6 +18,7 @@ from gateway.types import ApprovalStatus
 
 if TYPE_CHECKING:
     from gateway.declarations.catalogue import Catalogue
+    from gateway.runtime.bootstrap import Loaded
 
 from gateway.commands.common import (
     client_options,
@@ -45,11 +46,45 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.runtime.bootstrap import check_adapters, load_sources
     from gateway.server.app import create_app
 
-    settings = load_settings(
-        Path(args.config) if args.config else None, host=args.host, port=args.port
-    )
+    config = Path(args.config) if args.config else None
+    settings = load_settings(config, host=args.host, port=args.port)
+    if args.workers < 1:
+        print("toolgate: --workers must be at least 1", file=sys.stderr)
+        return 2
     loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
     anyio.run(check_adapters, settings, loaded.catalogue)
+    if args.listen_fd is None:
+        _banner(settings, loaded)
+    if args.workers > 1:
+        from gateway.commands.workers import serve_workers
+
+        return serve_workers(settings, config, args.workers, args.log_level, args.access_log)
+    app = create_app(settings, loaded=loaded)
+    _freeze_startup_objects()
+    json_logs = settings.log_format == "json"
+    if json_logs:  # every logger, uvicorn's too, one JSON object a line on stderr
+        from gateway.observability.logs import configure_json
+
+        configure_json(args.log_level)
+    from uvicorn.config import LOGGING_CONFIG
+
+    where: dict[str, Any] = (
+        {"host": settings.host, "port": settings.port}
+        if args.listen_fd is None
+        else {"fd": args.listen_fd}  # a worker of `serve --workers N`: the parent's socket
+    )
+    uvicorn.run(
+        app,
+        **where,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        server_header=False,
+        log_config=None if json_logs else LOGGING_CONFIG,
+    )
+    return 0
+
+
+def _banner(settings: Settings, loaded: Loaded) -> None:
     print(f"toolgate: listening on http://{settings.host}:{settings.port}")
     print(f"toolgate: store {_safe_url(settings)}")
     print(
@@ -67,25 +102,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for principal in settings.principals:
         if principal.label:
             print(f"toolgate: principal {principal.id}: {principal.label}")
-    app = create_app(settings, loaded=loaded)
-    _freeze_startup_objects()
-    json_logs = settings.log_format == "json"
-    if json_logs:  # every logger, uvicorn's too, one JSON object a line on stderr
-        from gateway.observability.logs import configure_json
-
-        configure_json(args.log_level)
-    from uvicorn.config import LOGGING_CONFIG
-
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        server_header=False,
-        log_config=None if json_logs else LOGGING_CONFIG,
-    )
-    return 0
 
 
 def _freeze_startup_objects() -> None:
@@ -205,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int)
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--access-log", action="store_true")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="gateway processes on one socket (docs/deploy.md#several-workers-on-one-host)",
+    )
+    serve.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's socket
     serve.set_defaults(fn=cmd_serve)
 
     sub.add_parser("check", help="check tools.d, rego/ and policies/").set_defaults(fn=cmd_check)

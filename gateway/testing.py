@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -242,7 +242,9 @@ def run_agent_code_without_approval(
 
 
 @contextmanager
-def gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+def gateway(
+    config: Path, env: dict[str, str] | None = None, args: Sequence[str] = ()
+) -> Iterator[str]:
     """Start ``toolgate serve`` and yield its base URL; stop it afterwards.
 
     A start that loses its port to another process (free_port is only a guess) is retried
@@ -251,7 +253,7 @@ def gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[str]:
         port = free_port()
         log_path = config.parent / f"gateway-{port}.log"
         with log_path.open("wb") as log:
-            proc = serve(config, port, log, env)
+            proc = serve(config, port, log, env, args)
         url = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(url, proc)
@@ -267,9 +269,14 @@ def gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[str]:
 
 
 def serve(
-    config: Path, port: int, log: IO[bytes], env: dict[str, str] | None = None
+    config: Path,
+    port: int,
+    log: IO[bytes],
+    env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
-    """Start ``toolgate serve`` on ``port`` (not waiting for it), its output to ``log``."""
+    """Start ``toolgate serve`` on ``port`` (not waiting for it), its output to ``log``;
+    ``args``: more options of ``serve`` (``--workers 2``)."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -282,6 +289,7 @@ def serve(
             str(port),
             "--log-level",
             "warning",
+            *args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

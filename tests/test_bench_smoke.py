@@ -30,6 +30,7 @@ HTTP_SCENARIOS = (
     "s6_mcp_read",
     "s1_metrics_off",
     "s1_tracing_on",
+    "s7_read_2_workers",
 )
 
 

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.routing import Route
@@ -702,3 +703,37 @@ def test_every_metric_is_in_operations_md() -> None:
     text = section(doc("operations.md"), "## Metrics")
     missing = missing_from_table(names, text)
     assert not missing, f"docs/operations.md has no row in 'Metrics' for the series {missing}"
+
+
+def _commands(
+    parser: Any, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], list[str]]]:
+    """Every (sub)command of the ``toolgate`` parser with its long options."""
+    import argparse
+
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    options = [
+        option
+        for action in parser._actions
+        if not isinstance(action, argparse._SubParsersAction | argparse._HelpAction)
+        and action.help != argparse.SUPPRESS
+        for option in action.option_strings
+        if option.startswith("--")
+    ]
+    yield path, options
+    for sub in subs:
+        for name, child in sub.choices.items():
+            yield from _commands(child, (*path, name))
+
+
+def test_every_command_and_option_is_in_configuration_md() -> None:
+    text = (DOCS / "configuration.md").read_text().split("## Commands", 1)[1].split("\n## ")[0]
+    rows = [line for line in text.splitlines() if line.startswith("| `toolgate")]
+    missing = []
+    for path, options in _commands(cli.build_parser()):
+        row = [r for r in rows if all(re.search(rf"\b{re.escape(p)}\b", r) for p in path)]
+        if not row:
+            missing.append(" ".join(path))
+            continue
+        missing += [f"{' '.join(path)} {o}" for o in options if not any(o in r for r in row)]
+    assert not missing, f"document these in docs/configuration.md#commands: {missing}"

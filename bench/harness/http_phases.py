@@ -262,3 +262,31 @@ def one_call_latency(client: httpx.Client, base: str, n: int) -> dict[str, Any]:
 
 def _rss_mb(pid: int | None) -> float:
     return psutil.Process(pid).memory_info().rss / 1e6 if pid else 0.0
+
+
+S7 = "s7_read_2_workers"
+S7_TITLE = "7. fs.read_file 1 KiB, 2 workers (gateway --workers 2, bare app 2 workers)"
+
+
+def http_workers_phase(
+    plan: Plan, wrk: Wrk, work: Path, size: int, results: dict[str, Any]
+) -> None:
+    """Scenario 1 on ``toolgate serve --workers 2`` (SQLite) against the bare app on two
+    uvicorn workers: what a second process buys on this machine (CPU per call summed over
+    every process of each side)."""
+    s1 = replace(scenarios("unused")["s1_read"], key=S7, title=S7_TITLE)
+    root = work / "workers"
+    config = make_project(root, sqlite_url(root))
+    seed_workspace(config)
+    with gateway(config, args=("--workers", "2")) as base, httpx.Client(timeout=30) as client:
+        r = post(client, base + "/v1/executions", json.loads(s1.template.replace("@CALL@", "w")))
+        check(
+            r.status_code == 200 and r.json()["result"]["outcome"] == "succeeded",
+            "scenario 7 does not read the file",
+            r,
+        )
+        gw = Server(base, gateway_pid(base))
+        with bare_server(size, work, workers=2) as bare:
+            results["http"]["scenarios"].update(
+                ab_rounds(plan, wrk, bare, s1.template, {S7: (gw, s1)})
+            )

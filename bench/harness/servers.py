@@ -32,7 +32,7 @@ class Server:
 
 
 @contextlib.contextmanager
-def bare_server(response_bytes: int, scratch: Path) -> Iterator[Server]:
+def bare_server(response_bytes: int, scratch: Path, workers: int = 1) -> Iterator[Server]:
     port = free_port()
     log_path = scratch / f"bare-{port}.log"
     with log_path.open("wb") as out:
@@ -46,6 +46,8 @@ def bare_server(response_bytes: int, scratch: Path) -> Iterator[Server]:
                 str(response_bytes),
                 "--log-level",
                 "warning",
+                "--workers",
+                str(workers),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

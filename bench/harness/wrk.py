@@ -108,11 +108,19 @@ class Wrk:
 
 
 def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads) so far; 0 without one."""
+    """User + system CPU seconds of process ``pid`` (all its threads) and of its live
+    children (the workers of ``serve --workers N``) so far; 0 without one."""
     if pid is None:
         return 0.0
-    times = psutil.Process(pid).cpu_times()
-    return float(times.user + times.system)
+    proc = psutil.Process(pid)
+    total = 0.0
+    for one in (proc, *proc.children(recursive=True)):
+        try:
+            times = one.cpu_times()
+        except psutil.Error:  # exited meanwhile
+            continue
+        total += times.user + times.system
+    return total
 
 
 def summarise_pairs(bare: list[dict[str, Any]], gw: list[dict[str, Any]]) -> dict[str, Any]:

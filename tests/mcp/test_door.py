@@ -31,8 +31,8 @@ async def main():
             headers = {"Authorization": "Bearer " + sys.argv[2],
                        "Accept": "application/json, text/event-stream",
                        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"}
-            first, second = await asyncio.gather(
-                c.post("/mcp", json=body, headers=headers), c.post("/mcp", json=body, headers=headers))
+            one = lambda: c.post("/mcp", json=body, headers=headers)  # noqa: E731
+            first, second = await asyncio.gather(one(), one())
     print(json.dumps({"before": before, "after_rest": after_rest, "rest": rest.status_code,
                       "after_mcp": "mcp.server" in sys.modules,
                       "first": [first.status_code, "fs.read_file" in first.text],

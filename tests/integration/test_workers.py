@@ -1,0 +1,220 @@
+"""``toolgate serve --workers N``: several gateway processes on one socket and one SQLite
+store, supervised by the parent.
+
+- Concurrent calls are spread over both workers, and every side effect lands once (counted on
+  disk, and one append per idempotency key across the workers).
+- A worker killed with SIGKILL is replaced; the execution it ran is settled (not left
+  ``running``) and its process tree stopped; the gateway answers throughout; then SIGTERM
+  stops every worker and the parent.
+- ``--workers 0`` is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from gateway.testing import free_port, make_project, run_agent_code_without_approval, wait_healthy
+from tests.helpers import ALICE
+
+pytestmark = pytest.mark.slow
+HEADERS = {"Authorization": f"Bearer {ALICE}"}
+_ids = itertools.count()
+
+
+def _body(tool: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": "workers",
+        "call_id": f"c{next(_ids)}",
+        "tool": {"name": tool},
+        "arguments": arguments,
+        "actor": {"user_id": "alice", "agent_id": "t"},
+        "workspace": {"id": "demo"},
+        **extra,
+    }
+
+
+class Served:
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, root: Path) -> None:
+        self.proc, self.url, self.root = proc, url, root
+        self.workspace = root / "var" / "workspaces" / "demo"
+
+    def workers(self) -> list[psutil.Process]:
+        """The live workers (a process a dead worker left may be the parent's child too)."""
+        found = []
+        for child in psutil.Process(self.proc.pid).children():
+            try:
+                if "--listen-fd" in child.cmdline():
+                    found.append(child)
+            except psutil.Error:  # exited, or a zombie not yet collected
+                continue
+        return found
+
+    def owners(self) -> Counter[str]:
+        with sqlite3.connect(self.root / "toolgate.db") as db:
+            rows = db.execute("SELECT owner FROM executions WHERE owner IS NOT NULL").fetchall()
+        return Counter(row[0] for row in rows)
+
+    def post(self, body: dict[str, Any], **headers: str) -> httpx.Response:
+        return httpx.post(
+            self.url + "/v1/executions", json=body, headers={**HEADERS, **headers}, timeout=60
+        )
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    config = make_project(tmp_path, f"sqlite:///{tmp_path}/toolgate.db")
+    run_agent_code_without_approval(tmp_path)
+    (tmp_path / "var" / "workspaces" / "demo").mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    with (tmp_path / "gateway.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "--config",
+                str(config),
+                "serve",
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+                "--log-level",
+                "warning",
+            ],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        s = Served(proc, url, tmp_path)
+        deadline = time.monotonic() + 120
+        while len(s.workers()) < 2 or len(s.owners()) < 2:  # until both have answered a call
+            assert time.monotonic() < deadline, (tmp_path / "gateway.log").read_text()[-3000:]
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(lambda i: s.post(_body("fs.write_file", _warm(i))), range(32)))
+        yield s
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _warm(i: int) -> dict[str, str]:
+    return {"path": f"warm/{i}.txt", "content": "x"}  # a write: its execution names its owner
+
+
+def test_calls_spread_over_the_workers_and_each_side_effect_lands_once(served: Served) -> None:
+    def write(i: int) -> tuple[int, str]:
+        r = served.post(_body("fs.write_file", {"path": f"w/{i}.txt", "content": str(i)}))
+        return r.status_code, r.json()["result"]["outcome"]
+
+    def append(i: int) -> int:
+        body = _body(
+            "fs.append_file", {"path": "once.txt", "content": "x\n"}, idempotency_key="once"
+        )
+        return served.post(body).status_code
+
+    with ThreadPoolExecutor(16) as pool:
+        writes = Counter(pool.map(write, range(120)))
+        appends = Counter(pool.map(append, range(40)))
+    assert writes == {(200, "succeeded"): 120}
+    for i in range(120):
+        assert (served.workspace / "w" / f"{i}.txt").read_text() == str(i)
+    assert set(appends) <= {200, 409}, appends
+    assert (served.workspace / "once.txt").read_text() == "x\n"  # one append, two workers
+    owners = served.owners()
+    assert len(owners) == 2, owners  # both workers ran calls
+    assert {int(o.split(":")[1]) for o in owners} == {w.pid for w in served.workers()}
+
+
+def test_a_killed_worker_is_replaced_its_execution_settled_and_sigterm_stops_all(
+    served: Served,
+) -> None:
+    (served.workspace / "slow.py").write_text("import time\ntime.sleep(60)\n")
+    body = _body("proc.python", {"script": "slow.py"})
+    started = served.post(body, Prefer="respond-async")
+    assert started.status_code == 202, started.text
+    execution = started.json()["id"]
+    deadline = time.monotonic() + 30
+    while True:
+        with sqlite3.connect(served.root / "toolgate.db") as db:
+            row = db.execute(
+                "SELECT owner, status FROM executions WHERE id = ?", (execution,)
+            ).fetchone()
+        if row and row[1] == "running" and _script_runs(served):
+            break
+        assert time.monotonic() < deadline, row
+        time.sleep(0.2)
+    victim = int(row[0].split(":")[1])
+    before = {w.pid for w in served.workers()}
+    assert victim in before
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while True:
+        answer = httpx.get(f"{served.url}/v1/executions/{execution}", headers=HEADERS, timeout=30)
+        assert answer.status_code in (200, 202), answer.text  # answered throughout
+        workers = {w.pid for w in served.workers()}
+        if answer.json()["status"] == "completed" and len(workers) == 2:
+            break
+        assert time.monotonic() < deadline, (answer.json(), workers)
+        time.sleep(0.3)
+    assert victim not in workers  # replaced by a new worker
+    assert answer.json()["result"]["outcome"] in ("unknown", "failed"), answer.json()
+    assert not _script_runs(served)  # the leftover tree was stopped
+    last = served.workers()
+    served.proc.send_signal(signal.SIGTERM)
+    assert served.proc.wait(timeout=40) == 0
+    _, alive = psutil.wait_procs(last, timeout=10)
+    assert not alive, alive
+
+
+def _script_runs(served: Served) -> bool:
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any(part.endswith("slow.py") for part in cmd) and str(served.root) in " ".join(
+            _cwd(proc)
+        ):
+            return True
+    return False
+
+
+def _cwd(proc: psutil.Process) -> list[str]:
+    try:
+        return [proc.cwd()]
+    except psutil.Error:
+        return []
+
+
+def test_zero_workers_is_refused(tmp_path: Path) -> None:
+    config = make_project(tmp_path, f"sqlite:///{tmp_path}/toolgate.db")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "--config", str(config), "serve", "--workers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert "--workers must be at least 1" in proc.stderr
+    assert "Traceback" not in proc.stderr
