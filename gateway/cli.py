@@ -76,8 +76,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         configure_json(args.log_level)
     from uvicorn.config import LOGGING_CONFIG
 
+    from gateway.http.limits import serve_options
+
     uvicorn.run(
         app,
+        **serve_options(settings),
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,

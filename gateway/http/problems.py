@@ -24,6 +24,8 @@ _TITLES = {
     413: "Payload Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -41,7 +43,10 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
     headers = {}
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="toolgate"'
-    if status == 503 or (status == 409 and extra.get("retryable")):
+    retry_after = extra.get("retry_after")
+    if isinstance(retry_after, int) and retry_after >= 0:
+        headers["Retry-After"] = str(retry_after)
+    elif status == 503 or (status == 409 and extra.get("retryable")):
         headers["Retry-After"] = "1"
     return Response(
         json.dumps(body, default=str),
