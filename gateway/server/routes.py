@@ -103,10 +103,12 @@ async def create_execution(request: Request) -> Response:
     services = services_of(request)
     call = await _call_of(request, services)
     respond_async = "respond-async" in request.headers.get("prefer", "").lower()
-    if respond_async:
+    if respond_async:  # bounded by the queue; a worker holds the execution slot when it runs
         await admission.check_queued(services.store, services.settings, call.principal)
-    with services.admission.executions.hold(call.principal):
-        record = await run_call(services, call, respond_async=respond_async)
+        record = await run_call(services, call, respond_async=True)
+    else:
+        with services.admission.executions.hold(call.principal):
+            record = await run_call(services, call)
     return await _execution_response(services, record)
 
 
