@@ -147,6 +147,8 @@ async def check_pending_approvals(services: Services, call: Call) -> None:
     )
     pending = await services.store.pending_approvals(principal, int(time.time() * 1000), limit)
     if pending >= limit:
+        if (metrics := services.telemetry.metrics) is not None:
+            metrics.refused("max_pending_approvals_per_principal")
         raise TooManyRequests(
             f"{principal} already has {pending} approval requests pending (at most {limit}, "
             "max_pending_approvals_per_principal); nothing was parked: retry once some are "

@@ -21,11 +21,12 @@ bound together by a few.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gateway.errors import Overloaded, TooManyRequests
+from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 from gateway.store.store import Store
 
@@ -49,10 +50,12 @@ class Gauge:
 
     Taking and giving back never await, so on one event loop no lock is needed."""
 
-    __slots__ = ("_held", "_total", "bound")
+    __slots__ = ("_held", "_total", "bound", "on_refusal")
 
-    def __init__(self, bound: Bound) -> None:
+    def __init__(self, bound: Bound, on_refusal: Callable[[str], None] | None = None) -> None:
         self.bound = bound
+        self.on_refusal = on_refusal
+        """Called with the setting that refused (the metrics' ``refused``)."""
         self._held: dict[str, int] = {}
         self._total = 0
 
@@ -61,6 +64,7 @@ class Gauge:
         bound = self.bound
         held = self._held.get(principal, 0)
         if held >= bound.share:
+            self._refused(bound.share_setting)
             raise TooManyRequests(
                 f"{principal} already has {held} {bound.what} (at most {bound.share} at once, "
                 f"{bound.share_setting}); retry when one has ended",
@@ -69,12 +73,17 @@ class Gauge:
                 details={"setting": bound.share_setting, "limit": bound.share},
             )
         if self._total >= bound.total:
+            self._refused(bound.total_setting)
             raise Overloaded(
                 f"the gateway already has {self._total} {bound.what} for everyone (at most "
                 f"{bound.total} at once, {bound.total_setting}); retry in a moment",
                 retry_after=bound.retry_after,
                 details={"setting": bound.total_setting, "limit": bound.total},
             )
+
+    def _refused(self, setting: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(setting)
 
     def take(self, principal: str, *, force: bool = False) -> None:
         """Take a slot for ``principal``; with ``force``, count it even past the bounds (for
@@ -120,8 +129,9 @@ class Admission:
 
     __slots__ = ("executions", "sessions", "streams", "waiters")
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         s, mcp = settings, settings.mcp
+        counted = None if metrics is None else metrics.refused
         self.executions = Gauge(
             Bound(
                 what="executions running",
@@ -130,7 +140,8 @@ class Admission:
                 share=s.max_executions_per_principal,
                 total_setting="max_executions_total",
                 total=s.max_executions_total,
-            )
+            ),
+            counted,
         )
         self.waiters = Gauge(
             Bound(
@@ -140,7 +151,8 @@ class Admission:
                 share=s.max_waiters_per_principal,
                 total_setting="max_waiters_total",
                 total=s.max_waiters_total,
-            )
+            ),
+            counted,
         )
         self.streams = Gauge(
             Bound(
@@ -151,7 +163,8 @@ class Admission:
                 total_setting="max_streams_total",
                 total=s.max_streams_total,
                 retry_after=5,
-            )
+            ),
+            counted,
         )
         self.sessions = Gauge(
             Bound(
@@ -162,18 +175,23 @@ class Admission:
                 total_setting="mcp.max_sessions_total",
                 total=mcp.max_sessions_total,
                 retry_after=5,
-            )
+            ),
+            counted,
         )
 
 
 QUEUED_RETRY_S = 5
 
 
-async def check_queued(store: Store, settings: Settings, principal: str) -> None:
+async def check_queued(
+    store: Store, settings: Settings, principal: str, metrics: Metrics | None = None
+) -> None:
     """Refuse one more asynchronous call when ``principal``'s queued calls, or everyone's,
     are at their bound (counted in the store, so across replicas)."""
     share, total = settings.max_queued_per_principal, settings.max_queued_total
     mine, everyone = await store.queued_counts(principal, share, total)
+    if metrics is not None and (mine >= share or everyone >= total):
+        metrics.refused("max_queued_per_principal" if mine >= share else "max_queued_total")
     if mine >= share:
         raise TooManyRequests(
             f"{principal} already has {mine} asynchronous calls queued (at most {share}, "

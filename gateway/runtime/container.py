@@ -47,7 +47,7 @@ class Runtime:
     ``settings``; docs/security.md#bounded-load)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "admission", Admission(self.settings))
+        object.__setattr__(self, "admission", Admission(self.settings, self.telemetry.metrics))
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

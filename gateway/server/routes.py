@@ -104,7 +104,8 @@ async def create_execution(request: Request) -> Response:
     call = await _call_of(request, services)
     respond_async = "respond-async" in request.headers.get("prefer", "").lower()
     if respond_async:  # bounded by the queue; a worker holds the execution slot when it runs
-        await admission.check_queued(services.store, services.settings, call.principal)
+        metrics = services.telemetry.metrics
+        await admission.check_queued(services.store, services.settings, call.principal, metrics)
         record = await run_call(services, call, respond_async=True)
     else:
         with services.admission.executions.hold(call.principal):

@@ -417,3 +417,25 @@ def test_headers_over_the_bound_are_431_and_far_over_it_the_server_closes(gw: Gw
         assert huge.status_code in (400, 431), huge.text
         assert huge.headers.get("content-type") != "application/problem+json"
     assert httpx.get(gw.url + "/healthz", timeout=30).status_code == 200
+
+
+def test_the_refusals_are_counted_by_the_setting_that_refused(gw: Gw) -> None:
+    with gw.client(BOB) as bob:
+        text = bob.get("/metrics").text
+    counts = {
+        line.split('setting="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("toolgate_refusals_total{")
+    }
+    for setting in (
+        "max_executions_per_principal",
+        "max_executions_total",
+        "max_queued_per_principal",
+        "max_queued_total",
+        "max_waiters_per_principal",
+        "max_streams_total",
+        "mcp.max_sessions_per_principal",
+        "max_pending_approvals_per_principal",
+    ):
+        assert counts.get(setting, 0) >= 1, (setting, counts)
+    assert counts["max_executions_per_principal"] >= 3  # alice's flood: three refused calls
