@@ -38,18 +38,6 @@ def serve_options(settings: Settings) -> dict[str, Any]:
     return {"http": "h11", "h11_max_incomplete_event_size": settings.max_header_bytes + HEAD_SLACK}
 
 
-def header_bytes(scope: Scope) -> int:
-    return sum(len(name) + len(value) for name, value in scope.get("headers", ()))
-
-
-def declared_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            text = value.decode("latin-1").strip()
-            return int(text) if text.isdigit() else None
-    return None
-
-
 class RequestBounds:
     """ASGI middleware: refuse what is too large before the app reads it."""
 
@@ -62,23 +50,24 @@ class RequestBounds:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        size = header_bytes(scope)
+        size, declared, chunked = 0, b"", False
+        for name, value in scope["headers"]:  # one pass: this runs on every request
+            size += len(name) + len(value)
+            if name == b"content-length":
+                declared = value
+            elif name == b"transfer-encoding":
+                chunked = True
         if size > self.max_header_bytes:
-            refusal = problem(
-                431,
-                "headers_too_large",
-                f"the request's headers hold {size} bytes, more than {self.max_header_bytes}",
-            )
-            await refusal(scope, receive, send)
+            detail = f"the request's headers hold {size} bytes, more than {self.max_header_bytes}"
+            await problem(431, "headers_too_large", detail)(scope, receive, send)
             return
-        declared = declared_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            refusal = problem(
-                413, "payload_too_large", f"the body is larger than {self.max_body_bytes} bytes"
-            )
-            await refusal(scope, receive, send)
+        if declared.strip().isdigit() and int(declared) > self.max_body_bytes:
+            detail = f"the body is larger than {self.max_body_bytes} bytes"
+            await problem(413, "payload_too_large", detail)(scope, receive, send)
             return
-        await self.app(scope, _counted(receive, self.max_body_bytes), send)
+        if chunked:  # a declared length is held to by the HTTP server; chunks are counted here
+            receive = _counted(receive, self.max_body_bytes)
+        await self.app(scope, receive, send)
 
 
 def _counted(receive: Receive, limit: int) -> Receive:
