@@ -73,8 +73,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.listen_fd is None
         else {"fd": args.listen_fd}  # a worker of `serve --workers N`: the parent's socket
     )
+    from gateway.http.limits import serve_options
+
     uvicorn.run(
         app,
+        **serve_options(settings),
         **where,
         log_level=args.log_level,
         access_log=args.access_log,

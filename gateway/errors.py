@@ -14,7 +14,10 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     │   ├── Forbidden           403
     │   ├── NotFound            404
     │   ├── Conflict            409  same call_id/idempotency key in flight or different
-    │   └── IdempotencyMismatch 422
+    │   ├── IdempotencyMismatch 422
+    │   └── LimitExceeded       a bound on load (gateway/runtime/admission.py), retryable
+    │       ├── TooManyRequests 429  one principal holds its share
+    │       └── Overloaded      503  the process holds all it may, for everyone together
     ├── ConfigError             a declaration, policy or setting is wrong (names file/line/key)
     ├── CallError               the call was accepted but ends failed in a phase
     │   ├── ResolveError        phase=resolve
@@ -108,9 +111,35 @@ class Conflict(RequestError):
     retryable = True
 
 
-class TooManyRequests(RequestError):
+class LimitExceeded(RequestError):
+    """A bound on load was reached; nothing was done. ``retry_after`` (seconds) is the
+    ``Retry-After`` of the answer, also in ``details`` (with the setting that bounds it)."""
+
+    code = "limit_exceeded"
+    http_status = 429
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        retry_after: int = 1,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        extra = {**(details or {}), "retry_after": retry_after}
+        super().__init__(message, code=code, details=extra)
+        self.retry_after = retry_after
+
+
+class TooManyRequests(LimitExceeded):
     code = "too_many_requests"
     http_status = 429
+
+
+class Overloaded(LimitExceeded):
+    code = "overloaded"
+    http_status = 503
 
 
 class IdempotencyMismatch(RequestError):

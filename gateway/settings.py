@@ -11,7 +11,14 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.errors import ConfigError
@@ -84,6 +91,14 @@ class McpSettings(_Frozen):
     task_wait: Duration = Field(default=2.0, ge=0, le=60)
     """How long ``tools/call`` waits for a call before answering a task-capable client with a
     task instead of the result."""
+    max_sessions_per_principal: int = Field(default=32, ge=1, le=100_000)
+    """2025-11-25 sessions one principal may hold open at once, per gateway process (more:
+    429 ``too_many_sessions``)."""
+    max_sessions_total: int = Field(default=1000, ge=1, le=100_000)
+    """2025-11-25 sessions open at once in one gateway process, for everyone (more: 503)."""
+    session_idle_timeout: Duration = Field(default=1800.0, gt=0)
+    """A 2025-11-25 session with no request in flight for this long is closed (its slot
+    is given back)."""
 
 
 class Settings(_Frozen):
@@ -107,6 +122,10 @@ class Settings(_Frozen):
     """Dotted paths of the policy input (``arguments.password``, ``actor.agent_id``) whose
     values the ``policy.decided`` event records as ``"***"`` (docs/policies.md)."""
     max_body_bytes: Size = 1024 * 1024
+    max_header_bytes: Size = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
+    """The most bytes of header names and values one request may carry (more: 431
+    ``headers_too_large``); the HTTP server closes a connection whose request line and
+    headers pass this by more than 8 KiB before the gateway sees them."""
     max_json_depth: int = Field(default=32, ge=2, le=256)
     """How deeply objects and arrays may nest in a request body (the body itself is level 1,
     ``arguments`` level 2). Deeper bodies are refused (400 ``json_too_deep``) before parsing
@@ -136,6 +155,26 @@ class Settings(_Frozen):
     """A live event stream ends after this long; the client resumes with ``Last-Event-ID``."""
     max_streams_per_principal: int = Field(default=8, ge=1, le=1000)
     """Live event streams one principal may hold open at once, per gateway process."""
+    max_streams_total: int = Field(default=256, ge=1, le=100_000)
+    """Live event streams open at once in one gateway process, for everyone (more: 503)."""
+    max_executions_per_principal: int = Field(default=64, ge=1, le=100_000)
+    """Executions one principal may have running at once in one gateway process (more: 429
+    ``too_many_executions``); queued ones run by the workers count too."""
+    max_executions_total: int = Field(default=256, ge=1, le=100_000)
+    """Executions running at once in one gateway process, for everyone (more: 503)."""
+    max_queued_per_principal: int = Field(default=1000, ge=1, le=10_000_000)
+    """Asynchronous (``Prefer: respond-async``) calls of one principal waiting in the queue,
+    across replicas (more: 429 ``too_many_queued``)."""
+    max_queued_total: int = Field(default=10_000, ge=1, le=10_000_000)
+    """Asynchronous calls waiting in the queue, for everyone, across replicas (more: 503)."""
+    max_waiters_per_principal: int = Field(default=32, ge=1, le=100_000)
+    """Long-polls (``?wait=``, MCP ``wait_s`` and ``tasks/result``) one principal may hold
+    open at once, per gateway process (more: 429 ``too_many_waiters``)."""
+    max_waiters_total: int = Field(default=512, ge=1, le=100_000)
+    """Long-polls open at once in one gateway process, for everyone (more: 503)."""
+    max_pending_approvals_per_principal: int = Field(default=100, ge=1, le=1_000_000)
+    """Approval requests of one principal pending at once, across replicas: a call that needs
+    one more is refused (429 ``too_many_approvals``) and nothing is parked."""
     ui_session_ttl: Duration = Field(default=8 * 3600.0, gt=0)
     """How long a sign-in to the approvals page (``/ui/``) lasts."""
     principals: tuple[Principal, ...] = ()
@@ -167,6 +206,27 @@ class Settings(_Frozen):
                 raise ValueError(f"two principals share one key ({principal.id})")
             seen.add(principal.key_sha256)
         return value
+
+    @model_validator(mode="after")
+    def _shares_within_totals(self) -> Settings:
+        """A principal's share above the total is a mistake: the total would always answer
+        first, and one principal could take everything (docs/security.md#bounded-load)."""
+        pairs = [
+            ("max_executions_per_principal", "max_executions_total"),
+            ("max_queued_per_principal", "max_queued_total"),
+            ("max_waiters_per_principal", "max_waiters_total"),
+            ("max_streams_per_principal", "max_streams_total"),
+        ]
+        for share, total in pairs:
+            if getattr(self, share) > getattr(self, total):
+                raise ValueError(f"{share} ({getattr(self, share)}) is above {total}")
+        mcp = self.mcp
+        if mcp.max_sessions_per_principal > mcp.max_sessions_total:
+            raise ValueError(
+                f"mcp.max_sessions_per_principal ({mcp.max_sessions_per_principal}) is above "
+                "mcp.max_sessions_total"
+            )
+        return self
 
     @property
     def json_limits(self) -> JsonLimits:

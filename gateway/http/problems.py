@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.errors import ToolgateError
+from gateway.errors import LimitExceeded, ToolgateError
 
 log = logging.getLogger("toolgate.server")
 PROBLEM_BASE = "https://toolgate.dev/problems/"
@@ -24,6 +24,8 @@ _TITLES = {
     413: "Payload Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -41,7 +43,10 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
     headers = {}
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="toolgate"'
-    if status == 503 or (status == 409 and extra.get("retryable")):
+    retry_after = extra.get("retry_after")
+    if isinstance(retry_after, int) and retry_after >= 0:
+        headers["Retry-After"] = str(retry_after)
+    elif status == 503 or (status == 409 and extra.get("retryable")):
         headers["Retry-After"] = "1"
     return Response(
         json.dumps(body, default=str),
@@ -54,7 +59,7 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
 async def toolgate_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ToolgateError)
     status = exc.http_status if exc.http_status >= 400 else 500
-    if status >= 500:
+    if status >= 500 and not isinstance(exc, LimitExceeded):  # a flood must not flood the log
         log.warning("%s %s failed: %s", request.method, request.url.path, exc.message)
     return problem(status, exc.code, exc.message, retryable=exc.retryable, **exc.details)
 

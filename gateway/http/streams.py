@@ -26,8 +26,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import MalformedRequest, TooManyRequests
+from gateway.errors import MalformedRequest
 from gateway.events.model import Event
+from gateway.runtime.admission import Gauge
 from gateway.runtime.container import Runtime
 from gateway.store.records import ExecutionRecord
 
@@ -91,45 +92,15 @@ def run_cursor(raw: str | None) -> Cursor:
     return cursor
 
 
-class StreamSlots:
-    """How many streams each principal holds open in this process."""
-
-    def __init__(self) -> None:
-        self.open: dict[str, int] = {}
-
-    @staticmethod
-    def of(request: Request) -> StreamSlots:
-        slots: StreamSlots | None = getattr(request.app.state, "stream_slots", None)
-        if slots is None:
-            slots = request.app.state.stream_slots = StreamSlots()
-        return slots
-
-    def take(self, principal: str, limit: int) -> None:
-        if self.open.get(principal, 0) >= limit:
-            raise TooManyRequests(
-                f"{principal} already has {limit} event streams open; close one first",
-                code="too_many_streams",
-            )
-        self.open[principal] = self.open.get(principal, 0) + 1
-
-    def give_back(self, principal: str) -> None:
-        left = self.open.get(principal, 1) - 1
-        if left <= 0:
-            self.open.pop(principal, None)
-        else:
-            self.open[principal] = left
-
-
 def _message(event_id: str, event: Event, render: Render) -> str:
     data = "\n".join(f"data: {line}" for line in render(event).splitlines() or [""])
     return f"id: {event_id}\nevent: {event.type}\n{data}\n\n"
 
 
-def respond(
-    request: Request, principal: str, body: AsyncIterator[str], slots: StreamSlots
-) -> Response:
-    """The streaming response; the principal's slot is given back when the response ends,
-    however it ends (the client may go before the stream starts)."""
+def respond(request: Request, principal: str, body: AsyncIterator[str], slots: Gauge) -> Response:
+    """The streaming response, holding the principal's stream slot (taken by the caller from
+    ``Runtime.admission.streams``); the slot is given back when the response ends, however
+    it ends (the client may go before the stream starts)."""
 
     async def framed() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
@@ -142,7 +113,7 @@ def respond(
 
 class _SlotResponse(StreamingResponse):
     def __init__(
-        self, body: AsyncIterator[str], slots: StreamSlots, principal: str, headers: dict[str, str]
+        self, body: AsyncIterator[str], slots: Gauge, principal: str, headers: dict[str, str]
     ) -> None:
         super().__init__(body, media_type="text/event-stream", headers=headers)
         self.slots, self.principal = slots, principal

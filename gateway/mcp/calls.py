@@ -23,7 +23,7 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
-from gateway.errors import ToolgateError
+from gateway.errors import LimitExceeded, ToolgateError
 from gateway.mcp import meta, results, tools
 from gateway.pipeline.plan import plan_call
 from gateway.pipeline.records import ToolExecutionRequest
@@ -39,6 +39,9 @@ PRINCIPAL_SCOPE_KEY = "toolgate.principal"
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 PROGRESS_POLL_S = 0.2
 TASK_RESULT_WAIT_S = 30.0
+LIMIT_EXCEEDED = -32029
+"""The JSON-RPC error code of a request refused by a bound on load (a server-defined code;
+``data`` is the error with its ``code``, ``retry_after`` and ``setting``): ``tasks/result``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,10 +174,17 @@ async def _call(
     body = meta.execution_body(params.name, params.arguments, raw, origin)
     request = parse_request(body, door.principal)
     request = _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
+    running = door.services.admission.executions
     if meta.dry_run(raw):
-        return results.plan_result(await plan_call(door.services, request))
+        with running.hold(door.principal):
+            return results.plan_result(await plan_call(door.services, request))
+    running.take(door.principal)  # given back when the call ends (_Run.drive), not the request
     run = _Run(door.services, request)
-    door.tasks.start_soon(run.drive)
+    try:
+        door.tasks.start_soon(run.drive)
+    except BaseException:
+        running.give_back(door.principal)
+        raise
     if wants_task(ctx, params):
         return await _answer_with_task(door, ctx, run)
     progress = raw.get("progressToken")
@@ -213,6 +223,7 @@ class _Run:
     error: ToolgateError | None = None
 
     async def drive(self) -> None:
+        """Run the call, which holds its principal's execution slot (taken by ``_call``)."""
         try:
             self.record = await run_call(self.services, self.request)
         except ToolgateError as exc:
@@ -221,6 +232,7 @@ class _Run:
             log.exception("the MCP call %s failed", self.request.call_id)
             self.error = ToolgateError(f"the gateway failed: {type(exc).__name__}")
         finally:
+            self.services.admission.executions.give_back(self.request.principal)
             self.done.set()
 
     async def find(self) -> ExecutionRecord | None:
@@ -328,13 +340,21 @@ async def _status_tool(door: Door, arguments: Mapping[str, Any]) -> dict[str, An
             ToolgateError("execution_id is a string and wait_s 0 to 60", code="invalid_arguments")
         )
     record = await _own_execution(door, execution_id)
-    with anyio.move_on_after(float(wait)):
-        while not record.terminal:
-            await anyio.sleep(0.2)
-            record = await door.services.store.get_execution(record.id) or record
+    if wait > 0 and not record.terminal:
+        with door.services.admission.waiters.hold(door.principal):
+            record = await _wait_for_end(door, record, float(wait))
     if record.terminal:
         return results.call_result(record, door.base_url)
     return results.pending_result(record, await _approval(door, record), door.base_url)
+
+
+async def _wait_for_end(door: Door, record: ExecutionRecord, wait: float) -> ExecutionRecord:
+    """``record`` as it is once terminal, or after ``wait`` seconds."""
+    with anyio.move_on_after(wait):
+        while not record.terminal:
+            await anyio.sleep(0.2)
+            record = await door.services.store.get_execution(record.id) or record
+    return record
 
 
 async def _own_execution(door: Door, execution_id: str) -> ExecutionRecord:
@@ -365,10 +385,12 @@ async def task_result(
     """2025-11-25's ``tasks/result``: the call's result once it has one (waits a while)."""
     door = Door.of(ctx)
     record = await _own_execution(door, params.task_id)
-    with anyio.move_on_after(TASK_RESULT_WAIT_S):
-        while not record.terminal:
-            await anyio.sleep(0.2)
-            record = await door.services.store.get_execution(record.id) or record
+    if not record.terminal:
+        try:
+            with door.services.admission.waiters.hold(door.principal):
+                record = await _wait_for_end(door, record, TASK_RESULT_WAIT_S)
+        except LimitExceeded as exc:
+            raise MCPError(code=LIMIT_EXCEEDED, message=exc.message, data=exc.to_json()) from exc
     if not record.terminal:
         raise MCPError(
             code=INVALID_PARAMS,

@@ -11,6 +11,7 @@ manager's lifespan; the host app enters it in its own (Starlette runs no mounted
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,11 +21,13 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INVALID_PARAMS
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
@@ -34,6 +37,7 @@ from gateway.errors import ToolgateError
 from gateway.http.auth import authenticate
 from gateway.http.problems import problem
 from gateway.mcp import calls
+from gateway.runtime.admission import Gauge
 from gateway.settings import Settings
 
 INSTRUCTIONS = (
@@ -117,12 +121,17 @@ class McpEndpoint:
         self.manager: StreamableHTTPSessionManager | None = None
 
     @contextlib.asynccontextmanager
-    async def run(self) -> AsyncIterator[None]:
-        """The session manager's lifetime (a manager runs once: each run makes a new one)."""
-        manager = StreamableHTTPSessionManager(
+    async def run(self, sessions: Gauge) -> AsyncIterator[None]:
+        """The session manager's lifetime (a manager runs once: each run makes a new one);
+        ``sessions`` counts the 2025-11-25 sessions it holds open, per principal."""
+        mcp = self.settings.mcp
+        manager = _BoundedSessions(
             app=self.server,
             security_settings=self._security,
             max_request_body_size=self.settings.max_body_bytes,
+            session_idle_timeout=mcp.session_idle_timeout,
+            max_sessions=mcp.max_sessions_total,
+            sessions=sessions,
         )
         async with manager.run():
             self.manager = manager
@@ -130,13 +139,19 @@ class McpEndpoint:
                 yield
             finally:
                 self.manager = None
+                manager.forget_all()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
+        services = request.app.state.services
         try:
-            principal = authenticate(request, request.app.state.services.settings)
+            principal = authenticate(request, services.settings)
+            if _opens_session(request):
+                services.admission.sessions.check(principal)
         except ToolgateError as exc:
-            response = problem(exc.http_status, exc.code, exc.message)
+            response = problem(
+                exc.http_status, exc.code, exc.message, retryable=exc.retryable, **exc.details
+            )
             await response(scope, receive, send)
             return
         scope[calls.PRINCIPAL_SCOPE_KEY] = principal
@@ -146,4 +161,67 @@ class McpEndpoint:
         if self.manager is None:
             await problem(503, "not_ready", "the MCP endpoint is not running")(scope, receive, send)
             return
-        await self.manager.handle_request(scope, receive, send)
+        opener = _OPENER.set(principal)
+        try:
+            await self.manager.handle_request(scope, receive, send)
+        finally:
+            _OPENER.reset(opener)
+
+
+def _opens_session(request: Request) -> bool:
+    """A request the session manager would open a 2025-11-25 session for (if it is an
+    ``initialize``): a POST with no session id, in no protocol era after the handshake's."""
+    headers = request.headers
+    version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    return (
+        request.method == "POST"
+        and MCP_SESSION_ID_HEADER not in headers
+        and (version is None or version in HANDSHAKE_PROTOCOL_VERSIONS)
+    )
+
+
+_OPENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcp_opener", default=None)
+"""The principal of the request being handed to the session manager (it admits a session
+within that call, on the same task)."""
+
+
+class _BoundedSessions(StreamableHTTPSessionManager):
+    """The SDK's session manager, counting each session it holds against the principal that
+    opened it (``Runtime.admission.sessions``), from its admission until it is discarded,
+    however it ends: ``DELETE``, the idle timeout, an opening request that failed.
+
+    ``McpEndpoint`` checks the share before handing a request over (429/503 with
+    ``Retry-After``); a session that races past that check is refused here, and the SDK
+    answers it 503."""
+
+    def __init__(self, *args: Any, sessions: Gauge, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gauge = sessions
+        self._opened_by: dict[str, str] = {}
+
+    def _admit_session(self, requestor: Any) -> Any:
+        principal = _OPENER.get()
+        if principal is None:
+            return super()._admit_session(requestor)
+        try:
+            self._gauge.take(principal)
+        except ToolgateError:
+            return None
+        transport = super()._admit_session(requestor)
+        if transport is None or transport.mcp_session_id is None:
+            self._gauge.give_back(principal)
+            return None
+        self._opened_by[transport.mcp_session_id] = principal
+        return transport
+
+    async def _discard_session(self, session_id: str, transport: Any) -> None:
+        principal = self._opened_by.pop(session_id, None)
+        if principal is not None:
+            self._gauge.give_back(principal)
+        await super()._discard_session(session_id, transport)
+
+    def forget_all(self) -> None:
+        """The manager stopped: every session it held is gone."""
+        for principal in self._opened_by.values():
+            self._gauge.give_back(principal)
+        self._opened_by.clear()

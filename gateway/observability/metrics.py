@@ -155,6 +155,11 @@ class Metrics:
             "Executions recovery settled after a crash, by action.",
             ["action"],
         )
+        self.refusals = _Counter(
+            "toolgate_refusals",
+            "Requests refused by a bound on load (429, 503 overloaded), by the setting.",
+            ["setting"],
+        )
         self._store_lock = threading.Lock()
         self._gauges = {"approvals_pending": 0, "queued": 0, "in_flight": 0}
         self.registry = CollectorRegistry(auto_describe=True)
@@ -196,6 +201,10 @@ class Metrics:
     def recovered(self, action: str) -> None:
         self.recovery.inc(action)
 
+    def refused(self, setting: str) -> None:
+        """A bound on load refused a request (``setting`` names the bound)."""
+        self.refusals.inc(setting)
+
     # -- the scrape ------------------------------------------------------------------------
 
     def scrape(self, pending_approvals: int, queued: int, in_flight: int) -> bytes:
@@ -232,6 +241,7 @@ class Metrics:
             self._gauges["queued"],
         )
         yield self.recovery.metric()
+        yield self.refusals.metric()
 
     def kinds(self) -> list[tuple[str, str]]:
         """(name, type) of every series the registry exposes (a counter's name without its

@@ -9,7 +9,7 @@ from typing import Any
 from gateway.adapters.base import Previewing
 from gateway.approvals import tokens
 from gateway.declarations.model import ToolDeclaration
-from gateway.errors import CallError, PolicyDenied, ToolgateError
+from gateway.errors import CallError, PolicyDenied, ToolgateError, TooManyRequests
 from gateway.pipeline.context import adapter_call, adapter_of
 from gateway.pipeline.guards import check_state_guards
 from gateway.pipeline.outcomes import failed
@@ -121,12 +121,42 @@ async def _follow(
                 "the approval does not satisfy the policy: " + "; ".join(decision.reasons),
                 code="approval_insufficient",
             )
+        await check_pending_approvals(services, call)
         preview = await preview_of(services, call)
         if (metrics := services.telemetry.metrics) is not None:
             metrics.approval("requested")
         awaiting = _approval(services, call, decision.reasons, preview)
         return Authorized(call, approval, awaiting, trail)
     return Authorized(call, approval, None, trail)
+
+
+APPROVALS_RETRY_S = 30
+
+
+async def check_pending_approvals(services: Services, call: Call) -> None:
+    """Refuse a new call that would park one approval request more than its principal may
+    have pending (``max_pending_approvals_per_principal``): a 429, no execution, nothing
+    parked. A soft bound, counted in the store (across replicas): calls racing each other
+    may pass it together by a few. A call that was already accepted (dequeued) is parked."""
+    ticket = call.ticket
+    if ticket.stored is not None or ticket.dry_run:
+        return
+    principal, limit = (
+        ticket.request.principal,
+        services.settings.max_pending_approvals_per_principal,
+    )
+    pending = await services.store.pending_approvals(principal, int(time.time() * 1000), limit)
+    if pending >= limit:
+        if (metrics := services.telemetry.metrics) is not None:
+            metrics.refused("max_pending_approvals_per_principal")
+        raise TooManyRequests(
+            f"{principal} already has {pending} approval requests pending (at most {limit}, "
+            "max_pending_approvals_per_principal); nothing was parked: retry once some are "
+            "decided",
+            code="too_many_approvals",
+            retry_after=APPROVALS_RETRY_S,
+            details={"setting": "max_pending_approvals_per_principal", "limit": limit},
+        )
 
 
 async def _approval_from_token(services: Services, call: Call) -> ApprovalRecord:

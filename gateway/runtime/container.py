@@ -16,6 +16,7 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.faults import NO_FAULTS, Faults
 from gateway.observability.telemetry import OFF, Telemetry
 from gateway.policy.data import PolicyData
+from gateway.runtime.admission import Admission
 from gateway.runtime.signals import Cancellations, Running, Wakeup
 from gateway.settings import Settings
 from gateway.store.store import Store
@@ -41,6 +42,12 @@ class Runtime:
     """Executions this process is running now (recovery leaves exactly these alone)."""
     telemetry: Telemetry = OFF
     """Metrics, tracing and the decision log, as configured (docs/operations.md)."""
+    admission: Admission = field(init=False)
+    """What each principal, and everyone, holds now against the bounds on load (made from
+    ``settings``; docs/security.md#bounded-load)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "admission", Admission(self.settings, self.telemetry.metrics))
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

@@ -12,6 +12,7 @@ from gateway.instance import INSTANCE_ID
 from gateway.pipeline.runner import run_queued
 from gateway.runtime.container import Runtime
 from gateway.runtime.recovery import recover
+from gateway.store.records import ExecutionRecord
 
 log = logging.getLogger("toolgate.worker")
 IDLE_POLL = 1.0
@@ -26,9 +27,10 @@ async def run_workers(runtime: Runtime) -> None:
 
 
 async def _work(runtime: Runtime) -> None:
+    running = runtime.admission.executions
     while True:
         try:
-            record = await runtime.store.claim_queued(INSTANCE_ID)
+            record = await _claim_fairly(runtime)
         except ToolgateError as exc:
             log.warning("cannot read the queue: %s", exc)
             record = None
@@ -37,11 +39,24 @@ async def _work(runtime: Runtime) -> None:
             continue
         runtime.active.add(record.id)  # before any await: recovery must not requeue it
         try:
-            await run_queued(runtime, record)
+            with running.hold(record.principal, force=True):  # admitted when it was queued
+                await run_queued(runtime, record)
         except Exception:
             log.exception("queued execution %s failed; recovery will settle it", record.id)
         finally:
             runtime.active.discard(record.id)
+
+
+async def _claim_fairly(runtime: Runtime) -> ExecutionRecord | None:
+    """The oldest queued call of a principal running nothing here, else of one below its
+    share (``max_executions_per_principal``): one principal's backlog cannot hold every
+    worker while another's call waits (docs/security.md#bounded-load)."""
+    running = runtime.admission.executions
+    busy, full = running.holders(), running.full()
+    record = await runtime.store.claim_queued(INSTANCE_ID, avoid=busy)
+    if record is None and busy - full:
+        record = await runtime.store.claim_queued(INSTANCE_ID, avoid=full)
+    return record
 
 
 async def _recover_periodically(runtime: Runtime) -> None:

@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.errors import ToolgateError
+from gateway.http.limits import RequestBounds
 from gateway.http.problems import HANDLERS
 from gateway.mcp.door import McpDoor
 from gateway.runtime import approvals
@@ -48,7 +50,8 @@ def create_app(
             settled = await recover(app.state.services)
             if settled:
                 log.warning("recovered %d interrupted executions", len(settled))
-            async with anyio.create_task_group() as tasks, mcp.run():
+            sessions = app.state.services.admission.sessions
+            async with anyio.create_task_group() as tasks, mcp.run(sessions):
                 app.state.tasks = tasks
                 tasks.start_soon(_sweeper, app.state.services)
                 tasks.start_soon(run_workers, app.state.services)
@@ -83,7 +86,12 @@ def create_app(
         Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
         *UI_ROUTES,
     ]
-    return Starlette(routes=table, exception_handlers=dict(HANDLERS), lifespan=lifespan)
+    return Starlette(
+        routes=table,
+        middleware=[Middleware(RequestBounds, settings=settings)],
+        exception_handlers=dict(HANDLERS),
+        lifespan=lifespan,
+    )
 
 
 async def _sweeper(services: Runtime) -> None:

@@ -20,6 +20,11 @@ _ERRORS = {
     "401": _resp("missing or invalid API key"),
     "403": _resp("not allowed for this principal"),
 }
+_BUSY = {
+    "429": _resp("the principal holds its share of a bound on load (too_many_*); Retry-After"),
+    "503": _resp("everyone holds the total of a bound on load (overloaded); Retry-After"),
+}
+"""The refusals of the bounds on load (docs/api.md#bounded-load-429-and-503)."""
 _EXECUTION = {"$ref": "#/components/schemas/Execution"}
 _EXECUTION_REQUEST = {
     "required": True,
@@ -100,6 +105,7 @@ def _paths() -> dict[str, Any]:
                     "409": _resp("same call or idempotency key still in flight / reused"),
                     "413": _resp("body over the size limit"),
                     "422": _resp("idempotency key reused with a different payload"),
+                    **_BUSY,
                     **_ERRORS,
                 },
             },
@@ -120,6 +126,7 @@ def _paths() -> dict[str, Any]:
                     "200": _resp("the plan", {"$ref": "#/components/schemas/Plan"}),
                     "400": _resp("malformed request or missing idempotency key"),
                     "413": _resp("body over the size limit"),
+                    **_BUSY,
                     **_ERRORS,
                 },
             },
@@ -132,6 +139,7 @@ def _paths() -> dict[str, Any]:
                     "200": _resp("terminal", _EXECUTION),
                     "202": _resp("not terminal", _EXECUTION),
                     "404": _resp("no such execution"),
+                    **_BUSY,
                     **_ERRORS,
                 },
             }
@@ -153,6 +161,7 @@ def _paths() -> dict[str, Any]:
                     "200": _resp("events in order of seq", {"type": "object"}),
                     "400": _resp("after is not an integer of 0 or more (invalid_after)"),
                     "404": _resp("no such execution"),
+                    **_BUSY,
                     **_ERRORS,
                 },
             }
@@ -166,7 +175,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _resp("events, execution by execution", {"type": "object"}),
                     "400": _resp("Last-Event-ID is not a run cursor (invalid_last_event_id)"),
-                    "429": _resp("too many live streams open (too_many_streams)"),
+                    **_BUSY,
                     **_ERRORS,
                 },
             }

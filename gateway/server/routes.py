@@ -27,7 +27,7 @@ from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
 from gateway.policy import bundle as bundles
-from gateway.runtime import approvals, cancellation
+from gateway.runtime import admission, approvals, cancellation
 from gateway.runtime.container import Runtime
 from gateway.server import render
 from gateway.store.records import ExecutionRecord
@@ -103,7 +103,13 @@ async def create_execution(request: Request) -> Response:
     services = services_of(request)
     call = await _call_of(request, services)
     respond_async = "respond-async" in request.headers.get("prefer", "").lower()
-    record = await run_call(services, call, respond_async=respond_async)
+    if respond_async:  # bounded by the queue; a worker holds the execution slot when it runs
+        metrics = services.telemetry.metrics
+        await admission.check_queued(services.store, services.settings, call.principal, metrics)
+        record = await run_call(services, call, respond_async=True)
+    else:
+        with services.admission.executions.hold(call.principal):
+            record = await run_call(services, call)
     return await _execution_response(services, record)
 
 
@@ -111,7 +117,8 @@ async def create_plan(request: Request) -> Response:
     """What ``POST /v1/executions`` with this body would do, with no side effect."""
     services = services_of(request)
     call = await _call_of(request, services)
-    plan = await plan_call(services, call)
+    with services.admission.executions.hold(call.principal):
+        plan = await plan_call(services, call)
     return JSONResponse(plan.to_json())
 
 
@@ -170,6 +177,13 @@ async def get_execution(request: Request) -> Response:
     """One execution; ``?wait=S`` long-polls up to S seconds for a terminal state."""
     services, record = await _visible_execution(request)
     wait = _wait_seconds(request.query_params.get("wait"))
+    if wait > 0 and not record.terminal:
+        with services.admission.waiters.hold(principal_of(request)):
+            record = await _wait_for_end(services, record, wait)
+    return await _execution_response(services, record)
+
+
+async def _wait_for_end(services: Runtime, record: ExecutionRecord, wait: float) -> ExecutionRecord:
     deadline = time.monotonic() + wait
     delay = 0.02
     while not record.terminal and time.monotonic() < deadline:
@@ -177,7 +191,7 @@ async def get_execution(request: Request) -> Response:
         delay = min(delay * 1.5, 0.5)
         found = await services.store.get_execution(record.id)
         record = found or record
-    return await _execution_response(services, record)
+    return record
 
 
 def _wait_seconds(raw: str | None) -> float:
@@ -214,8 +228,8 @@ async def execution_events(request: Request) -> Response:
         after = streams.execution_cursor(request.headers.get("last-event-id"))
         if request.query_params.get("after") is not None:
             after = max(after, _after_seq(request.query_params.get("after")))
-        slots = streams.StreamSlots.of(request)
-        slots.take(principal, services.settings.max_streams_per_principal)
+        slots = services.admission.streams
+        slots.take(principal)
         body = streams.execution_stream(services, record.id, after)
         return streams.respond(request, principal, body, slots)
     after = _after_seq(request.query_params.get("after"))
@@ -235,8 +249,8 @@ async def run_events(request: Request) -> Response:
 
     if streams.wants_stream(request):
         cursor = streams.run_cursor(request.headers.get("last-event-id"))
-        slots = streams.StreamSlots.of(request)
-        slots.take(principal, services.settings.max_streams_per_principal)
+        slots = services.admission.streams
+        slots.take(principal)
         body = streams.run_stream(services, run_id, visible, cursor)
         return streams.respond(request, principal, body, slots)
     records = await services.store.find_executions(

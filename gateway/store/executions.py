@@ -40,7 +40,7 @@ RESOLVE_OUTCOME = Sql(
     "UPDATE executions SET outcome = ?, result_json = ?, updated_ms = ? "
     "WHERE id = ? AND outcome = ?"
 )
-CLAIM_QUEUED = "SELECT id FROM executions WHERE status = 'queued' ORDER BY created_ms LIMIT 1"
+CLAIM_QUEUED = "SELECT id FROM executions WHERE status = 'queued'"
 TAKE_QUEUED = Sql(
     "UPDATE executions SET status = 'running', owner = ?, updated_ms = ? WHERE id = ?"
 )
@@ -66,8 +66,9 @@ def _unfinished(count: int) -> Sql:
 
 
 @cache
-def _claim_queued(dialect: Dialect) -> Sql:
-    return Sql(CLAIM_QUEUED + dialect.skip_locked)
+def _claim_queued(dialect: Dialect, avoided: int = 0) -> Sql:
+    avoid = f" AND principal NOT IN ({placeholders(avoided)})" if avoided else ""
+    return Sql(f"{CLAIM_QUEUED}{avoid} ORDER BY created_ms LIMIT 1{dialect.skip_locked}")
 
 
 def get_execution(db: Db, execution_id: str) -> ExecutionRecord | None:
@@ -189,8 +190,8 @@ def unfinished(db: Db, statuses: Sequence[Status]) -> list[ExecutionRecord]:
     return [rows.execution(row) for row in found]
 
 
-def claim_queued(db: Db, owner: str) -> ExecutionRecord | None:
-    found = db.one(_claim_queued(db.dialect))
+def claim_queued(db: Db, owner: str, avoid: Sequence[str] = ()) -> ExecutionRecord | None:
+    found = db.one(_claim_queued(db.dialect, len(avoid)), tuple(avoid))
     if found is None:
         return None
     db.run(TAKE_QUEUED, (owner, now_ms(), found[0]))

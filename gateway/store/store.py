@@ -9,7 +9,7 @@ connection pool; the statements themselves are plain SQL (``sql.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import cast
 
 import anyio
@@ -246,9 +246,10 @@ class Store:
     async def unfinished(self, statuses: Sequence[Status]) -> list[ExecutionRecord]:
         return await self._read(executions.unfinished, statuses)
 
-    async def claim_queued(self, owner: str) -> ExecutionRecord | None:
-        """Take the oldest queued execution for ``owner`` (safe across replicas)."""
-        return await self._write(executions.claim_queued, owner)
+    async def claim_queued(self, owner: str, avoid: Collection[str] = ()) -> ExecutionRecord | None:
+        """Take the oldest queued execution for ``owner`` (safe across replicas), of a
+        principal not in ``avoid``."""
+        return await self._write(executions.claim_queued, owner, tuple(sorted(avoid)))
 
     async def find_by_cancellation_token(self, principal: str, token: str) -> list[ExecutionRecord]:
         return await self._read(executions.find_by_cancellation_token, principal, token)
@@ -348,3 +349,12 @@ class Store:
         return await self._read_quick(
             usage.recent_usage, principal, workspace_id, risk, since_ms, limit
         )
+
+    async def queued_counts(self, principal: str, share: int, total: int) -> tuple[int, int]:
+        """(queued executions of ``principal``, up to ``share``; of everyone, up to
+        ``total``): what the bounds on the queue count."""
+        return await self._read_quick(usage.queued_counts, principal, share, total)
+
+    async def pending_approvals(self, principal: str, now_ms: int, limit: int) -> int:
+        """Pending, unexpired approvals of ``principal`` (up to ``limit``)."""
+        return await self._read_quick(usage.pending_approvals, principal, now_ms, limit)

@@ -1,4 +1,5 @@
-"""Usage: what quotas count (the executions of one actor in a window)."""
+"""Usage: what quotas count (the executions of one actor in a window) and what the bounds on
+load count (queued calls, pending approvals: gateway/runtime/admission.py)."""
 
 from __future__ import annotations
 
@@ -20,3 +21,31 @@ def recent_usage(
     (count,) = db.one(RECENT_COUNT, (*window, max(limit, 0)))
     oldest = db.one(OLDEST_RECENT, window) if count else None
     return int(count), (int(oldest[0]) if oldest else None)
+
+
+# Each count stops at its bound (LIMIT), walking ix_executions_status / the approvals' status
+# index: a principal far over a bound makes no count slower.
+QUEUED_OF = Sql(
+    "SELECT count(*) FROM (SELECT 1 FROM executions WHERE status = 'queued' AND principal = ? "
+    "LIMIT ?) AS mine"
+)
+QUEUED_ALL = Sql(
+    "SELECT count(*) FROM (SELECT 1 FROM executions WHERE status = 'queued' LIMIT ?) AS everyone"
+)
+PENDING_APPROVALS_OF = Sql(
+    "SELECT count(*) FROM (SELECT 1 FROM approvals WHERE status = 'pending' AND principal = ? "
+    "AND expires_ms > ? LIMIT ?) AS pending"
+)
+
+
+def queued_counts(db: Db, principal: str, share: int, total: int) -> tuple[int, int]:
+    """(``principal``'s queued executions, up to ``share``; everyone's, up to ``total``)."""
+    (mine,) = db.one(QUEUED_OF, (principal, max(share, 0)))
+    (everyone,) = db.one(QUEUED_ALL, (max(total, 0),))
+    return int(mine), int(everyone)
+
+
+def pending_approvals(db: Db, principal: str, now_ms: int, limit: int) -> int:
+    """How many of ``principal``'s approval requests are pending and unexpired, up to ``limit``."""
+    (count,) = db.one(PENDING_APPROVALS_OF, (principal, now_ms, max(limit, 0)))
+    return int(count)

@@ -20,7 +20,14 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from gateway.errors import Forbidden, MalformedRequest, NotFound, PayloadTooLarge, ToolgateError
+from gateway.errors import (
+    Forbidden,
+    LimitExceeded,
+    MalformedRequest,
+    NotFound,
+    PayloadTooLarge,
+    ToolgateError,
+)
 from gateway.events.model import EVENT_TYPES, Event
 from gateway.http import streams
 from gateway.http.artifacts import artifact_response
@@ -115,7 +122,7 @@ async def _answered(handler: Handler, request: Request) -> Response:
         return await handler(request)
     except ToolgateError as exc:
         status = exc.http_status if 400 <= exc.http_status < 500 else 503
-        return page(
+        answer = page(
             "message.html",
             request,
             status,
@@ -123,6 +130,9 @@ async def _answered(handler: Handler, request: Request) -> Response:
             message=exc.message,
             code=exc.code,
         )
+        if isinstance(exc, LimitExceeded):
+            answer.headers["Retry-After"] = str(exc.retry_after)
+        return answer
 
 
 _TITLES = {
@@ -148,6 +158,9 @@ async def read_form(request: Request) -> dict[str, str]:
         raise MalformedRequest(
             "send the form as application/x-www-form-urlencoded", code="invalid_form"
         )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > FORM_LIMIT:  # refused before a byte is read
+        raise PayloadTooLarge(f"the form is larger than {FORM_LIMIT} bytes")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -217,8 +230,8 @@ def _https(request: Request) -> bool:
 async def signin(request: Request) -> Response:
     try:
         form = await read_form(request)
-    except ToolgateError as exc:
-        return await signin_form(request, exc.message, 400)
+    except ToolgateError as exc:  # 400 not a form, 413 too large
+        return await signin_form(request, exc.message, exc.http_status)
     if not sessions.same_token(request.cookies.get(sessions.SIGNIN_COOKIE, ""), form.get("csrf")):
         return page(
             "message.html",
@@ -556,8 +569,8 @@ async def timeline(request: Request) -> Response:
     after = streams.execution_cursor(
         request.headers.get("last-event-id") or request.query_params.get("after")
     )
-    slots = streams.StreamSlots.of(request)
-    slots.take(principal, services.settings.max_streams_per_principal)
+    slots = services.admission.streams
+    slots.take(principal)
     row = TEMPLATES.get_template("_event.html")
 
     def render(event: Event) -> str:

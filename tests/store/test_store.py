@@ -12,6 +12,7 @@ import pytest
 
 from gateway.events.model import make_event
 from gateway.store.records import (
+    ApprovalRecord,
     ExecutionRecord,
     Existing,
     IdempotencyClaim,
@@ -452,3 +453,52 @@ async def test_observe_times_each_transaction_under_its_operations_name(store: S
     await store.heartbeat("ex1")
     assert [name for name, _, _ in seen] == ["reserve", "get_execution"]
     assert all(wall_s >= 0 and cpu_s >= 0 for _, wall_s, cpu_s in seen)
+
+
+async def test_queued_counts_stop_at_their_bounds_and_claims_avoid_principals(
+    store: Store,
+) -> None:
+    now = int(time.time() * 1000)
+    for i, who in enumerate(["alice", "alice", "alice", "carol"]):
+        queued = record(f"q{i}", call_id=f"q{i}", principal=who, status=Status.QUEUED)
+        await store.reserve(replace(queued, created_ms=now + i), [], None)
+    assert await store.queued_counts("alice", 10, 10) == (3, 4)
+    assert await store.queued_counts("alice", 2, 3) == (2, 3)  # each count stops at its bound
+    assert await store.queued_counts("bob", 10, 10) == (0, 4)
+    # the oldest queued call of a principal not avoided; the oldest of all without avoidance
+    first = await store.claim_queued("me", avoid={"alice"})
+    assert first is not None and first.id == "q3" and first.status is Status.RUNNING
+    assert await store.claim_queued("me", avoid={"alice", "carol"}) is None
+    oldest = await store.claim_queued("me")
+    assert oldest is not None and oldest.id == "q0"
+    assert await store.queued_counts("alice", 10, 10) == (2, 2)
+
+
+async def test_pending_approvals_count_only_the_unexpired_ones_of_the_principal(
+    store: Store,
+) -> None:
+    now = int(time.time() * 1000)
+    later = now + 60_000
+    parked = [("alice", later), ("alice", later), ("alice", now - 1), ("bob", later)]
+    for i, (who, expires_ms) in enumerate(parked):
+        await store.reserve(record(f"ap{i}", call_id=f"ap{i}", principal=who), [], None)
+        approval = ApprovalRecord(
+            id=f"ap_{i}",
+            execution_id=f"ap{i}",
+            status="pending",
+            tool_name="fs.delete_file",
+            tool_version="1.0.0",
+            arguments_sha256="args",
+            principal=who,
+            workspace_id="demo",
+            reasons=("needs a person",),
+            arguments={},
+            preview=None,
+            requested_ms=now,
+            expires_ms=expires_ms,
+        )
+        await store.checkpoint_for_approval(approval, [])
+    assert await store.pending_approvals("alice", now, 10) == 2  # not the expired one
+    assert await store.pending_approvals("alice", now, 1) == 1  # the count stops at its bound
+    assert await store.pending_approvals("bob", now, 10) == 1
+    assert await store.pending_approvals("carol", now, 10) == 0
