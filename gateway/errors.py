@@ -14,7 +14,8 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     │   ├── Forbidden           403
     │   ├── NotFound            404
     │   ├── Conflict            409  same call_id/idempotency key in flight or different
-    │   └── IdempotencyMismatch 422
+    │   ├── IdempotencyMismatch 422
+    │   └── EditRefused         422  an approver's edit of a call's arguments is refused
     ├── ConfigError             a declaration, policy or setting is wrong (names file/line/key)
     ├── CallError               the call was accepted but ends failed in a phase
     │   ├── ResolveError        phase=resolve
@@ -115,6 +116,13 @@ class TooManyRequests(RequestError):
 
 class IdempotencyMismatch(RequestError):
     code = "idempotency_key_reused"
+    http_status = 422
+
+
+class EditRefused(RequestError):
+    """An approver's edit of a parked call is refused: the approval stays pending."""
+
+    code = "edit_refused"
     http_status = 422
 
 
