@@ -28,6 +28,7 @@ from gateway.runtime import approvals
 from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import ApprovalStatus, Outcome, Status
+from gateway.ui import edits as edit_form
 from gateway.ui import session as sessions
 from gateway.ui.session import Session
 
@@ -344,6 +345,7 @@ async def _render_approval(
     principal: str,
     notice: str | None = None,
     status: int = 200,
+    sent: dict[str, str] | None = None,
 ) -> Response:
     if approval.status == ApprovalStatus.PENDING and approval.expires_ms <= _now_ms():
         await approvals.sweep(services)
@@ -367,7 +369,18 @@ async def _render_approval(
         last_seq=events[-1].seq if events else -1,
         notice=notice,
         refusal=_closed(approval),
+        editable=_edit_fields(services, approval, sent),
     )
+
+
+def _edit_fields(
+    services: Runtime, approval: ApprovalRecord, sent: dict[str, str] | None = None
+) -> list[edit_form.EditField]:
+    """The edit form's fields: the arguments the approval's tool lets an approver change."""
+    for tool in services.catalogue.versions(approval.tool_name):
+        if str(tool.version) == approval.tool_version:
+            return edit_form.fields(tool.approval.editable, tool.input, approval, sent)
+    return []
 
 
 def _closed(approval: ApprovalRecord) -> str | None:
@@ -432,23 +445,31 @@ async def decide(request: Request) -> Response:
     form = await read_form(request)
     check_csrf(request, form)
     decision = form.get("decision")
-    if decision not in ("approve", "deny"):
+    if decision not in ("approve", "deny", "edit"):
         raise MalformedRequest("choose approve or deny", code="invalid_decision")
     comment = form.get("comment", "").strip()
     if len(comment) > COMMENT_LIMIT:
         raise MalformedRequest(
             f"a comment is at most {COMMENT_LIMIT} characters", code="invalid_comment"
         )
+    edit = decision == "edit"
     try:
+        edits = edit_form.read(form, _edit_fields(services, approval)) if edit else None
         verdict = await approvals.decide(
-            services, approval.id, principal, decision == "approve", comment or None
+            services, approval.id, principal, decision != "deny", comment or None, edits=edits
         )
     except ToolgateError as exc:
-        if exc.http_status not in (403, 409):
+        if exc.http_status not in (403, 409, 422) and not (edit and exc.http_status == 400):
             raise
         fresh = await services.store.get_approval(approval.id) or approval
         return await _render_approval(
-            request, services, fresh, principal, notice=exc.message, status=exc.http_status
+            request,
+            services,
+            fresh,
+            principal,
+            notice=exc.message,
+            status=exc.http_status,
+            sent=form if edit else None,
         )
     if verdict.resume:
         request.app.state.tasks.start_soon(approvals.resume, services, verdict.approval)

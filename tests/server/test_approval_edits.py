@@ -13,34 +13,13 @@ from starlette.testclient import TestClient
 from gateway.pipeline.records import sha256_json
 from gateway.server.app import create_app
 from gateway.settings import Settings
-from tests.helpers import BOB, CAROL
+from tests.helpers import BOB, CAROL, REVIEWED_TOOL
 from tests.server.helpers import auth, body
-
-REVIEWED = """\
-name: fs.write_reviewed
-version: 1.0.0
-description: Replace a text file once a person has read (and maybe corrected) it.
-adapter: file
-operation: atomic_replace
-risk: high
-side_effect: write
-input:
-  path: {type: string, required: true, empty: false}
-  content: {type: string, required: true}
-  create_dirs: {type: boolean, default: true}
-paths: [path]
-approval:
-  editable: [path, content]
-locks:
-  - {key: "ws:{workspace.id}:file:{arguments.path}"}
-verify:
-  - {probe: file_sha256, path: "{arguments.path}", equals: "{sha256(arguments.content)}"}
-"""
 
 
 @pytest.fixture
 def client(project: Path, settings: Settings) -> Iterator[TestClient]:
-    (project / "tools.d" / "fs.write_reviewed.yaml").write_text(REVIEWED)
+    (project / "tools.d" / "fs.write_reviewed.yaml").write_text(REVIEWED_TOOL)
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
         yield test_client
 
