@@ -69,13 +69,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"toolgate: principal {principal.id}: {principal.label}")
     app = create_app(settings, loaded=loaded)
     _freeze_startup_objects()
-    json_logs = settings.log_format == "json"
-    if json_logs:  # every logger, uvicorn's too, one JSON object a line on stderr
-        from gateway.observability.logs import configure_json
+    # Every logger, uvicorn's too, through one handler on stderr that masks secrets.
+    from gateway.observability.logs import configure
 
-        configure_json(args.log_level)
-    from uvicorn.config import LOGGING_CONFIG
-
+    configure(settings.log_format, args.log_level)
     uvicorn.run(
         app,
         host=settings.host,
@@ -83,7 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
         server_header=False,
-        log_config=None if json_logs else LOGGING_CONFIG,
+        log_config=None,
     )
     return 0
 
