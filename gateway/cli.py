@@ -323,6 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
     aapprove.add_argument(
         "--no-resume", action="store_true", help="hand the agent a token instead of resuming"
     )
+    aapprove.add_argument(
+        "--edit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change an editable argument before approving (VALUE may be JSON)",
+    )
     adeny = asub.add_parser("deny", help="deny: the call ends failed")
     adeny.add_argument("id")
     adeny.add_argument("--comment")
