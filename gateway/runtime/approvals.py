@@ -31,7 +31,7 @@ from gateway.pipeline.runner import resume_call
 from gateway.runtime import edits as edits_of
 from gateway.runtime.closing import close_execution
 from gateway.runtime.container import Runtime
-from gateway.store.records import ApprovalRecord, ExecutionRecord, Refused
+from gateway.store.records import ApprovalEdit, ApprovalRecord, ExecutionRecord, Refused
 from gateway.types import JSON, ApprovalStatus, Outcome
 
 log = logging.getLogger("toolgate.approvals")
@@ -106,6 +106,20 @@ async def decide(
     token = tokens.sign(tokens.claims_for(decided), runtime.approval_key)
     await close_parked(runtime, decided, None, release_key=True)
     return Verdict(decided, token=token)
+
+
+async def preview_edit(
+    runtime: Runtime, approval_id: str, approver: str, edits: Mapping[str, JSON]
+) -> ApprovalEdit | None:
+    """What approving ``approval_id`` with ``edits`` would bind and show (its preview),
+    checked as ``decide`` checks it, deciding nothing; None when ``edits`` changes nothing."""
+    approval = await runtime.store.get_approval(approval_id)
+    if approval is None:
+        raise NotFound("no such approval")
+    check_approver(runtime, approval, approver)
+    if approval.status != ApprovalStatus.PENDING:
+        raise await _refusal(runtime, approval)
+    return await edits_of.check_edit(runtime, approval, approver, edits)
 
 
 REFUSALS: dict[str, str] = {

@@ -326,6 +326,12 @@ def test_an_approver_edits_the_call_before_approving(
     page.fill("#edit-path", "reviewed/final.txt")
     page.fill("#edit-content", "line one\nline two\n")
     page.fill("#edit-comment", "moved and reworded")
+    page.click("button[value=preview]")  # the edited call's diff, nothing decided
+    assert "Preview of the edited call" in page.locator("#preview").inner_text()
+    assert page.locator("#preview .d-add", has_text="+line one").count() == 1
+    assert "reviewed/final.txt" in page.locator("#edited-arguments").inner_text()
+    assert page.input_value("#edit-comment") == "moved and reworded"
+    assert _approval(url, approval)["status"] == "pending"
     page.click("button[value=edit]")
     page.wait_for_url("**/ui/approvals/" + approval)
     done = httpx.get(
