@@ -82,6 +82,8 @@ async def check_edit(
         requested_version=approval.tool_version,
     )
     call = await _checked_call(runtime, record, request, approval, approver)
+    if call.arguments_sha256 == approval.arguments_sha256:
+        return None  # another spelling of the same call (``./a.txt`` for ``a.txt``)
     preview = await policy.preview_of(runtime, call)
     edited = dict(call.arguments)
     event = make_event(
