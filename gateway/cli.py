@@ -61,13 +61,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return serve_workers(settings, config, args.workers, args.log_level, args.access_log)
     app = create_app(settings, loaded=loaded)
     _freeze_startup_objects()
-    json_logs = settings.log_format == "json"
-    if json_logs:  # every logger, uvicorn's too, one JSON object a line on stderr
-        from gateway.observability.logs import configure_json
+    # Every logger, uvicorn's too, through one handler on stderr that masks secrets.
+    from gateway.observability.logs import configure
 
-        configure_json(args.log_level)
-    from uvicorn.config import LOGGING_CONFIG
-
+    configure(settings.log_format, args.log_level)
     where: dict[str, Any] = (
         {"host": settings.host, "port": settings.port}
         if args.listen_fd is None
@@ -82,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
         server_header=False,
-        log_config=None if json_logs else LOGGING_CONFIG,
+        log_config=None,
     )
     return 0
 
@@ -351,6 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     aapprove.add_argument("--comment")
     aapprove.add_argument(
         "--no-resume", action="store_true", help="hand the agent a token instead of resuming"
+    )
+    aapprove.add_argument(
+        "--edit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change an editable argument before approving (VALUE may be JSON)",
     )
     adeny = asub.add_parser("deny", help="deny: the call ends failed")
     adeny.add_argument("id")

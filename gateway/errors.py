@@ -15,6 +15,7 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     │   ├── NotFound            404
     │   ├── Conflict            409  same call_id/idempotency key in flight or different
     │   ├── IdempotencyMismatch 422
+    │   ├── EditRefused         422  an approver's edit of a call's arguments is refused
     │   └── LimitExceeded       a bound on load (gateway/runtime/admission.py), retryable
     │       ├── TooManyRequests 429  one principal holds its share
     │       └── Overloaded      503  the process holds all it may, for everyone together
@@ -144,6 +145,13 @@ class Overloaded(LimitExceeded):
 
 class IdempotencyMismatch(RequestError):
     code = "idempotency_key_reused"
+    http_status = 422
+
+
+class EditRefused(RequestError):
+    """An approver's edit of a parked call is refused: the approval stays pending."""
+
+    code = "edit_refused"
     http_status = 422
 
 

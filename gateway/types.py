@@ -13,6 +13,10 @@ from typing import Any, Protocol, runtime_checkable
 JSON = Any
 """A value that ``json.dumps`` accepts."""
 
+OnStep = Callable[[int, int], None]
+"""Called with (steps done, steps in all) after each step of a long operation: how the CLI
+shows progress (``gateway/commands/progress.py``)."""
+
 
 class Status(enum.StrEnum):
     QUEUED = "queued"

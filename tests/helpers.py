@@ -24,3 +24,27 @@ def pg_admin() -> Any:
     return psycopg.connect(
         host=PG_HOST, user=PG_USER, dbname="postgres", connect_timeout=3, autocommit=True
     )
+
+
+REVIEWED_TOOL = """\
+name: fs.write_reviewed
+version: 1.0.0
+description: Replace a text file once a person has read (and maybe corrected) it.
+adapter: file
+operation: atomic_replace
+risk: high
+side_effect: write
+input:
+  path: {type: string, required: true, empty: false}
+  content: {type: string, required: true}
+  create_dirs: {type: boolean, default: true}
+paths: [path]
+approval:
+  editable: [path, content]
+locks:
+  - {key: "ws:{workspace.id}:file:{arguments.path}"}
+verify:
+  - {probe: file_sha256, path: "{arguments.path}", equals: "{sha256(arguments.content)}"}
+"""
+"""A high-risk write (so the shipped policy asks for approval) whose path and content an
+approver may edit (``approval.editable``): for the edit-before-approve tests."""

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.testing import free_port, gateway, make_project
 from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, REVIEWED_TOOL
 
 
 def toolgate(
@@ -293,6 +293,7 @@ def test_tools_keys_and_schema(project: Path) -> None:
 @pytest.mark.slow
 def test_call_and_approvals_against_a_running_gateway(tmp_path: Path) -> None:
     config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    (tmp_path / "tools.d" / "fs.write_reviewed.yaml").write_text(REVIEWED_TOOL)
     with gateway(config) as url:
         wrote = toolgate(
             "--config",
@@ -332,6 +333,21 @@ def test_call_and_approvals_against_a_running_gateway(tmp_path: Path) -> None:
         assert approved.returncode == 0, approved.stdout
         refused = _approvals(config, url, "list", key=ALICE)
         assert refused.returncode == 1 and "not_an_approver" in refused.stdout
+        draft = _call(config, url, "fs.write_reviewed", "--arg", "path=r.txt", "--arg", "content=x")
+        reviewed = json.loads(draft.stdout)["approval"]["id"]
+        fixed = _approvals(config, url, "approve", reviewed, "--edit", "create_dirs=false")
+        assert fixed.returncode == 1 and "argument_not_editable" in fixed.stdout, fixed.stdout
+        bad = _approvals(config, url, "approve", reviewed, "--edit", "content")
+        assert bad.returncode == 2 and "--edit 'content': use NAME=VALUE" in bad.stderr
+        edited = _approvals(config, url, "approve", reviewed, "--edit", "content=edited")
+        assert edited.returncode == 0, edited.stdout
+        assert json.loads(edited.stdout)["arguments"]["content"] == "edited"
+        done = httpx.get(
+            f"{url}/v1/executions/{json.loads(draft.stdout)['id']}?wait=20",
+            headers={"Authorization": f"Bearer {ALICE}"},
+        ).json()
+        assert done["result"]["outcome"] == "succeeded", done
+        assert (tmp_path / "var/workspaces/demo/r.txt").read_text() == "edited"
 
 
 def _approvals(

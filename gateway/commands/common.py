@@ -37,10 +37,10 @@ def fail(problems: Sequence[str], what: str) -> int:
     return 2
 
 
-def argument(text: str) -> tuple[str, Any]:
+def argument(text: str, option: str = "--arg") -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep:
-        raise UsageError(f"--arg {text!r}: use NAME=VALUE")
+        raise UsageError(f"{option} {text!r}: use NAME=VALUE")
     try:
         return key, json.loads(value)
     except ValueError:

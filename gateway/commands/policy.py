@@ -19,6 +19,7 @@ from gateway.commands.common import (
     settings_of,
     warn,
 )
+from gateway.commands.progress import Progress, progress
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
@@ -36,7 +37,8 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
     )
     warn(sources.warnings)
-    run = run_tests(sources, args.filter, pattern, coverage=args.coverage)
+    with progress(args, "policy tests") as shown:
+        run = run_tests(sources, args.filter, pattern, coverage=args.coverage, on_step=shown.step)
     print(format_report(run.results, verbose=args.verbose, skipped=run.skipped))
     for line in run.coverage:
         print(line)
@@ -146,15 +148,22 @@ def cmd_policy_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"no store at {sqlite_file} (database_url): nothing to replay")
     since_ms = int((time.time() - since_s) * 1000)
 
-    async def run() -> replay.ReplayReport:
+    async def run(shown: Progress) -> replay.ReplayReport:
         store = Store(url)  # read only: never opened (that would create the schema)
         try:
-            found, executions, more = await replay.recorded_decisions(store, since_ms, args.limit)
+            found, executions, more = await replay.recorded_decisions(
+                store, since_ms, args.limit, on_step=shown.step
+            )
         finally:
             store.engine.dispose()
-        return await replay.replay(found, sources, settings.policy_input_mask, executions, more)
+        shown.status("replaying decisions")
+        shown.restart()
+        return await replay.replay(
+            found, sources, settings.policy_input_mask, executions, more, on_step=shown.step
+        )
 
-    report = asyncio.run(run())
+    with progress(args, "reading executions") as shown:
+        report = asyncio.run(run(shown))
     print(f"toolgate: replaying against {rego} and {data}", file=sys.stderr)
     for line in report.lines():
         print(line)

@@ -26,6 +26,7 @@ from gateway.commands.common import (
     request,
     settings_of,
 )
+from gateway.commands.progress import Progress, progress
 from gateway.commands.tables import approvals_table, executions_table
 
 
@@ -39,6 +40,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"comment": args.comment} if args.comment else {}
     if action == "approve" and args.no_resume:
         body["resume"] = False
+    if action == "approve" and args.edit:
+        body["arguments"] = dict(argument(a, "--edit") for a in args.edit)
     return request(args, "POST", f"/v1/approvals/{args.id}/{action}", body)
 
 
@@ -73,7 +76,9 @@ def cmd_call(args: argparse.Namespace) -> int:
         with httpx.Client(base_url=url, headers=headers, timeout=args.timeout) as client:
             response = client.post("/v1/executions", json=_call_body(args, settings, key))
             if args.wait is not None and response.status_code == 202:
-                response = _wait_for(client, response.json()["id"], args.wait, args.timeout)
+                execution_id = response.json()["id"]
+                with progress(args, f"execution {execution_id}: waiting") as shown:
+                    response = _wait_for(client, execution_id, args.wait, args.timeout, shown)
     except httpx.HTTPError as exc:
         print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
         return 3
@@ -107,9 +112,10 @@ def _call_body(args: argparse.Namespace, settings: Settings, key: str) -> dict[s
 
 
 def _wait_for(
-    client: httpx.Client, execution_id: str, wait: float, timeout: float
+    client: httpx.Client, execution_id: str, wait: float, timeout: float, shown: Progress
 ) -> httpx.Response:
-    """Long-poll the execution until it is completed, or for at most ``wait`` seconds."""
+    """Long-poll the execution until it is completed, or for at most ``wait`` seconds; its
+    status after each poll is ``shown``."""
     deadline = time.monotonic() + wait
     while True:
         left = max(0.0, min(MAX_WAIT_S, deadline - time.monotonic()))
@@ -120,6 +126,7 @@ def _wait_for(
         )
         if response.status_code != 202 or time.monotonic() >= deadline:
             return response
+        shown.status(f"execution {execution_id}: {response.json().get('status', 'waiting')}")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

@@ -130,6 +130,7 @@ def _check(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[s
         )
     yield from _check_input(tool, lines)
     yield from _check_paths(tool, lines, spec)
+    yield from _check_editable(tool, lines)
     yield from _check_templates(tool, lines)
     yield from _check_probes(tool, lines, spec)
 
@@ -148,6 +149,19 @@ def _check_paths(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iter
     needed = spec.path_arguments.get(tool.operation, spec.path_arguments.get("*", frozenset()))
     for name in sorted(needed - set(tool.paths)):
         yield f"{lines.where(('paths',))}: the {spec.name} adapter needs {name!r} listed in paths"
+
+
+def _check_editable(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
+    """Each editable argument is a top-level argument the input schema declares, once."""
+    seen: set[str] = set()
+    for i, name in enumerate(tool.approval.editable):
+        where = lines.where(("approval", "editable", i))
+        if name not in tool.input:
+            known = ", ".join(sorted(tool.input)) or "none"
+            yield f"{where}: editable argument {name!r} is not in input (arguments: {known})"
+        elif name in seen:
+            yield f"{where}: editable argument {name!r} is listed twice"
+        seen.add(name)
 
 
 def _rule_at(schema: Mapping[str, Any], parts: list[str]) -> Any:

@@ -108,6 +108,13 @@ class StateGuardDecl(_WithParams):
     actual: str = Field(min_length=1)
 
 
+class ApprovalDecl(_Frozen):
+    """What an approver may do besides approve or deny (``approval: {editable: [...]}``)."""
+
+    editable: tuple[str, ...] = ()
+    """Top-level arguments (keys of ``input``) the approver may change before approving."""
+
+
 class ToolDeclaration(_Frozen):
     """One version of one tool."""
 
@@ -129,6 +136,7 @@ class ToolDeclaration(_Frozen):
     output_budget: Size = 64 * 1024
     verify: tuple[ProbeDecl, ...] = ()
     reconcile: tuple[ProbeDecl, ...] = ()
+    approval: ApprovalDecl = Field(default_factory=ApprovalDecl)
     deprecated: bool | str = False
     disabled: bool = False
     options: Any = None

@@ -15,6 +15,7 @@ EVENT_TYPES: dict[str, int] = {
     "tool.validation_failed": 1,
     "policy.decided": 1,
     "approval.requested": 1,
+    "approval.edited": 1,
     "approval.resolved": 1,
     "state.checkpointed": 1,
     "lock.acquired": 1,

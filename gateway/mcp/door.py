@@ -22,6 +22,7 @@ from gateway.settings import Settings
 
 if TYPE_CHECKING:
     from gateway.mcp.endpoint import McpEndpoint
+    from gateway.runtime.admission import Gauge
 
 
 class McpDoor:
@@ -33,9 +34,12 @@ class McpDoor:
         self._tasks: anyio.abc.TaskGroup | None = None
         self._stop: anyio.Event | None = None
         self._starting = anyio.Lock()
+        self._sessions: Gauge | None = None
 
     @contextlib.asynccontextmanager
-    async def run(self) -> AsyncIterator[None]:
+    async def run(self, sessions: Gauge) -> AsyncIterator[None]:
+        """``sessions``: what counts the 2025-11-25 sessions (see ``McpEndpoint.run``)."""
+        self._sessions = sessions
         stop = anyio.Event()
         async with anyio.create_task_group() as tasks:
             self._tasks, self._stop = tasks, stop
@@ -64,7 +68,7 @@ class McpDoor:
         return self.endpoint
 
     async def _serve(self, endpoint: McpEndpoint, *, task_status: Any) -> None:
-        assert self._stop is not None
-        async with endpoint.run():
+        assert self._stop is not None and self._sessions is not None
+        async with endpoint.run(self._sessions):
             task_status.started()
             await self._stop.wait()

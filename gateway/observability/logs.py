@@ -6,7 +6,7 @@ Each line written while a call runs names it: the pipeline binds the call's ``ex
 variable, and the JSON formatter adds them. Secrets are kept out by construction (no adapter
 logs a credential; httpcore's header trace is held at INFO), and every secret an adapter reads
 is also registered with ``scrub`` so that any line that would hold one is masked, whatever
-logged it.
+logged it: both formats are a ``MaskingFormatter``, the one place a line is masked.
 """
 
 from __future__ import annotations
@@ -76,11 +76,38 @@ def call_fields() -> Mapping[str, str] | None:
     return _CALL.get()
 
 
-class JsonFormatter(logging.Formatter):
+class MaskingFormatter(logging.Formatter):
+    """A formatter whose whole line (message, fields, traceback) has every registered secret
+    masked: each format renders a record (``render``), this masks it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return SECRETS.mask(self.render(record))
+
+    def render(self, record: logging.LogRecord) -> str:
+        raise NotImplementedError
+
+
+class TextFormatter(MaskingFormatter):
+    """For people: ``time LEVEL logger: message``, the bound call's fields in brackets, the
+    traceback on the lines below."""
+
+    def render(self, record: logging.LogRecord) -> str:
+        line = f"{_rfc3339(record.created)} {record.levelname:<8} {record.name}: "
+        line += record.getMessage()
+        if (bound := _CALL.get()) is not None:
+            line += " [" + " ".join(f"{k}={v}" for k, v in bound.items() if v) + "]"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        elif record.exc_text:
+            line += "\n" + record.exc_text
+        return line
+
+
+class JsonFormatter(MaskingFormatter):
     """One JSON object per record: ``time`` (RFC 3339, UTC), ``level``, ``logger``,
     ``message``, the bound call's fields, the record's ``extra`` fields, ``exception``."""
 
-    def format(self, record: logging.LogRecord) -> str:
+    def render(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "time": _rfc3339(record.created),
             "level": record.levelname.lower(),
@@ -96,14 +123,18 @@ class JsonFormatter(logging.Formatter):
             out["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
             out["exception"] = record.exc_text
-        return SECRETS.mask(json.dumps(out, default=str, ensure_ascii=False))
+        return json.dumps(out, default=str, ensure_ascii=False)
 
 
-def configure_json(level: str = "info", stream: TextIO | None = None) -> None:
-    """Send every logger's lines (the gateway's, uvicorn's, the libraries') as JSON through
-    one handler on the root logger (``log_format: json``; ``text`` leaves uvicorn's own)."""
+FORMATTERS: dict[str, type[MaskingFormatter]] = {"text": TextFormatter, "json": JsonFormatter}
+"""``log_format`` → its formatter."""
+
+
+def configure(log_format: str = "text", level: str = "info", stream: TextIO | None = None) -> None:
+    """Send every logger's lines (the gateway's, uvicorn's, the libraries') through one
+    masking handler on the root logger, in ``log_format``."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(FORMATTERS[log_format]())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

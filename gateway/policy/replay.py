@@ -16,17 +16,19 @@ any masked value when the policy's reads cannot be bounded, ``gateway.policy.rea
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.inputs import MASK
 from gateway.policy.loader import PolicySources, new_engine, quiet_panics, syntax_tree
 from gateway.policy.reads import InputReads, input_reads
 from gateway.store.store import Store
+from gateway.types import OnStep
 
 DECIDED = "policy.decided"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -98,16 +100,17 @@ class ReplayReport:
 
 
 async def recorded_decisions(
-    store: Store, since_ms: int, limit: int
+    store: Store, since_ms: int, limit: int, on_step: OnStep | None = None
 ) -> tuple[list[RecordedDecision], int, bool]:
     """The decisions of the newest ``limit`` executions created at or after ``since_ms``,
-    oldest first; how many executions those are; whether the window holds more."""
+    oldest first; how many executions those are; whether the window holds more.
+    ``on_step`` is called after each execution's events are read."""
     records = await store.find_executions(None, None, None, limit=limit + 1)
     window = [r for r in records if r.created_ms >= since_ms]
     more = len(window) > limit
     window = window[:limit]
     found: list[RecordedDecision] = []
-    for record in reversed(window):
+    for record in _stepped(list(reversed(window)), on_step):
         for event in await store.events(record.id):
             if event.type != DECIDED:
                 continue
@@ -134,16 +137,18 @@ async def replay(
     mask: Sequence[str] = (),
     executions: int = 0,
     more: bool = False,
+    on_step: OnStep | None = None,
 ) -> ReplayReport:
     """Decide each recorded input again under ``sources``; ``mask`` is the gateway's
-    ``policy_input_mask`` (which paths may hold ``***`` rather than the value)."""
+    ``policy_input_mask`` (which paths may hold ``***`` rather than the value).
+    ``on_step`` is called after each decision."""
     reads = _reads(sources)
     policy = EmbeddedPolicy(sources)
     changes: list[Change] = []
     skipped: list[Skipped] = []
     other_reasons = 0
     try:
-        for recorded in decisions:
+        for recorded in _stepped(decisions, on_step):
             why = _not_replayable(recorded, mask, reads)
             if why is not None:
                 skipped.append(Skipped(recorded, why))
@@ -158,6 +163,14 @@ async def replay(
     finally:
         await policy.aclose()
     return ReplayReport(executions, len(decisions), changes, skipped, other_reasons, more)
+
+
+def _stepped(items: Sequence[T], on_step: OnStep | None) -> Iterator[T]:
+    """``items``, calling ``on_step`` once the loop's body is done with each."""
+    for done, item in enumerate(items, start=1):
+        yield item
+        if on_step is not None:
+            on_step(done, len(items))
 
 
 def _reads(sources: PolicySources) -> InputReads:

@@ -26,6 +26,7 @@ from gateway.policy.loader import (
     quiet_panics,
     syntax_tree,
 )
+from gateway.types import OnStep
 
 TEST_PREFIX = "test_"
 TODO_PREFIX = "todo_"
@@ -65,6 +66,7 @@ def run_tests(
     pattern: re.Pattern[str] | None = None,
     *,
     coverage: bool = False,
+    on_step: OnStep | None = None,
 ) -> PolicyTestRun:
     """Run the tests whose name contains ``name_filter`` and matches ``pattern`` (``re.search``,
     like ``opa test --run``); the ``todo_`` rules they select are skipped, not run.
@@ -72,7 +74,7 @@ def run_tests(
     With ``coverage``: one line per policy module (not the tests), how many of its lines that
     the engine can cover the selected tests evaluated and which they did not; then the rules of
     the decision (``gateway.policy.coverage``) and each one no selected test reached, at its
-    ``file:line``.
+    ``file:line``. ``on_step`` is called after each test.
     """
     try:
         with quiet_panics():
@@ -88,7 +90,12 @@ def run_tests(
         if (not name_filter or name_filter in name) and (not pattern or pattern.search(name))
     ]
     skipped = [name for name in selected if _short(name).startswith(TODO_PREFIX)]
-    results = [_run_one(engine, name) for name in selected if name not in skipped]
+    results = []
+    to_run = [name for name in selected if name not in skipped]
+    for name in to_run:
+        results.append(_run_one(engine, name))
+        if on_step is not None:
+            on_step(len(results), len(to_run))
     return PolicyTestRun(results, skipped, _coverage(engine, sources) if coverage else [])
 
 

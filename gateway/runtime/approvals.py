@@ -5,13 +5,15 @@ policy), or, with ``resume: false``, hands the agent a signed single-use approva
 closes the parked execution as cancelled. Deny and expiry close it as failed in ``policy``;
 an approval expires at the call's deadline when that comes first, and its call then fails
 ``deadline_exceeded``. A decision on an approval that is not pending is refused with
-``approval_<status>`` (one code per ``ApprovalStatus``).
+``approval_<status>`` (one code per ``ApprovalStatus``). Approve may carry edits of the
+arguments the declaration marks editable (``runtime/edits.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from gateway.adapters.base import SideEffectReport
@@ -19,16 +21,18 @@ from gateway.approvals import tokens
 from gateway.errors import (
     Conflict,
     Forbidden,
+    MalformedRequest,
     NotFound,
     PolicyDenied,
     ToolgateError,
     ValidationError,
 )
 from gateway.pipeline.runner import resume_call
+from gateway.runtime import edits as edits_of
 from gateway.runtime.closing import close_execution
 from gateway.runtime.container import Runtime
-from gateway.store.records import ApprovalRecord, ExecutionRecord, Refused
-from gateway.types import ApprovalStatus, Outcome
+from gateway.store.records import ApprovalEdit, ApprovalRecord, ExecutionRecord, Refused
+from gateway.types import JSON, ApprovalStatus, Outcome
 
 log = logging.getLogger("toolgate.approvals")
 
@@ -69,13 +73,24 @@ async def decide(
     approve: bool,
     comment: str | None,
     resume: bool = True,
+    edits: Mapping[str, JSON] | None = None,
 ) -> Verdict:
+    """Approve or deny ``approval_id`` as ``approver``; ``edits`` (approve only) changes
+    editable arguments first (``runtime/edits.py``: checked, or 422 with nothing changed)."""
     approval = await runtime.store.get_approval(approval_id)
     if approval is None:
         raise NotFound("no such approval")
     check_approver(runtime, approval, approver)
+    edit = None
+    if edits and approval.status == ApprovalStatus.PENDING:
+        if not approve:
+            raise MalformedRequest(
+                "arguments are edited only to approve them; deny without arguments",
+                code="invalid_request",
+            )
+        edit = await edits_of.check_edit(runtime, approval, approver, edits)
     decision = await runtime.store.decide_approval(
-        approval_id, "approved" if approve else "denied", approver, comment
+        approval_id, "approved" if approve else "denied", approver, comment, edit
     )
     if isinstance(decision, Refused):
         raise await _refusal(runtime, replace(approval, status=decision.status))
@@ -91,6 +106,20 @@ async def decide(
     token = tokens.sign(tokens.claims_for(decided), runtime.approval_key)
     await close_parked(runtime, decided, None, release_key=True)
     return Verdict(decided, token=token)
+
+
+async def preview_edit(
+    runtime: Runtime, approval_id: str, approver: str, edits: Mapping[str, JSON]
+) -> ApprovalEdit | None:
+    """What approving ``approval_id`` with ``edits`` would bind and show (its preview),
+    checked as ``decide`` checks it, deciding nothing; None when ``edits`` changes nothing."""
+    approval = await runtime.store.get_approval(approval_id)
+    if approval is None:
+        raise NotFound("no such approval")
+    check_approver(runtime, approval, approver)
+    if approval.status != ApprovalStatus.PENDING:
+        raise await _refusal(runtime, approval)
+    return await edits_of.check_edit(runtime, approval, approver, edits)
 
 
 REFUSALS: dict[str, str] = {

@@ -229,7 +229,15 @@ def _paths() -> dict[str, Any]:
                 "summary": "Approve: resume the call (default) or return an approval_token",
                 "parameters": [_APPROVAL_PARAM],
                 "requestBody": _json_body(
-                    {"comment": {"type": "string"}, "resume": {"type": "boolean"}}
+                    {
+                        "comment": {"type": "string"},
+                        "resume": {"type": "boolean"},
+                        "arguments": {
+                            "type": "object",
+                            "description": "edits of the arguments the tool declares "
+                            "editable (approval.editable); the edited call is checked again",
+                        },
+                    }
                 ),
                 "responses": {
                     "200": _resp("approved; approval_token returned", {"type": "object"}),
@@ -237,6 +245,10 @@ def _paths() -> dict[str, Any]:
                     "409": _resp(
                         "not pending: approval_<status> (approved, denied, expired, "
                         "used, withdrawn)"
+                    ),
+                    "422": _resp(
+                        "the edit is refused (argument_not_editable, edit_refused); the "
+                        "approval stays pending"
                     ),
                     **_ERRORS,
                 },

@@ -351,28 +351,32 @@ async def get_approval(request: Request) -> Response:
     return JSONResponse(approval.to_json())
 
 
-_DECISION_KEYS = frozenset({"comment", "resume"})
+_DECISION_KEYS = frozenset({"comment", "resume", "arguments"})
+_DECISION_SHAPE = '{"comment": "...", "resume": true|false, "arguments": {...}}'
 
 
 async def _decision_body(request: Request) -> dict[str, Any]:
-    """The optional body of approve and deny: ``{"comment": str | null, "resume": bool}``."""
-    data = await read_json(request, 16 * 1024, optional=True)
+    """The optional body of approve and deny: ``comment`` (string or null), ``resume``
+    (boolean), and for approve ``arguments``, the edits of editable arguments (an object)."""
+    data = await read_json(request, services_of(request).settings.max_body_bytes, optional=True)
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise MalformedRequest(
-            'the body is {"comment": "...", "resume": true|false}', code="invalid_request"
-        )
+        raise MalformedRequest(f"the body is {_DECISION_SHAPE}", code="invalid_request")
     unknown = sorted(set(data) - _DECISION_KEYS)
     if unknown:
         raise MalformedRequest(
-            f'unknown fields {unknown}: the body is {{"comment": "...", "resume": true|false}}',
+            f"unknown fields {unknown}: the body is {_DECISION_SHAPE}", code="invalid_request"
+        )
+    if (
+        not isinstance(data.get("comment"), str | None)
+        or not isinstance(data.get("resume", True), bool)
+        or not isinstance(data.get("arguments", {}), dict)
+    ):
+        raise MalformedRequest(
+            "comment is a string, resume a boolean and arguments an object",
             code="invalid_request",
         )
-    if not isinstance(data.get("comment"), str | None) or not isinstance(
-        data.get("resume", True), bool
-    ):
-        raise MalformedRequest("comment is a string and resume a boolean", code="invalid_request")
     return data
 
 
@@ -387,6 +391,7 @@ async def _decide(request: Request, approve: bool) -> Response:
         approve,
         body.get("comment"),
         resume=body.get("resume", True),
+        edits=body.get("arguments"),
     )
     if verdict.resume:
         request.app.state.tasks.start_soon(approvals.resume, services, verdict.approval)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -9,7 +10,13 @@ from gateway.events.model import Event
 from gateway.store import events as event_log
 from gateway.store import rows
 from gateway.store.locks import release_locks
-from gateway.store.records import ApprovalDecision, ApprovalRecord, Decided, Refused
+from gateway.store.records import (
+    ApprovalDecision,
+    ApprovalEdit,
+    ApprovalRecord,
+    Decided,
+    Refused,
+)
 from gateway.store.sql import Abort, Db, Sql, now_ms
 
 INSERT_APPROVAL = Sql(
@@ -34,6 +41,13 @@ RESUME_EXECUTION = Sql(
 STILL_PARKED = Sql(
     "UPDATE executions SET updated_ms = ? WHERE id = ? AND status = 'awaiting_approval'"
 )
+EDIT_APPROVAL = Sql(
+    "UPDATE approvals SET arguments_json = ?, arguments_sha256 = ?, preview_json = ? "
+    "WHERE id = ? AND status = 'approved'"
+)
+EDIT_REQUEST = Sql(
+    "UPDATE executions SET request_json = ? WHERE id = ? AND status = 'awaiting_approval'"
+)
 EXPIRED_APPROVALS = Sql(f"{rows.SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
 
 
@@ -50,7 +64,12 @@ def checkpoint_for_approval(db: Db, approval: ApprovalRecord, events: Sequence[E
 
 
 def decide_approval(
-    db: Db, approval_id: str, verdict: str, by: str, comment: str | None
+    db: Db,
+    approval_id: str,
+    verdict: str,
+    by: str,
+    comment: str | None,
+    edit: ApprovalEdit | None = None,
 ) -> ApprovalDecision:
     row = db.one(APPROVAL_BY_ID, (approval_id,))
     if row is None:
@@ -66,8 +85,19 @@ def decide_approval(
         db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
         return Refused("withdrawn")
     decided = db.run(DECIDE_APPROVAL, (verdict, by, now, comment, approval_id, "pending"))
+    if decided and edit is not None:
+        _apply_edit(db, found, edit)
     after = rows.approval(db.one(APPROVAL_BY_ID, (approval_id,)))
     return Decided(after) if decided else Refused(after.status)  # another decision came first
+
+
+def _apply_edit(db: Db, approval: ApprovalRecord, edit: ApprovalEdit) -> None:
+    """The approval binds the edited arguments; the parked execution will run them."""
+    arguments = json.dumps(edit.arguments, default=str)
+    preview = json.dumps(edit.preview, default=str)
+    db.run(EDIT_APPROVAL, (arguments, edit.arguments_sha256, preview, approval.id))
+    db.run(EDIT_REQUEST, (edit.request_json, approval.execution_id))
+    event_log.insert(db, [edit.event], unseen=True)
 
 
 def withdraw_approval(db: Db, approval_id: str) -> int:

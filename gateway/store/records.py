@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.events.model import Event
 from gateway.types import LockMode, Status
 
 
@@ -153,3 +154,17 @@ class Refused:
 
 
 ApprovalDecision = Decided | Refused
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalEdit:
+    """Arguments an approver edited, approved with the decision in the same transaction: what
+    the approval then binds, the parked execution's request to run them, and the
+    ``approval.edited`` event that keeps both versions."""
+
+    arguments: dict[str, Any]
+    arguments_sha256: str
+    preview: Any
+    request_json: str
+    event: Event
+    """The ``approval.edited`` event."""

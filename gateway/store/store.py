@@ -24,6 +24,7 @@ from gateway.store import events as event_log
 from gateway.store.postgresql import PostgresTransactor
 from gateway.store.records import (
     ApprovalDecision,
+    ApprovalEdit,
     ApprovalRecord,
     ApprovalUnavailable,
     CallIdentity,
@@ -303,11 +304,18 @@ class Store:
         await self._write(approvals.checkpoint_for_approval, approval, events)
 
     async def decide_approval(
-        self, approval_id: str, verdict: str, by: str, comment: str | None
+        self,
+        approval_id: str,
+        verdict: str,
+        by: str,
+        comment: str | None,
+        edit: ApprovalEdit | None = None,
     ) -> ApprovalDecision:
         """pending → ``verdict`` (approved|denied): ``Decided``; else ``Refused``, with why it
-        cannot be decided (``records.Refused``)."""
-        return await self._write(approvals.decide_approval, approval_id, verdict, by, comment)
+        cannot be decided (``records.Refused``). With ``edit`` (approve only), the approval
+        binds the edited arguments and the parked execution runs them, in the same
+        transaction."""
+        return await self._write(approvals.decide_approval, approval_id, verdict, by, comment, edit)
 
     async def withdraw_approval(self, approval_id: str) -> bool:
         """pending → withdrawn: the call it was for was cancelled (or has ended)."""

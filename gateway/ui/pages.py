@@ -31,10 +31,9 @@ from gateway.errors import (
 from gateway.events.model import EVENT_TYPES, Event
 from gateway.http import streams
 from gateway.http.artifacts import artifact_response
-from gateway.runtime import approvals
 from gateway.runtime.container import Runtime
-from gateway.store.records import ApprovalRecord, ExecutionRecord
-from gateway.types import ApprovalStatus, Outcome, Status
+from gateway.store.records import ExecutionRecord
+from gateway.types import Outcome, Status
 from gateway.ui import session as sessions
 from gateway.ui.session import Session
 
@@ -76,7 +75,7 @@ def _key(request: Request) -> bytes:
 
 def page(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
     context.setdefault("session", getattr(request.state, "session", None))
-    html = TEMPLATES.get_template(name).render(request=request, now_ms=_now_ms(), **context)
+    html = TEMPLATES.get_template(name).render(request=request, now_ms=now_ms(), **context)
     headers = {
         "Cache-Control": "no-store",
         "X-Content-Type-Options": "nosniff",
@@ -90,7 +89,7 @@ def page(name: str, request: Request, status: int = 200, **context: Any) -> HTML
     return HTMLResponse(html, status_code=status, headers=headers)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -276,196 +275,8 @@ async def signout(request: Request) -> Response:
     return response
 
 
-# --- approvals ------------------------------------------------------------------------------
-
-STATUSES = tuple(s.value for s in ApprovalStatus)
-
-
-def _require_approver(services: Runtime, principal: str) -> None:
-    if not services.policy_data.may_list_approvals(principal):
-        raise Forbidden(
-            "Only approvers see the approvals inbox; your key is an agent's.",
-            code="not_an_approver",
-        )
-
-
-def _may_decide(services: Runtime, approval: ApprovalRecord, principal: str) -> str | None:
-    """None when ``principal`` may decide ``approval``; else why not."""
-    try:
-        approvals.check_approver(services, approval, principal)
-    except Forbidden as exc:
-        return exc.message
-    return None
-
-
-def _risk(services: Runtime, approval: ApprovalRecord) -> str:
-    for tool in services.catalogue.versions(approval.tool_name):
-        if str(tool.version) == approval.tool_version:
-            return tool.risk.value
-    return "critical"
-
-
-@signed_in
-async def inbox(request: Request) -> Response:
-    services = services_of(request)
-    principal = session_of(request).principal
-    _require_approver(services, principal)
-    status = request.query_params.get("status", "pending")
-    if status not in (*STATUSES, "all"):
-        raise MalformedRequest(
-            f"status is one of {', '.join(STATUSES)} or all", code="invalid_status"
-        )
-    await approvals.sweep(services)
-    found = await services.store.list_approvals(None if status == "all" else status)
-    rows = []
-    for approval in sorted(found, key=lambda a: a.requested_ms, reverse=True):
-        why_not = _may_decide(services, approval, principal)
-        if status == "pending" and why_not is not None:
-            continue  # the inbox: what this principal may decide
-        record = await services.store.get_execution(approval.execution_id)
-        rows.append(
-            {
-                "approval": approval,
-                "risk": _risk(services, approval),
-                "agent": record.agent_id if record else "",
-                "why_not": why_not,
-            }
-        )
-    return page("inbox.html", request, rows=rows, selected=status, statuses=STATUSES)
-
-
-async def _approval_view(request: Request) -> tuple[Runtime, ApprovalRecord, str]:
-    services = services_of(request)
-    principal = session_of(request).principal
-    _require_approver(services, principal)
-    approval = await services.store.get_approval(request.path_params["approval_id"])
-    if approval is None:
-        raise NotFound("There is no such approval.")
-    return services, approval, principal
-
-
-@signed_in
-async def approval_page(request: Request) -> Response:
-    services, approval, principal = await _approval_view(request)
-    return await _render_approval(request, services, approval, principal)
-
-
-async def _render_approval(
-    request: Request,
-    services: Runtime,
-    approval: ApprovalRecord,
-    principal: str,
-    notice: str | None = None,
-    status: int = 200,
-) -> Response:
-    if approval.status == ApprovalStatus.PENDING and approval.expires_ms <= _now_ms():
-        await approvals.sweep(services)
-        approval = await services.store.get_approval(approval.id) or approval
-    record = await services.store.get_execution(approval.execution_id)
-    events = await services.store.events(approval.execution_id) if record else []
-    guards = _guards(services, approval, record)
-    return page(
-        "approval.html",
-        request,
-        status,
-        approval=approval,
-        record=record,
-        risk=_risk(services, approval),
-        why_not=_may_decide(services, approval, principal),
-        arguments=_pretty(approval.arguments),
-        preview=_preview(approval.preview),
-        guards=guards,
-        events=events,
-        event_names=",".join(EVENT_TYPES),
-        last_seq=events[-1].seq if events else -1,
-        notice=notice,
-        refusal=_closed(approval),
-    )
-
-
-def _closed(approval: ApprovalRecord) -> str | None:
-    if approval.status == ApprovalStatus.PENDING:
-        return None
-    if approval.status == ApprovalStatus.EXPIRED:
-        return "This approval expired before anyone decided; it can no longer be decided."
-    why = approvals.REFUSALS.get(approval.status, approval.status)
-    return f"This approval can no longer be decided: {why}."
-
-
-def _guards(
-    services: Runtime, approval: ApprovalRecord, record: ExecutionRecord | None
-) -> list[dict[str, Any]]:
-    expected: dict[str, Any] = {}
-    if record is not None:
-        sent = json.loads(record.request_json).get("expected_state")
-        expected = sent if isinstance(sent, dict) else {}
-    out = []
-    for tool in services.catalogue.versions(approval.tool_name):
-        if str(tool.version) == approval.tool_version:
-            for guard in tool.state_guards:
-                out.append(
-                    {
-                        "name": guard.expected,
-                        "probe": guard.actual,
-                        "expected": expected.get(guard.expected),
-                    }
-                )
-    return out
-
-
-def _pretty(value: Any) -> str:
+def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _preview(preview: Any) -> dict[str, Any]:
-    """The preview split into its diff (as typed lines) and the rest (as JSON)."""
-    diff: list[tuple[str, str]] = []
-    rest = preview
-    if isinstance(preview, dict) and isinstance(preview.get("diff"), str):
-        rest = {k: v for k, v in preview.items() if k != "diff"}
-        for line in preview["diff"].splitlines():
-            kind = (
-                "hunk"
-                if line.startswith("@@")
-                else "file"
-                if line.startswith(("+++", "---"))
-                else "add"
-                if line.startswith("+")
-                else "del"
-                if line.startswith("-")
-                else "ctx"
-            )
-            diff.append((kind, line))
-    return {"diff": diff, "rest": _pretty(rest) if rest not in (None, {}) else None}
-
-
-@signed_in
-async def decide(request: Request) -> Response:
-    services, approval, principal = await _approval_view(request)
-    form = await read_form(request)
-    check_csrf(request, form)
-    decision = form.get("decision")
-    if decision not in ("approve", "deny"):
-        raise MalformedRequest("choose approve or deny", code="invalid_decision")
-    comment = form.get("comment", "").strip()
-    if len(comment) > COMMENT_LIMIT:
-        raise MalformedRequest(
-            f"a comment is at most {COMMENT_LIMIT} characters", code="invalid_comment"
-        )
-    try:
-        verdict = await approvals.decide(
-            services, approval.id, principal, decision == "approve", comment or None
-        )
-    except ToolgateError as exc:
-        if exc.http_status not in (403, 409):
-            raise
-        fresh = await services.store.get_approval(approval.id) or approval
-        return await _render_approval(
-            request, services, fresh, principal, notice=exc.message, status=exc.http_status
-        )
-    if verdict.resume:
-        request.app.state.tasks.start_soon(approvals.resume, services, verdict.approval)
-    return RedirectResponse(f"/ui/approvals/{approval.id}", 303)
 
 
 # --- executions -----------------------------------------------------------------------------
@@ -531,7 +342,7 @@ async def execution_page(request: Request) -> Response:
         request,
         record=record,
         events=events,
-        result=_pretty(result) if result is not None else None,
+        result=pretty(result) if result is not None else None,
         artifacts=sorted(set(_artifact_ids(result))),
         event_names=",".join(EVENT_TYPES),
         last_seq=events[-1].seq if events else -1,

@@ -163,3 +163,17 @@ def test_disabled_and_unknown_versions(tmp_path: Path) -> None:
     with pytest.raises(ResolveError) as info:
         catalogue.resolve("t.echo", "not a range!")
     assert info.value.code == "invalid_version_range"
+
+
+def test_editable_arguments_must_be_in_input(tmp_path: Path) -> None:
+    bad = GOOD + "approval:\n  editable: [path, pth, path]\n"
+    problems = _load_one(tmp_path, bad)
+    assert len(problems) == 2, problems
+    assert ":12: approval.editable.1: editable argument 'pth' is not in input" in problems[0]
+    assert "(arguments: path)" in problems[0]
+    assert ":12: approval.editable.2: editable argument 'path' is listed twice" in problems[1]
+    unknown = _load_one(tmp_path, GOOD + "approval: {editable: [path], edit: true}\n")
+    assert ":11: approval.edit: unknown key" in unknown[0], unknown
+    (tmp_path / "tool.yaml").write_text(GOOD + "approval: {editable: [path]}\n")
+    (tool,) = load_catalogue(tmp_path).versions("t.echo")
+    assert tool.approval.editable == ("path",)

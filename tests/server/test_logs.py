@@ -1,4 +1,5 @@
-"""``log_format: json``: one JSON object a line naming the call; no secret in any line."""
+"""Log lines: ``log_format: json``, one JSON object a line naming the call; ``text``, one line
+for people; no secret in any line of either."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from gateway.observability import logs
 from gateway.observability.logs import JsonFormatter
 from gateway.server.app import create_app
 from gateway.settings import Settings
@@ -62,13 +64,23 @@ def lines() -> Iterator[io.StringIO]:
     root.setLevel(level)
 
 
-def test_json_lines_name_the_call_and_hold_no_secret(
-    project: Path,
-    settings: Settings,
-    upstream: Any,
-    lines: io.StringIO,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def text_lines() -> Iterator[io.StringIO]:
+    """What ``toolgate serve`` sets up for ``log_format: text`` at ``--log-level debug``."""
+    out = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    logs.configure("text", "debug", out)
+    yield out
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _secret_tool(project: Path, upstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HTTP tool sending the canary as its credential to ``upstream``, which echoes it."""
     monkeypatch.setenv("TG_TEST_CANARY", CANARY)
     port = upstream.server_address[1]
     (project / "tools.d" / "t.secret_read.yaml").write_text(
@@ -77,6 +89,16 @@ def test_json_lines_name_the_call_and_hold_no_secret(
         f"url: http://127.0.0.1:{port}/x\negress: {{allow_networks: [127.0.0.1/32]}}\n"
         "credentials: [{header: Authorization, prefix: 'Bearer ', env: TG_TEST_CANARY}]\n"
     )
+
+
+def test_json_lines_name_the_call_and_hold_no_secret(
+    project: Path,
+    settings: Settings,
+    upstream: Any,
+    lines: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _secret_tool(project, upstream, monkeypatch)
     as_json = settings.model_copy(update={"log_format": "json"})
     with TestClient(create_app(as_json), raise_server_exceptions=False) as client:
         response = client.post(
@@ -100,3 +122,30 @@ def test_json_lines_name_the_call_and_hold_no_secret(
     assert line["trace_id"] == PARENT.split("-")[1]
     assert line["call_id"] and line["level"] == "info" and line["outcome"] == "failed"
     assert any("[REDACTED]" in r["message"] for r in records if r["logger"] == "toolgate.test")
+
+
+def test_text_lines_at_debug_hold_no_secret(
+    project: Path,
+    settings: Settings,
+    upstream: Any,
+    text_lines: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _secret_tool(project, upstream, monkeypatch)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        response = client.post(
+            "/v1/executions", json=body("t.secret_read", {}, run_id="run-text"), headers=auth()
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["result"]["outcome"] == "failed"  # the upstream answered 500
+        logging.getLogger("toolgate.test").warning("leaked %s in a message", CANARY)
+        try:
+            raise RuntimeError(f"failed with {CANARY}")
+        except RuntimeError:
+            logging.getLogger("toolgate.test").exception("a traceback")
+    text = text_lines.getvalue()
+    assert CANARY not in text
+    assert "WARNING  toolgate.test: leaked [REDACTED] in a message" in text
+    assert "RuntimeError: failed with [REDACTED]" in text
+    assert any(" DEBUG    " in line for line in text.splitlines()), text  # DEBUG was on
+    assert not text.lstrip().startswith("{")  # text, not JSON

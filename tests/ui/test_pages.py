@@ -19,7 +19,7 @@ import yaml
 
 from gateway.testing import gateway, make_project
 from gateway.ui import session as sessions
-from tests.helpers import ALICE, BOB, IN_CI, REPO
+from tests.helpers import ALICE, BOB, IN_CI, REPO, REVIEWED_TOOL
 
 pytestmark = [pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
@@ -64,6 +64,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     data = yaml.safe_load(rules.read_text())
     data.setdefault("tool_overrides", {})["fs.write_file"] = {"approval": True}
     rules.write_text(yaml.safe_dump(data))
+    (root / "tools.d" / "fs.write_reviewed.yaml").write_text(REVIEWED_TOOL)
     settings = yaml.safe_load(config.read_text())
     settings["stream_poll_interval"] = 0.05
     config.write_text(yaml.safe_dump(settings))
@@ -73,11 +74,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         yield url, workspace
 
 
-def _write(url: str, path: str, content: str, call_id: str) -> dict[str, Any]:
+def _write(
+    url: str, path: str, content: str, call_id: str, tool: str = "fs.write_file"
+) -> dict[str, Any]:
     body = {
         "run_id": "ui-run",
         "call_id": call_id,
-        "tool": {"name": "fs.write_file"},
+        "tool": {"name": tool},
         "arguments": {"path": path, "content": content},
         "actor": {"user_id": "alice", "agent_id": "coder"},
         "workspace": {"id": "demo"},
@@ -294,3 +297,75 @@ def test_a_cookie_is_httponly_strict_and_expires(served: tuple[str, Path]) -> No
     )
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=" in cookie
     assert "Secure" not in cookie  # plain HTTP here; Secure when the request is HTTPS
+
+
+def _approval(url: str, approval_id: str) -> dict[str, Any]:
+    answer = httpx.get(
+        f"{url}/v1/approvals/{approval_id}", headers={"Authorization": f"Bearer {BOB}"}
+    )
+    return dict(answer.json())
+
+
+def test_an_approver_edits_the_call_before_approving(
+    served: tuple[str, Path], browser: Any
+) -> None:
+    url, workspace = served
+    parked = _write(url, "draft.txt", "draft\n", "e1", tool="fs.write_reviewed")
+    approval = parked["approval"]["id"]
+    page = _sign_in(browser, url, BOB)
+    page.goto(f"{url}/ui/approvals/{approval}")
+    assert page.input_value("#edit-path") == "draft.txt"
+    assert page.input_value("#edit-content") == "draft\n"
+    assert page.locator("#edit-create_dirs").count() == 0  # not editable
+    # A refused edit decides nothing, and the form keeps what was typed.
+    page.fill("#edit-path", ".git/hooks/pre-commit")
+    page.click("button[value=edit]")
+    assert "protected path" in page.locator(".alert").inner_text()
+    assert page.input_value("#edit-path") == ".git/hooks/pre-commit"
+    assert _approval(url, approval)["status"] == "pending"
+    page.fill("#edit-path", "reviewed/final.txt")
+    page.fill("#edit-content", "line one\nline two\n")
+    page.fill("#edit-comment", "moved and reworded")
+    page.click("button[value=preview]")  # the edited call's diff, nothing decided
+    assert "Preview of the edited call" in page.locator("#preview").inner_text()
+    assert page.locator("#preview .d-add", has_text="+line one").count() == 1
+    assert "reviewed/final.txt" in page.locator("#edited-arguments").inner_text()
+    assert page.input_value("#edit-comment") == "moved and reworded"
+    assert _approval(url, approval)["status"] == "pending"
+    page.click("button[value=edit]")
+    page.wait_for_url("**/ui/approvals/" + approval)
+    done = httpx.get(
+        url + parked["links"]["self"] + "?wait=20", headers={"Authorization": f"Bearer {ALICE}"}
+    ).json()
+    assert done["result"]["outcome"] == "succeeded", done
+    # The browser sent CRLF line breaks: the file has the LF text the approver saw.
+    assert (workspace / "reviewed" / "final.txt").read_bytes() == b"line one\nline two\n"
+    assert not (workspace / "draft.txt").exists()
+    page.reload()
+    assert "reviewed/final.txt" in page.locator("pre.code").first.inner_text()
+    assert page.locator("#timeline li", has_text="approval.edited").count() == 1
+    assert page.locator("#edit-form").count() == 0  # decided: no form any more
+    page.context.close()
+
+
+def test_forged_and_bad_edit_forms_change_nothing(served: tuple[str, Path]) -> None:
+    url, workspace = served
+    parked = _write(url, "forged-edit.txt", "x\n", "e2", tool="fs.write_reviewed")
+    approval = parked["approval"]["id"]
+    decide = f"/ui/approvals/{approval}/decide"
+    with _session(url, BOB) as (client, csrf):
+        shown = client.get(f"/ui/approvals/{approval}")
+        assert 'name="edit.content"' in shown.text and 'name="edit.create_dirs"' not in shown.text
+        forged = client.post(decide, data={"decision": "edit", "edit.content": "evil"})
+        assert forged.status_code == 403 and "security token" in forged.text
+        fixed = client.post(
+            decide, data={"decision": "edit", "csrf": csrf, "edit.create_dirs": "false"}
+        )
+        assert fixed.status_code == 400 and "cannot be edited here: create_dirs" in fixed.text
+        escape = client.post(
+            decide, data={"decision": "edit", "csrf": csrf, "edit.path": "../escape.txt"}
+        )
+        assert escape.status_code == 422 and "would not run" in escape.text
+        assert "../escape.txt" in escape.text  # the form shows what was sent
+    assert _approval(url, approval)["status"] == "pending"
+    assert not (workspace / "forged-edit.txt").exists()
