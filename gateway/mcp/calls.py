@@ -36,6 +36,8 @@ from gateway.store.records import ApprovalRecord, ExecutionRecord
 log = logging.getLogger("toolgate.mcp")
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 PRINCIPAL_SCOPE_KEY = "toolgate.principal"
+ROLES_SCOPE_KEY = "toolgate.roles"
+"""The roles the caller's credential carries (a JWT's), for the policy input."""
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 PROGRESS_POLL_S = 0.2
 TASK_RESULT_WAIT_S = 30.0
@@ -47,6 +49,7 @@ class Door:
 
     services: Runtime
     principal: str
+    roles: tuple[str, ...]
     base_url: str
     tasks: Any
     headers: Mapping[str, str]
@@ -62,6 +65,7 @@ class Door:
         return cls(
             services=app.state.services,
             principal=principal,
+            roles=tuple(request.scope.get(ROLES_SCOPE_KEY, ())),
             base_url=str(request.base_url).rstrip("/"),
             tasks=app.state.tasks,
             headers=request.headers,
@@ -86,7 +90,7 @@ async def list_tools(
 ) -> dict[str, Any]:
     door = Door.of(ctx)
     workspace = _raw_meta(ctx).get(meta.WORKSPACE, door.services.settings.mcp.workspace)
-    listed = await tools.visible(door.services, door.principal, workspace)
+    listed = await tools.visible(door.services, door.principal, workspace, door.roles)
     listed.append(copy.deepcopy(STATUS_TOOL_DEF))
     if _modern(ctx):
         return {"tools": listed, "resultType": "complete"}
@@ -169,7 +173,7 @@ async def _call(
         default_workspace=door.services.settings.mcp.workspace,
     )
     body = meta.execution_body(params.name, params.arguments, raw, origin)
-    request = parse_request(body, door.principal)
+    request = parse_request(body, door.principal, roles=door.roles)
     request = _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
     if meta.dry_run(raw):
         return results.plan_result(await plan_call(door.services, request))

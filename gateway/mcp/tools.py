@@ -34,25 +34,37 @@ def listed(services: Runtime) -> list[ToolDeclaration]:
     return out
 
 
-async def visible(services: Runtime, principal: str, workspace_id: str | None) -> list[Any]:
-    """The MCP tool objects ``principal`` may see, in catalogue order."""
+async def visible(
+    services: Runtime, principal: str, workspace_id: str | None, roles: tuple[str, ...] = ()
+) -> list[Any]:
+    """The MCP tool objects ``principal`` (whose credential holds ``roles``) may see, in
+    catalogue order."""
     tools = []
     for tool in listed(services):
-        if await _could_allow(services, principal, workspace_id, tool):
+        if await _could_allow(services, principal, workspace_id, tool, roles):
             tools.append(mcp_tool(tool))
     return tools
 
 
 async def _could_allow(
-    services: Runtime, principal: str, workspace_id: str | None, tool: ToolDeclaration
+    services: Runtime,
+    principal: str,
+    workspace_id: str | None,
+    tool: ToolDeclaration,
+    roles: tuple[str, ...] = (),
 ) -> bool:
     workspace = services.workspaces.get(workspace_id or "")
-    decision = await services.policy.decide(probe_input(services, principal, workspace_id, tool))
+    probe = probe_input(services, principal, workspace_id, tool, roles)
+    decision = await services.policy.decide(probe)
     return workspace is not None and decision.result is not DecisionResult.DENY
 
 
 def probe_input(
-    services: Runtime, principal: str, workspace_id: str | None, tool: ToolDeclaration
+    services: Runtime,
+    principal: str,
+    workspace_id: str | None,
+    tool: ToolDeclaration,
+    roles: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments."""
     workspace = services.workspaces.get(workspace_id or "")
@@ -64,7 +76,7 @@ def probe_input(
         "actor": {
             "user_id": principal,
             "agent_id": "",
-            "roles": list(services.roles(principal)),
+            "roles": list(services.roles(principal, roles)),
         },
         "workspace": {
             "id": workspace_id or "(none)",

@@ -81,10 +81,11 @@ def parse_request(
     principal: str,
     header_idempotency_key: str | None = None,
     traceparent_headers: Sequence[str] = (),
+    roles: tuple[str, ...] = (),
 ) -> ToolExecutionRequest:
-    """Validate ``body`` for ``principal``; raises MalformedRequest or Forbidden. The
-    execution's trace context is the ``traceparent`` header's, or a new trace (a malformed
-    header is ignored)."""
+    """Validate ``body`` for ``principal`` (whose credential holds ``roles``); raises
+    MalformedRequest or Forbidden. The execution's trace context is the ``traceparent``
+    header's, or a new trace (a malformed header is ignored)."""
     if not isinstance(body, dict):
         raise MalformedRequest("the request body must be a JSON object")
     try:
@@ -128,6 +129,7 @@ def parse_request(
         expected_state=parsed.expected_state,
         body=body,
         traceparent=tracecontext.incoming(traceparent_headers),
+        roles=roles,
     )
 
 

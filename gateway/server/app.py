@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.errors import ToolgateError
+from gateway.http.auth import Authenticator, AuthMiddleware
 from gateway.http.problems import HANDLERS
+from gateway.mcp import oauth
 from gateway.mcp.endpoint import McpEndpoint
 from gateway.runtime import approvals
 from gateway.runtime.bootstrap import Loaded, close_runtime, open_runtime
@@ -35,6 +38,7 @@ def create_app(
     the sources already read, so that start-up does not parse them again)."""
     openapi = build_openapi()
     mcp = McpEndpoint(settings)
+    authenticator = Authenticator(settings)
 
     async def openapi_json(request: Request) -> Response:
         routes.principal_of(request)
@@ -44,6 +48,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         owned = services is None
         app.state.services = services or await open_runtime(settings, loaded)
+        app.state.authenticator = authenticator
         try:
             settled = await recover(app.state.services)
             if settled:
@@ -81,9 +86,16 @@ def create_app(
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
+        Route(oauth.WELL_KNOWN, oauth.protected_resource, methods=["GET"]),
+        Route(oauth.WELL_KNOWN + "/{path:path}", oauth.protected_resource, methods=["GET"]),
         *UI_ROUTES,
     ]
-    return Starlette(routes=table, exception_handlers=dict(HANDLERS), lifespan=lifespan)
+    return Starlette(
+        routes=table,
+        exception_handlers=dict(HANDLERS),
+        lifespan=lifespan,
+        middleware=[Middleware(AuthMiddleware, authenticator=authenticator)],
+    )
 
 
 async def _sweeper(services: Runtime) -> None:
