@@ -148,6 +148,7 @@ class McpEndpoint:
         principal = identity.principal
         scope[calls.PRINCIPAL_SCOPE_KEY] = principal
         scope[calls.ROLES_SCOPE_KEY] = identity.roles
+        scope[calls.AUTH_METHOD_SCOPE_KEY] = identity.method
         # The session manager binds a 2025-11-25 session to the credential that opened it.
         token = AccessToken(token="", client_id=principal, scopes=[], subject=principal)
         scope["user"] = AuthenticatedUser(token)

@@ -82,8 +82,10 @@ def parse_request(
     header_idempotency_key: str | None = None,
     traceparent_headers: Sequence[str] = (),
     roles: tuple[str, ...] = (),
+    auth_method: str = "",
 ) -> ToolExecutionRequest:
-    """Validate ``body`` for ``principal`` (whose credential holds ``roles``); raises
+    """Validate ``body`` for ``principal`` (authenticated by ``auth_method``, with a
+    credential holding ``roles``); raises
     MalformedRequest or Forbidden. The execution's trace context is the ``traceparent``
     header's, or a new trace (a malformed header is ignored)."""
     if not isinstance(body, dict):
@@ -129,6 +131,7 @@ def parse_request(
         expected_state=parsed.expected_state,
         body=body,
         traceparent=tracecontext.incoming(traceparent_headers),
+        auth_method=auth_method,
         roles=roles,
     )
 

@@ -97,6 +97,7 @@ async def _call_of(request: Request, services: Runtime) -> ToolExecutionRequest:
         headers.get("idempotency-key"),
         headers.getlist("traceparent"),
         identity.roles,
+        identity.method,
     )
 
 
