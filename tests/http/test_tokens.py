@@ -3,6 +3,7 @@ gateway/http/jwks.py): every way a token can be wrong is refused, with its reaso
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from pathlib import Path
@@ -233,3 +234,53 @@ def test_a_bad_jwt_section_is_refused_at_load(
     with pytest.raises(ConfigError) as caught:
         load_settings(config, env={})
     assert fault in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("principals", "fault"),
+    [
+        ([{"id": "a"}], "principal a has no key"),
+        (
+            [
+                {
+                    "id": "a",
+                    "keys": [{"id": "k", "sha256": "1" * 64}, {"id": "k", "sha256": "2" * 64}],
+                }
+            ],
+            "two keys have the id 'k'",
+        ),
+        (
+            [
+                {"id": "a", "key_sha256": "1" * 64},
+                {"id": "b", "keys": [{"id": "b1", "sha256": "1" * 64}]},
+            ],
+            "two keys share one hash (b, key b1)",
+        ),
+        ([{"id": "a", "keys": [{"id": "a 1", "sha256": "1" * 64}]}], "principals.0.keys.0.id"),
+        ([{"id": "a", "keys": [{"id": "a1", "sha256": "1" * 64, "expires": "soon"}]}], "expires"),
+    ],
+)
+def test_bad_principals_are_refused_at_load(
+    tmp_path: Path, principals: list[dict[str, Any]], fault: str
+) -> None:
+    config = tmp_path / "toolgate.yaml"
+    config.write_text(json.dumps({"principals": principals}))
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config, env={})
+    assert fault in str(caught.value)
+
+
+def test_a_key_date_is_midnight_utc_and_the_short_form_is_a_key_named_as_its_principal(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "toolgate.yaml"
+    config.write_text(
+        "principals:\n"
+        f"  - id: a\n    key_sha256: '{'1' * 64}'\n"
+        f"    keys: [{{id: a-2, sha256: '{'2' * 64}', expires: 2027-03-01}}]\n"
+    )
+    (principal,) = load_settings(config, env={}).principals
+    short, second = principal.all_keys
+    assert (short.id, short.expires_ms) == ("a", None)
+    midnight = datetime.datetime(2027, 3, 1, tzinfo=datetime.UTC)
+    assert second.expires_ms == int(midnight.timestamp() * 1000)
