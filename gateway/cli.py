@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gateway.declarations.catalogue import Catalogue
     from gateway.runtime.bootstrap import Loaded
 
+from gateway.commands import keys as keys_commands
 from gateway.commands.common import (
     client_options,
     count,
@@ -390,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     khash = ksub.add_parser("hash", help="print the sha256 to store for a key")
     khash.add_argument("key", nargs="?")
     khash.set_defaults(fn=cmd_keys_hash)
+    keys_commands.add_parsers(ksub)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the declaration format")
     schema.set_defaults(fn=cmd_schema)

@@ -6,12 +6,14 @@ the file are relative to the file's directory.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -34,12 +36,127 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+KeyId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@:-]+$")]
+
+
+def _midnight(value: object) -> object:
+    """A YAML date is its midnight UTC."""
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.UTC)
+    return value
+
+
+def _aware(value: datetime.datetime) -> datetime.datetime:
+    """A timestamp without a time zone is UTC."""
+    return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+
+
+Instant = Annotated[datetime.datetime, BeforeValidator(_midnight), AfterValidator(_aware)]
+
+
+class ApiKey(_Frozen):
+    """One API key of a principal (docs/security.md#identities): only its sha256 is stored.
+    A principal may hold several, so that a key is replaced without a gap."""
+
+    id: KeyId
+    """The key's own name: what ``toolgate keys revoke`` names and the logs show."""
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    expires: Instant | None = None
+    """After this instant the key is refused (an ISO 8601 time; a date is midnight UTC)."""
+    label: str = ""
+
+    @property
+    def expires_ms(self) -> int | None:
+        return None if self.expires is None else int(self.expires.timestamp() * 1000)
+
+
 class Principal(_Frozen):
-    """An API key holder. Only the sha256 of the key is stored."""
+    """An API key holder: one key (``key_sha256``) or several (``keys``)."""
 
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.@-]+$")
-    key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """A single key, whose key id is the principal's id (the short form of ``keys``)."""
+    keys: tuple[ApiKey, ...] = ()
     label: str = ""
+
+    @model_validator(mode="after")
+    def _has_a_key(self) -> Principal:
+        if self.key_sha256 is None and not self.keys:
+            raise ValueError(f"principal {self.id} has no key: give key_sha256 or keys")
+        return self
+
+    @property
+    def all_keys(self) -> tuple[ApiKey, ...]:
+        """Every key of this principal, the short form's first."""
+        if self.key_sha256 is None:
+            return self.keys
+        return (ApiKey(id=self.id, sha256=self.key_sha256), *self.keys)
+
+
+ClaimPath = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^.\s]+(\.[^.\s]+)*$")]
+Algorithm = Annotated[
+    str,
+    Field(pattern=r"^(RS256|RS384|RS512|PS256|PS384|PS512|ES256|ES384|ES512|EdDSA)$"),
+]
+"""Asymmetric algorithms only: never ``none``, never an HMAC (``HS*``), whose key would be
+the public key anyone can read in the JWKS."""
+
+
+class JwtSettings(_Frozen):
+    """Bearer JWTs from an OpenID Connect provider (docs/security.md#jwt-bearer-tokens)."""
+
+    issuer: str = Field(min_length=1)
+    """The ``iss`` every token must carry, exactly."""
+    resource: str = Field(min_length=1, pattern=r"^https?://[^/?#\s]+/[^?#\s]*$")
+    """This gateway's MCP endpoint as an OAuth protected resource (RFC 9728): its canonical
+    URL, ``https://toolgate.example.com/mcp``. Never taken from a request's ``Host``, which the
+    caller chooses."""
+    audience: str | None = None
+    """The ``aud`` a token must hold; unset, ``resource`` is the audience (RFC 8707)."""
+    authorization_servers: tuple[str, ...] = ()
+    """Issuers clients get tokens from, published in the resource metadata; unset: ``issuer``."""
+    scopes_supported: tuple[str, ...] = ()
+    """Scopes published in the resource metadata."""
+    jwks_file: Path | None = None
+    """A JWKS document on disk (relative to the configuration file), re-read when it changes."""
+    jwks_url: str | None = None
+    """A JWKS document over HTTP(S), cached and fetched again for a key id it does not hold."""
+    jwks_max_age: Duration = Field(default=600.0, gt=0)
+    """Fetch the JWKS again after this long even with no unknown key id (rotation)."""
+    jwks_min_refetch: Duration = Field(default=30.0, gt=0)
+    """At most one fetch per this interval, however many unknown key ids arrive."""
+    jwks_timeout: Duration = Field(default=3.0, gt=0, le=30)
+    algorithms: tuple[Algorithm, ...] = ("RS256", "ES256")
+    """The ``alg`` values accepted (asymmetric only)."""
+    leeway: Duration = Field(default=30.0, ge=0, le=300)
+    """Clock skew allowed on ``exp``, ``nbf`` and ``iat``."""
+    principal_claim: ClaimPath = "sub"
+    """The claim (dotted path) whose value is the principal id."""
+    principal_prefix: str = ""
+    """Prepended to the claim's value (``oidc:``), so token principals cannot pose as
+    API-key principals."""
+    roles_claim: ClaimPath | None = None
+    """The claim (dotted path: ``realm_access.roles``) holding a list (or a space-separated
+    string) of the identity's roles."""
+    role_map: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """A claim role → the gateway roles it grants; a claim role not listed is dropped unless
+    ``keep_unmapped_roles``."""
+    keep_unmapped_roles: bool = False
+    """Pass claim roles with no ``role_map`` entry through as they are."""
+
+    @model_validator(mode="after")
+    def _one_jwks(self) -> JwtSettings:
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise ValueError("give exactly one of jwks_file and jwks_url")
+        if self.jwks_url is not None and not self.jwks_url.startswith(("https://", "http://")):
+            raise ValueError("jwks_url must be an http(s) URL")
+        if not self.algorithms:
+            raise ValueError("algorithms must name at least one algorithm")
+        return self
+
+    @property
+    def expected_audience(self) -> str:
+        return self.audience or self.resource
 
 
 class MetricsSettings(_Frozen):
@@ -178,6 +295,13 @@ class Settings(_Frozen):
     ui_session_ttl: Duration = Field(default=8 * 3600.0, gt=0)
     """How long a sign-in to the approvals page (``/ui/``) lasts."""
     principals: tuple[Principal, ...] = ()
+    """API key holders (docs/security.md#identities)."""
+    jwt: JwtSettings | None = None
+    """Bearer JWTs verified against an OIDC provider's keys; set, ``/mcp`` is an OAuth
+    protected resource (docs/mcp.md#oauth)."""
+    revocation_check: bool = True
+    """Refuse a revoked API key (``toolgate keys revoke``): one indexed read of the store per
+    authenticated request, so that every replica refuses it at once."""
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-adapter configuration sections (``adapters: {database: {...}}``), each checked by
     its adapter when the gateway starts."""
@@ -200,11 +324,16 @@ class Settings(_Frozen):
     @field_validator("principals")
     @classmethod
     def _unique_principals(cls, value: tuple[Principal, ...]) -> tuple[Principal, ...]:
-        seen: set[str] = set()
+        hashes: set[str] = set()
+        ids: set[str] = set()
         for principal in value:
-            if principal.key_sha256 in seen:
-                raise ValueError(f"two principals share one key ({principal.id})")
-            seen.add(principal.key_sha256)
+            for key in principal.all_keys:
+                if key.sha256 in hashes:
+                    raise ValueError(f"two keys share one hash ({principal.id}, key {key.id})")
+                if key.id in ids:
+                    raise ValueError(f"two keys have the id {key.id!r} (key ids are unique)")
+                hashes.add(key.sha256)
+                ids.add(key.id)
         return value
 
     @model_validator(mode="after")
@@ -246,9 +375,11 @@ class Settings(_Frozen):
         return url
 
     def principal_for_key(self, key: str) -> Principal | None:
+        """The configured holder of ``key`` (expiry and revocation not considered: to
+        authenticate, use ``gateway.http.auth``)."""
         digest = hash_key(key)
         for principal in self.principals:
-            if principal.key_sha256 == digest:
+            if any(k.sha256 == digest for k in principal.all_keys):
                 return principal
         return None
 

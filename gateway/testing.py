@@ -79,7 +79,12 @@ SAMPLE_POLICY_INPUT: dict[str, Any] = {
     "arguments": {"path": "notes/a.txt", "content": "hi"},
     "arguments_sha256": "9b1e1b2a",
     "paths": [{"argument": "path", "relative": "notes/a.txt", "inside_workspace": True}],
-    "actor": {"user_id": "alice", "agent_id": "coder", "roles": ["agent"]},
+    "actor": {
+        "user_id": "alice",
+        "agent_id": "coder",
+        "roles": ["agent"],
+        "credential": {"method": "api_key", "roles": []},
+    },
     "workspace": {"id": "demo", "root": "/srv/toolgate/var/workspaces/demo"},
     "request": {
         "run_id": "r1",

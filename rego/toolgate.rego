@@ -65,16 +65,22 @@ decision := {"result": "deny", "reasons": sort(deny_reasons)} if {
 # Names of the call, with placeholders so that lookups fail and messages stay defined when the
 # input lacks a field; and the actor's roles.
 call := {
-	"actor": actor,
+	"actor": actor_id,
 	"workspace": object.get(input, ["workspace", "id"], "(missing)"),
 	"tool": object.get(input, ["tool", "name"], "(missing)"),
 	"risk": object.get(input, ["tool", "risk"], "(missing)"),
 	"approver": object.get(input, ["approval", "approved_by"], "(missing)"),
-	# Roles come from policy data, never from the request: a caller cannot grant itself a role.
-	"roles": {r | some r in data.toolgate.actors[actor].roles},
-} if {
-	actor := object.get(input, ["actor", "user_id"], "(missing)")
+	# Roles come from policy data, and from the caller's verified credential (a JWT's claims,
+	# mapped by the gateway's configuration: actor.credential.roles), never from the request
+	# body: a caller cannot grant itself a role.
+	"roles": data_roles | credential_roles,
 }
+
+actor_id := object.get(input, ["actor", "user_id"], "(missing)")
+
+data_roles := {r | some r in data.toolgate.actors[actor_id].roles}
+
+credential_roles := {r | some r in input.actor.credential.roles; is_string(r)}
 
 # The tool's overrides, {} when it has none (an `else`: cheaper than a `default` rule).
 tool_override := override if {
@@ -92,8 +98,9 @@ rule_source(key) := sprintf("tool_overrides.%v.%v", [call.tool, key]) if {
 # --- the checks that refuse (partial: any module of package toolgate may add one) ----
 
 deny_reasons contains msg if {
-	# who: an actor missing from the data
+	# who: an actor missing from the data whose credential carries no role either
 	not data.toolgate.actors[call.actor]
+	count(credential_roles) == 0
 	msg := sprintf("actor '%v' is unknown (rule: actors)", [call.actor])
 }
 
@@ -111,9 +118,11 @@ deny_reasons contains msg if {
 }
 
 deny_reasons contains msg if {
-	# where: an actor who is not a member (a workspace without a members list admits nobody)
+	# where: an actor who is not a member, by name (members) or by a role (member_roles); a
+	# workspace with neither list admits nobody
 	workspace := data.toolgate.workspaces[call.workspace]
 	not call.actor in object.get(workspace, "members", [])
+	count({r | some r in object.get(workspace, "member_roles", []); r in call.roles}) == 0
 	msg := sprintf(
 		"actor '%v' is not a member of workspace '%v' (rule: workspaces.%v.members)",
 		[call.actor, call.workspace, call.workspace],

@@ -399,3 +399,42 @@ test_without_overrides_the_risk_rule_alone_decides if {
 		"medium-risk tool fs.delete_file allowed for actor 'alice' (rule: risk_rules.medium.roles)",
 	]}
 }
+
+# --- roles of the caller's credential (a JWT's claims, mapped by the gateway) ---------------
+
+jwt_caller(id, roles) := {"actor": {
+	"user_id": id,
+	"roles": roles,
+	"credential": {"method": "jwt", "roles": roles},
+}}
+
+test_a_credential_role_lets_an_actor_unknown_to_the_data_call if {
+	d := toolgate.decision with input as call([jwt_caller("oidc:dave", ["agent"])])
+		with data.toolgate.workspaces.demo.member_roles as ["agent"]
+	d.result == "allow"
+}
+
+test_a_credential_role_that_no_rule_names_is_denied if {
+	d := toolgate.decision with input as call([jwt_caller("oidc:dave", ["viewer"])])
+		with data.toolgate.workspaces.demo.member_roles as ["viewer"]
+	d.result == "deny"
+	reasons_mention(d, "no role of actor 'oidc:dave' may call medium-risk tool")
+}
+
+test_a_credential_without_roles_leaves_an_unknown_actor_unknown if {
+	d := toolgate.decision with input as call([jwt_caller("oidc:dave", [])])
+	d.result == "deny"
+	reasons_mention(d, "actor 'oidc:dave' is unknown (rule: actors)")
+}
+
+test_credential_roles_add_to_the_data_roles if {
+	# bob (approver in the data) with an agent role from his token may write
+	d := toolgate.decision with input as call([jwt_caller("bob", ["agent"])])
+	d.result == "allow"
+}
+
+test_a_workspace_admits_by_member_roles_only_the_roles_listed if {
+	d := toolgate.decision with input as call([jwt_caller("oidc:dave", ["agent"])])
+	d.result == "deny"
+	reasons_mention(d, "actor 'oidc:dave' is not a member of workspace 'demo'")
+}

@@ -23,7 +23,7 @@ from gateway.events.model import EVENT_TYPES
 from gateway.pipeline import policy
 from gateway.pipeline.records import Call, Requested
 from gateway.server.app import create_app
-from gateway.settings import ENV_VARIABLES, Settings
+from gateway.settings import ENV_VARIABLES, JwtSettings, Settings
 from gateway.types import ApprovalStatus, Outcome, Status
 from gateway.workspace import Workspace
 from tests.pipeline.fakes import request as fake_request
@@ -608,6 +608,25 @@ def test_every_nested_policy_input_field_is_in_policies_md() -> None:
 def test_every_setting_is_in_configuration_md() -> None:
     missing = missing_from_table(set(Settings.model_fields), doc("configuration.md"))
     assert not missing, f"docs/configuration.md has no row in 'Keys' for the settings {missing}"
+
+
+def test_every_key_of_the_jwt_section_is_in_configuration_md() -> None:
+    names = {f"jwt.{name}" for name in JwtSettings.model_fields}
+    assert "jwt.issuer" in names
+    missing = missing_from_table(names, doc("configuration.md"))
+    assert not missing, (
+        f"docs/configuration.md 'JWT bearer tokens' has no row for the keys {missing}"
+    )
+
+
+def test_every_keys_subcommand_is_in_configuration_md() -> None:
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    keys = next(a for a in commands["keys"]._actions if a.dest == "keys_command").choices
+    assert {"hash", "revoke"} <= set(keys)
+    text = section(doc("configuration.md"), "## Commands")
+    missing = sorted(name for name in keys if f"`toolgate keys {name}" not in text)
+    assert not missing, f"docs/configuration.md 'Commands' does not list `toolgate keys` {missing}"
 
 
 def test_every_environment_variable_is_in_configuration_md() -> None:

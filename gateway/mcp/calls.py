@@ -36,6 +36,9 @@ from gateway.store.records import ApprovalRecord, ExecutionRecord
 log = logging.getLogger("toolgate.mcp")
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 PRINCIPAL_SCOPE_KEY = "toolgate.principal"
+ROLES_SCOPE_KEY = "toolgate.roles"
+"""The roles the caller's credential carries (a JWT's), for the policy input."""
+AUTH_METHOD_SCOPE_KEY = "toolgate.auth_method"
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 PROGRESS_POLL_S = 0.2
 TASK_RESULT_WAIT_S = 30.0
@@ -50,6 +53,8 @@ class Door:
 
     services: Runtime
     principal: str
+    roles: tuple[str, ...]
+    auth_method: str
     base_url: str
     tasks: Any
     headers: Mapping[str, str]
@@ -65,6 +70,8 @@ class Door:
         return cls(
             services=app.state.services,
             principal=principal,
+            roles=tuple(request.scope.get(ROLES_SCOPE_KEY, ())),
+            auth_method=str(request.scope.get(AUTH_METHOD_SCOPE_KEY, "")),
             base_url=str(request.base_url).rstrip("/"),
             tasks=app.state.tasks,
             headers=request.headers,
@@ -89,7 +96,9 @@ async def list_tools(
 ) -> dict[str, Any]:
     door = Door.of(ctx)
     workspace = _raw_meta(ctx).get(meta.WORKSPACE, door.services.settings.mcp.workspace)
-    listed = await tools.visible(door.services, door.principal, workspace)
+    listed = await tools.visible(
+        door.services, door.principal, workspace, door.roles, door.auth_method
+    )
     listed.append(copy.deepcopy(STATUS_TOOL_DEF))
     if _modern(ctx):
         return {"tools": listed, "resultType": "complete"}
@@ -172,7 +181,7 @@ async def _call(
         default_workspace=door.services.settings.mcp.workspace,
     )
     body = meta.execution_body(params.name, params.arguments, raw, origin)
-    request = parse_request(body, door.principal)
+    request = parse_request(body, door.principal, roles=door.roles, auth_method=door.auth_method)
     request = _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
     running = door.services.admission.executions
     if meta.dry_run(raw):

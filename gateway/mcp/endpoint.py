@@ -1,8 +1,9 @@
-"""``/mcp``: the SDK's low-level server behind the gateway's API keys.
+"""``/mcp``: the SDK's low-level server behind the gateway's API keys and JWTs.
 
-``McpEndpoint`` is an ASGI app (mounted as a route in gateway/server/app.py) that
-authenticates the bearer key exactly as the REST door does (401 with ``WWW-Authenticate``
-otherwise), records the principal in the request scope and hands the request to the SDK's
+``McpEndpoint`` is an ASGI app (mounted as a route in gateway/server/app.py) that takes the
+caller authenticated exactly as for the REST door (401 with ``WWW-Authenticate`` otherwise,
+naming the resource metadata when JWTs are configured: gateway/mcp/oauth.py), records the
+principal and its roles in the request scope and hands the request to the SDK's
 streamable-HTTP session manager, which serves both eras: 2025-11-25 sessions (the
 ``initialize`` handshake) and 2026-07-28's self-contained requests. ``run()`` is the session
 manager's lifespan; the host app enters it in its own (Starlette runs no mounted lifespan).
@@ -34,9 +35,9 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import __version__
 from gateway.errors import ToolgateError
-from gateway.http.auth import authenticate
+from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
 from gateway.http.problems import problem
-from gateway.mcp import calls
+from gateway.mcp import calls, oauth
 from gateway.runtime.admission import Gauge
 from gateway.settings import Settings
 
@@ -145,16 +146,24 @@ class McpEndpoint:
         request = Request(scope, receive)
         services = request.app.state.services
         try:
-            principal = authenticate(request, services.settings)
+            identity = identity_of(request)
             if _opens_session(request):
-                services.admission.sessions.check(principal)
+                services.admission.sessions.check(identity.principal)
         except ToolgateError as exc:
             response = problem(
                 exc.http_status, exc.code, exc.message, retryable=exc.retryable, **exc.details
             )
+            jwt = services.settings.jwt
+            if exc.http_status == 401 and jwt is not None:
+                sent = scope.get(IDENTITY_SCOPE_KEY) is not None
+                header = oauth.challenge(jwt, "invalid_token" if sent else None)
+                response.headers["WWW-Authenticate"] = header
             await response(scope, receive, send)
             return
+        principal = identity.principal
         scope[calls.PRINCIPAL_SCOPE_KEY] = principal
+        scope[calls.ROLES_SCOPE_KEY] = identity.roles
+        scope[calls.AUTH_METHOD_SCOPE_KEY] = identity.method
         # The session manager binds a 2025-11-25 session to the credential that opened it.
         token = AccessToken(token="", client_id=principal, scopes=[], subject=principal)
         scope["user"] = AuthenticatedUser(token)

@@ -14,7 +14,7 @@ from typing import Any
 from gateway.declarations.definitions import tool_definition
 from gateway.declarations.model import ToolDeclaration
 from gateway.mcp import meta
-from gateway.pipeline.policy import tool_input
+from gateway.pipeline.policy import credential_input, tool_input
 from gateway.pipeline.records import sha256_json
 from gateway.runtime.container import Runtime
 from gateway.types import DecisionResult, SideEffect
@@ -34,25 +34,36 @@ def listed(services: Runtime) -> list[ToolDeclaration]:
     return out
 
 
-async def visible(services: Runtime, principal: str, workspace_id: str | None) -> list[Any]:
-    """The MCP tool objects ``principal`` may see, in catalogue order."""
+async def visible(
+    services: Runtime,
+    principal: str,
+    workspace_id: str | None,
+    roles: tuple[str, ...] = (),
+    auth_method: str = "",
+) -> list[Any]:
+    """The MCP tool objects ``principal`` (authenticated by ``auth_method``, its credential
+    holding ``roles``) may see, in catalogue order."""
     tools = []
     for tool in listed(services):
-        if await _could_allow(services, principal, workspace_id, tool):
+        probe = probe_input(services, principal, workspace_id, tool, roles, auth_method)
+        if await _could_allow(services, workspace_id, probe):
             tools.append(mcp_tool(tool))
     return tools
 
 
-async def _could_allow(
-    services: Runtime, principal: str, workspace_id: str | None, tool: ToolDeclaration
-) -> bool:
+async def _could_allow(services: Runtime, workspace_id: str | None, probe: dict[str, Any]) -> bool:
     workspace = services.workspaces.get(workspace_id or "")
-    decision = await services.policy.decide(probe_input(services, principal, workspace_id, tool))
+    decision = await services.policy.decide(probe)
     return workspace is not None and decision.result is not DecisionResult.DENY
 
 
 def probe_input(
-    services: Runtime, principal: str, workspace_id: str | None, tool: ToolDeclaration
+    services: Runtime,
+    principal: str,
+    workspace_id: str | None,
+    tool: ToolDeclaration,
+    roles: tuple[str, ...] = (),
+    auth_method: str = "",
 ) -> dict[str, Any]:
     """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments."""
     workspace = services.workspaces.get(workspace_id or "")
@@ -64,7 +75,8 @@ def probe_input(
         "actor": {
             "user_id": principal,
             "agent_id": "",
-            "roles": list(services.roles(principal)),
+            "roles": list(services.roles(principal, roles)),
+            "credential": credential_input(auth_method, roles),
         },
         "workspace": {
             "id": workspace_id or "(none)",

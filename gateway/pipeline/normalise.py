@@ -58,7 +58,7 @@ async def run(services: Services, state: Resolved) -> Prepared:
         arguments,
         sha256_json(arguments),
         paths,
-        services.roles(req.principal),
+        services.roles(req.principal, req.roles),
     )
     return Prepared(call, state.trail)
 

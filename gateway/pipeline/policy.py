@@ -34,6 +34,13 @@ def tool_input(tool: ToolDeclaration) -> dict[str, Any]:
     }
 
 
+def credential_input(method: str, roles: tuple[str, ...]) -> dict[str, Any]:
+    """``actor.credential`` of the policy input: how the caller authenticated and the roles
+    its credential itself carries (a JWT's mapped claims; docs/security.md#identities).
+    The gateway fills it from the verified credential, never from the request body."""
+    return {"method": method, "roles": list(roles)}
+
+
 def policy_input(call: Call, approval: ApprovalRecord | None = None) -> dict[str, Any]:
     """The stable policy input document (documented in docs/policies.md)."""
     req, tool = call.ticket.request, call.tool
@@ -44,7 +51,12 @@ def policy_input(call: Call, approval: ApprovalRecord | None = None) -> dict[str
         "arguments": dict(call.arguments),
         "arguments_sha256": call.arguments_sha256,
         "paths": [p.to_json() for p in call.paths.values()],
-        "actor": {"user_id": req.principal, "agent_id": req.agent_id, "roles": list(call.roles)},
+        "actor": {
+            "user_id": req.principal,
+            "agent_id": req.agent_id,
+            "roles": list(call.roles),
+            "credential": credential_input(req.auth_method, req.roles),
+        },
         "workspace": {"id": call.workspace.id, "root": str(call.workspace.root)},
         "request": {
             "run_id": req.run_id,

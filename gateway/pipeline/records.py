@@ -59,6 +59,11 @@ class ToolExecutionRequest:
     """The request as received (for resume and recovery)."""
     traceparent: str | None = None
     """W3C trace context of the execution (gateway/tracecontext.py); kept in request_json."""
+    auth_method: str = ""
+    """How the caller authenticated: ``api_key`` or ``jwt`` (empty: not over HTTP)."""
+    roles: tuple[str, ...] = ()
+    """The roles the caller's credential carried (a JWT's mapped claims). Both are kept in
+    request_json so that a call resumed after approval or run by a worker has them."""
 
     def to_json(self) -> dict[str, JSON]:
         """Everything needed to run this request again (resume, recovery); no body copy.
@@ -80,12 +85,18 @@ class ToolExecutionRequest:
             "approval_token": self.approval_token,
             "expected_state": dict(self.expected_state),
             "traceparent": self.traceparent,
+            "auth_method": self.auth_method,
+            "roles": list(self.roles),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, JSON]) -> ToolExecutionRequest:
-        # ``traceparent`` is absent from a request stored before it was kept: it defaults
-        return cls(**{name: data[name] for name in _REQUEST_FIELDS if name in data}, body=data)
+        # ``traceparent``, ``auth_method`` and ``roles`` are absent from a request stored
+        # before they were kept: they default
+        fields = {name: data[name] for name in _REQUEST_FIELDS if name in data}
+        roles = fields.pop("roles", None)
+        held = tuple(str(r) for r in roles) if isinstance(roles, list) else ()
+        return cls(**fields, roles=held, body=data)
 
     @property
     def payload_sha256(self) -> str:

@@ -81,10 +81,13 @@ def parse_request(
     principal: str,
     header_idempotency_key: str | None = None,
     traceparent_headers: Sequence[str] = (),
+    roles: tuple[str, ...] = (),
+    auth_method: str = "",
 ) -> ToolExecutionRequest:
-    """Validate ``body`` for ``principal``; raises MalformedRequest or Forbidden. The
-    execution's trace context is the ``traceparent`` header's, or a new trace (a malformed
-    header is ignored)."""
+    """Validate ``body`` for ``principal`` (authenticated by ``auth_method``, with a
+    credential holding ``roles``); raises
+    MalformedRequest or Forbidden. The execution's trace context is the ``traceparent``
+    header's, or a new trace (a malformed header is ignored)."""
     if not isinstance(body, dict):
         raise MalformedRequest("the request body must be a JSON object")
     try:
@@ -128,6 +131,8 @@ def parse_request(
         expected_state=parsed.expected_state,
         body=body,
         traceparent=tracecontext.incoming(traceparent_headers),
+        auth_method=auth_method,
+        roles=roles,
     )
 
 

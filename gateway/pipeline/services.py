@@ -75,5 +75,6 @@ class Services(Protocol):
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""
 
-    def roles(self, principal: str) -> tuple[str, ...]:
-        """``principal``'s roles in the policy data's ``actors``."""
+    def roles(self, principal: str, held: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """``principal``'s roles in the policy data's ``actors``, then the roles its
+        credential ``held`` (docs/security.md#roles-from-the-identity)."""

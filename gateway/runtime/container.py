@@ -53,5 +53,8 @@ class Runtime:
         """Tell this process's workers a call was queued (other replicas poll)."""
         self.queue_signal.set()
 
-    def roles(self, principal: str) -> tuple[str, ...]:
-        return self.policy_data.roles(principal)
+    def roles(self, principal: str, held: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """``principal``'s roles in the policy data, then those its credential ``held``
+        (a JWT's mapped claims), each once."""
+        data = self.policy_data.roles(principal)
+        return tuple(dict.fromkeys((*data, *held))) if held else data

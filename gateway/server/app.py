@@ -14,8 +14,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.errors import ToolgateError
+from gateway.http.auth import Authenticator, AuthMiddleware
 from gateway.http.limits import RequestBounds
 from gateway.http.problems import HANDLERS
+from gateway.mcp import oauth
 from gateway.mcp.door import McpDoor
 from gateway.runtime import approvals
 from gateway.runtime.bootstrap import Loaded, close_runtime, open_runtime
@@ -37,6 +39,7 @@ def create_app(
     the sources already read, so that start-up does not parse them again)."""
     openapi = build_openapi()
     mcp = McpDoor(settings)
+    authenticator = Authenticator(settings)
 
     async def openapi_json(request: Request) -> Response:
         routes.principal_of(request)
@@ -46,6 +49,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         owned = services is None
         app.state.services = services or await open_runtime(settings, loaded)
+        app.state.authenticator = authenticator
         try:
             settled = await recover(app.state.services)
             if settled:
@@ -84,11 +88,16 @@ def create_app(
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
+        Route(oauth.WELL_KNOWN, oauth.protected_resource, methods=["GET"]),
+        Route(oauth.WELL_KNOWN + "/{path:path}", oauth.protected_resource, methods=["GET"]),
         *UI_ROUTES,
     ]
     return Starlette(
         routes=table,
-        middleware=[Middleware(RequestBounds, settings=settings)],
+        middleware=[
+            Middleware(RequestBounds, settings=settings),  # first: bounds before anything reads
+            Middleware(AuthMiddleware, authenticator=authenticator),
+        ],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,
     )

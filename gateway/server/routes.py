@@ -20,7 +20,8 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.http import streams
-from gateway.http.auth import authenticate
+from gateway.http.auth import identity_of
+from gateway.http.auth import principal_of as principal_of
 from gateway.observability.metrics import CONTENT_TYPE
 from gateway.pipeline.plan import plan_call
 from gateway.pipeline.records import ToolExecutionRequest
@@ -37,10 +38,6 @@ from gateway.types import ApprovalStatus, Status
 def services_of(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.services
     return runtime
-
-
-def principal_of(request: Request) -> str:
-    return authenticate(request, services_of(request).settings)
 
 
 # A body this large is parsed and checked in a worker thread: on the event loop, parsing a
@@ -91,11 +88,16 @@ async def _execution_response(services: Runtime, record: ExecutionRecord) -> Res
 
 async def _call_of(request: Request, services: Runtime) -> ToolExecutionRequest:
     """The call a ``POST /v1/executions`` or ``POST /v1/plans`` body asks for."""
-    principal = principal_of(request)  # authenticated before the body is read
+    identity = identity_of(request)  # authenticated before the body is read
     body = await read_json(request, services.settings.max_body_bytes)
     headers = request.headers
     return parse_request(
-        body, principal, headers.get("idempotency-key"), headers.getlist("traceparent")
+        body,
+        identity.principal,
+        headers.get("idempotency-key"),
+        headers.getlist("traceparent"),
+        identity.roles,
+        identity.method,
     )
 
 

@@ -19,7 +19,7 @@ from sqlmodel import SQLModel
 
 from gateway.errors import StoreError
 from gateway.events.model import Event
-from gateway.store import approvals, executions, idempotency, locks, usage
+from gateway.store import approvals, executions, idempotency, keys, locks, usage
 from gateway.store import events as event_log
 from gateway.store.postgresql import PostgresTransactor
 from gateway.store.records import (
@@ -47,6 +47,7 @@ from gateway.store.tables import (
     IdempotencyRow,
     LockFenceRow,
     LockRow,
+    RevokedKeyRow,
     SchemaVersionRow,
 )
 from gateway.store.transactor import Observer, Transactor
@@ -72,6 +73,7 @@ _TABLES = [
         LockRow,
         LockFenceRow,
         ApprovalRow,
+        RevokedKeyRow,
         SchemaVersionRow,
     )
 ]
@@ -366,3 +368,20 @@ class Store:
     async def pending_approvals(self, principal: str, now_ms: int, limit: int) -> int:
         """Pending, unexpired approvals of ``principal`` (up to ``limit``)."""
         return await self._read_quick(usage.pending_approvals, principal, now_ms, limit)
+
+    # -- revoked API keys -----------------------------------------------------------------
+
+    async def is_revoked(self, key_id: str) -> bool:
+        """Whether the API key ``key_id`` is revoked (read on every authenticated request)."""
+        return await self._read_quick(keys.is_revoked, key_id)
+
+    async def revoke_key(self, key_id: str, by: str = "", reason: str = "") -> bool:
+        """Revoke ``key_id`` for every replica; False if it already was."""
+        return await self._write(keys.revoke, key_id, by, reason)
+
+    async def unrevoke_key(self, key_id: str) -> bool:
+        """Accept ``key_id`` again; False if it was not revoked."""
+        return await self._write(keys.unrevoke, key_id)
+
+    async def revocations(self) -> list[keys.Revocation]:
+        return await self._read(keys.revocations)

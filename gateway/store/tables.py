@@ -112,3 +112,15 @@ class SchemaVersionRow(SQLModel, table=True):
 
     id: int = Field(primary_key=True)
     version: int
+
+
+class RevokedKeyRow(SQLModel, table=True):
+    """An API key refused by every replica from the moment this row commits
+    (``toolgate keys revoke``; docs/security.md#revoking-a-key)."""
+
+    __tablename__ = "revoked_keys"
+
+    key_id: str = Field(primary_key=True, max_length=128)
+    revoked_ms: int = Field(sa_type=BigInteger)
+    revoked_by: str = Field(default="", max_length=128)
+    reason: str = Field(default="")

@@ -27,10 +27,12 @@ from gateway.errors import (
     NotFound,
     PayloadTooLarge,
     ToolgateError,
+    Unauthenticated,
 )
 from gateway.events.model import EVENT_TYPES, Event
 from gateway.http import streams
 from gateway.http.artifacts import artifact_response
+from gateway.http.auth import Authenticator
 from gateway.runtime.container import Runtime
 from gateway.store.records import ExecutionRecord
 from gateway.types import Outcome, Status
@@ -99,8 +101,7 @@ def signed_in(handler: Handler) -> Handler:
 
     async def wrapped(request: Request) -> Response:
         found = sessions.read(request.cookies.get(sessions.SESSION_COOKIE), _key(request))
-        settings = services_of(request).settings
-        if found is None or found.principal not in {p.id for p in settings.principals}:
+        if found is None or not await _still_valid(request, found):
             if request.method == "GET":
                 return RedirectResponse("/ui/signin?" + urlencode({"next": request.url.path}), 303)
             return page(
@@ -114,6 +115,28 @@ def signed_in(handler: Handler) -> Handler:
         return await _answered(handler, request)
 
     return wrapped
+
+
+async def _still_valid(request: Request, session: Session) -> bool:
+    """Whether the credential the session was opened with is still accepted: an API key
+    still configured for the principal, not expired, not revoked (a JWT session ends when
+    the token does: its expiry bounds the session's)."""
+    if session.method == "jwt":
+        return services_of(request).settings.jwt is not None
+    authenticator = _authenticator(request)
+    key = authenticator.key_of(session.principal, session.credential)
+    if key is None:
+        return False
+    try:
+        await authenticator.check_key(key, services_of(request).store)
+    except ToolgateError:
+        return False
+    return True
+
+
+def _authenticator(request: Request) -> Authenticator:
+    found: Authenticator = request.app.state.authenticator
+    return found
 
 
 async def _answered(handler: Handler, request: Request) -> Response:
@@ -209,6 +232,7 @@ async def signin_form(request: Request, error: str | None = None, status: int = 
         csrf=token,
         error=error,
         next=_safe_next(request.query_params.get("next")),
+        jwt=services_of(request).settings.jwt is not None,
     )
     response.set_cookie(
         sessions.SIGNIN_COOKIE,
@@ -242,11 +266,22 @@ async def signin(request: Request) -> Response:
             "missing or wrong): reload the page and try again.",
             code="csrf_refused",
         )
-    settings = services_of(request).settings
-    principal = settings.principal_for_key(form.get("api_key", "").strip())
-    if principal is None:
-        return await signin_form(request, "That API key is not valid.", 401)
-    _, cookie = sessions.issue(principal.id, settings.ui_session_ttl, _key(request))
+    services = services_of(request)
+    settings = services.settings
+    try:
+        identity = await _authenticator(request).credential(
+            form.get("api_key", "").strip(), services.store
+        )
+    except Unauthenticated as exc:
+        return await signin_form(request, _signin_refusal(exc), 401)
+    _, cookie = sessions.issue(
+        identity.principal,
+        settings.ui_session_ttl,
+        _key(request),
+        identity.method,
+        identity.credential_id,
+        identity.expires_ms,
+    )
     response = RedirectResponse(_safe_next(form.get("next")), 303)
     response.set_cookie(
         sessions.SESSION_COOKIE,
@@ -259,6 +294,12 @@ async def signin(request: Request) -> Response:
     )
     response.delete_cookie(sessions.SIGNIN_COOKIE, path="/ui/")
     return response
+
+
+def _signin_refusal(exc: Unauthenticated) -> str:
+    if exc.code == "invalid_api_key":
+        return "That API key is not valid."
+    return exc.message[:1].upper() + exc.message[1:] + "."
 
 
 @signed_in

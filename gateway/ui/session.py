@@ -1,6 +1,7 @@
 """The page's sign-in: a signed session cookie and the CSRF token bound to it.
 
-A session is ``base64url(JSON {principal, expires_ms, csrf}) "." base64url(HMAC-SHA256)``,
+A session is ``base64url(JSON {principal, expires_ms, csrf, method, credential}) "."
+base64url(HMAC-SHA256)``,
 signed with a key derived from the approval key (so every replica sharing that key accepts
 it). The CSRF token travels inside the signed session and in each form; a form whose token
 is not the session's is refused. Before sign-in, the sign-in form is protected the
@@ -32,13 +33,35 @@ class Session:
     principal: str
     expires_ms: int
     csrf: str
+    method: str = "api_key"
+    """How the person signed in: ``api_key`` or ``jwt`` (gateway/http/auth.py)."""
+    credential: str = ""
+    """The API key's id (checked again on every page: an expired or revoked key ends the
+    session), or the token's ``jti``."""
 
 
-def issue(principal: str, ttl_s: float, key: bytes) -> tuple[Session, str]:
-    """A new session for ``principal`` and its cookie value."""
-    session = Session(principal, int((time.time() + ttl_s) * 1000), secrets.token_urlsafe(24))
+def issue(
+    principal: str,
+    ttl_s: float,
+    key: bytes,
+    method: str = "api_key",
+    credential: str = "",
+    not_after_ms: int | None = None,
+) -> tuple[Session, str]:
+    """A new session for ``principal`` and its cookie value; it ends after ``ttl_s`` or at
+    ``not_after_ms`` (the credential's own expiry), whichever is first."""
+    expires = int((time.time() + ttl_s) * 1000)
+    if not_after_ms is not None:
+        expires = min(expires, not_after_ms)
+    session = Session(principal, expires, secrets.token_urlsafe(24), method, credential)
     body = json.dumps(
-        {"p": session.principal, "e": session.expires_ms, "c": session.csrf},
+        {
+            "p": session.principal,
+            "e": session.expires_ms,
+            "c": session.csrf,
+            "m": session.method,
+            "k": session.credential,
+        },
         separators=(",", ":"),
     ).encode("utf-8")
     payload = b64url.encode(body)
@@ -58,7 +81,9 @@ def read(value: str | None, key: bytes) -> Session | None:
         return None
     try:
         data = json.loads(b64url.decode(payload))
-        session = Session(str(data["p"]), int(data["e"]), str(data["c"]))
+        session = Session(
+            str(data["p"]), int(data["e"]), str(data["c"]), str(data["m"]), str(data["k"])
+        )
     except (ValueError, KeyError, TypeError):
         return None
     if session.expires_ms <= time.time() * 1000:

@@ -142,7 +142,8 @@ def test_request_to_json_has_every_field_but_the_body() -> None:
     req = request(expected_state={"sha256": "x"}, idempotency_key="k")
     data = req.to_json()
     assert list(data) == list(_REQUEST_FIELDS)
-    assert data == {name: getattr(req, name) for name in _REQUEST_FIELDS}
+    as_json = {name: getattr(req, name) for name in _REQUEST_FIELDS}
+    assert data == {**as_json, "roles": list(req.roles)}
     assert type(req).from_json(data) == replace(req, body=data)
 
 

@@ -52,7 +52,7 @@ def scratch_policy(scratch: Scratch, rego: str) -> EmbeddedPolicy:
 def test_the_shipped_policy_is_cached_by_the_fields_it_reads(policy: EmbeddedPolicy) -> None:
     assert policy.cache_refusal is None
     assert policy._tree == {
-        "actor": {"user_id": None},
+        "actor": {"credential": {"roles": None}, "user_id": None},
         "approval": {"approved_by": None, "present": None},
         "paths": None,
         "tool": {"name": None, "reversible": None, "risk": None, "side_effect": None, "tags": None},
