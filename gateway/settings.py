@@ -139,6 +139,9 @@ class Settings(_Frozen):
     ui_session_ttl: Duration = Field(default=8 * 3600.0, gt=0)
     """How long a sign-in to the approvals page (``/ui/``) lasts."""
     principals: tuple[Principal, ...] = ()
+    admins: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    """Principal ids that may use the admin routes (``POST /v1/admin/reload``); none by
+    default. ``SIGHUP`` reloads whoever may signal the process."""
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-adapter configuration sections (``adapters: {database: {...}}``), each checked by
     its adapter when the gateway starts."""

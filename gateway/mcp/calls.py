@@ -60,7 +60,7 @@ class Door:
             raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
         app = request.app
         return cls(
-            services=app.state.services,
+            services=app.state.services.latest,
             principal=principal,
             base_url=str(request.base_url).rstrip("/"),
             tasks=app.state.tasks,

@@ -35,11 +35,13 @@ def listed(services: Runtime) -> list[ToolDeclaration]:
 
 
 async def visible(services: Runtime, principal: str, workspace_id: str | None) -> list[Any]:
-    """The MCP tool objects ``principal`` may see, in catalogue order."""
+    """The MCP tool objects ``principal`` may see, in catalogue order (all of one
+    generation of the runtime, held while the policy is asked)."""
     tools = []
-    for tool in listed(services):
-        if await _could_allow(services, principal, workspace_id, tool):
-            tools.append(mcp_tool(tool))
+    with services.lease() as services:
+        for tool in listed(services):
+            if await _could_allow(services, principal, workspace_id, tool):
+                tools.append(mcp_tool(tool))
     return tools
 
 

@@ -155,6 +155,11 @@ class Metrics:
             "Executions recovery settled after a crash, by action.",
             ["action"],
         )
+        self.reloads = _Counter(
+            "toolgate_reloads",
+            "Reloads of tools.d, rego/ and policies/ by result (applied|unchanged|refused).",
+            ["result"],
+        )
         self._store_lock = threading.Lock()
         self._gauges = {"approvals_pending": 0, "queued": 0, "in_flight": 0}
         self.registry = CollectorRegistry(auto_describe=True)
@@ -196,6 +201,9 @@ class Metrics:
     def recovered(self, action: str) -> None:
         self.recovery.inc(action)
 
+    def reloaded(self, result: str) -> None:
+        self.reloads.inc(result)
+
     # -- the scrape ------------------------------------------------------------------------
 
     def scrape(self, pending_approvals: int, queued: int, in_flight: int) -> bytes:
@@ -232,6 +240,7 @@ class Metrics:
             self._gauges["queued"],
         )
         yield self.recovery.metric()
+        yield self.reloads.metric()
 
     def kinds(self) -> list[tuple[str, str]]:
         """(name, type) of every series the registry exposes (a counter's name without its

@@ -4,11 +4,17 @@
 Its fields never change once built; what changes while the process runs (the registry of
 running executions, the cancel signals, the workers' wake-up) are objects of their own
 (``gateway.runtime.signals``). The pipeline sees it as ``gateway.pipeline.services.Services``.
+
+A reload (``gateway.runtime.reload``) builds a new generation: a copy with a new catalogue,
+policy, policy data, workspaces and the adapters whose tools changed, sharing everything
+else, and swaps it in (``generations``, shared by every generation). ``latest`` is the newest;
+``lease()`` holds the newest for as long as a call runs on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from gateway.adapters.base import Adapter
@@ -16,10 +22,10 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.faults import NO_FAULTS, Faults
 from gateway.observability.telemetry import OFF, Telemetry
 from gateway.policy.data import PolicyData
-from gateway.runtime.signals import Cancellations, Running, Wakeup
+from gateway.runtime.signals import Cancellations, Generations, Running, Wakeup
 from gateway.settings import Settings
 from gateway.store.store import Store
-from gateway.types import PolicyBackend
+from gateway.types import NO_REVISIONS, PolicyBackend, Revisions
 from gateway.workspace import Workspace
 
 
@@ -41,6 +47,20 @@ class Runtime:
     """Executions this process is running now (recovery leaves exactly these alone)."""
     telemetry: Telemetry = OFF
     """Metrics, tracing and the decision log, as configured (docs/operations.md)."""
+    revisions: Revisions = NO_REVISIONS
+    """What this generation runs: the catalogue and policy revisions (docs/deploy.md#reload)."""
+    generations: Generations[Runtime] = field(default_factory=Generations)
+    """The newest generation and the leases on older ones (shared by every generation)."""
+
+    @property
+    def latest(self) -> Runtime:
+        """The newest generation (this one until a reload swaps in another)."""
+        return self.generations.current or self
+
+    def lease(self) -> AbstractContextManager[Runtime]:
+        """The newest generation, held (its adapters and policy stay open) until the block
+        ends."""
+        return self.generations.lease(self)
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

@@ -35,8 +35,9 @@ from gateway.types import ApprovalStatus, Status
 
 
 def services_of(request: Request) -> Runtime:
+    """The newest generation of the runtime (a call leases its own: ``Runtime.lease``)."""
     runtime: Runtime = request.app.state.services
-    return runtime
+    return runtime.latest
 
 
 def principal_of(request: Request) -> str:
@@ -394,14 +395,26 @@ async def deny(request: Request) -> Response:
 async def policy_bundle(request: Request) -> Response:
     """The policy as an OPA bundle (docs/api.md), with an ETag; 304 when it is unchanged."""
     principal_of(request)
+    services = services_of(request)
     built = getattr(request.app.state, "policy_bundle", None)
-    if built is None:
-        services = services_of(request)
+    if built is None or built.revision != services.revisions.policy:
         built = request.app.state.policy_bundle = bundles.served(services.policy, services.settings)
     headers = {"ETag": built.etag, "Cache-Control": "no-cache"}
     if bundles.etag_matches(request.headers.get("if-none-match"), built.etag):
         return Response(status_code=304, headers=headers)
     return Response(built.data, media_type="application/gzip", headers=headers)
+
+
+async def reload(request: Request) -> Response:
+    """Reload tools.d, rego/ and policies/ (docs/api.md#post-v1adminreload): admins only."""
+    principal = principal_of(request)
+    if principal not in services_of(request).settings.admins:
+        raise Forbidden(
+            f"{principal} may not reload the gateway (only the principals listed in admins)",
+            code="not_an_admin",
+        )
+    done = await request.app.state.reloader.reload(by=principal)
+    return JSONResponse(done.to_json())
 
 
 async def metrics(request: Request) -> Response:
@@ -429,5 +442,7 @@ async def readyz(request: Request) -> Response:
         "store": "ok" if store_ok else "unavailable",
         "tools": len(services.catalogue),
         "policy": services.settings.policy_backend,
+        "revisions": services.revisions.to_json(),
+        "generation": services.generations.number,
     }
     return JSONResponse(body, status_code=200 if store_ok else 503)
