@@ -4,13 +4,15 @@
   for new calls, while a call started before (a process tool waiting on a file) finishes on
   the generation it started on, with that generation's revisions in its events; a broken
   YAML then changes nothing and the fault is in the log; a broken Rego sent through
-  ``POST /v1/admin/reload`` is refused with the fault in the answer.
+  ``POST /v1/admin/reload`` (and ``toolgate reload``) is refused with the fault in the
+  answer.
 - Two replicas on one PostgreSQL database, given the same change (one by ``SIGHUP``, the other
   by the admin route), report the same new revisions on ``/readyz``.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -23,6 +25,7 @@ import httpx
 import pytest
 import yaml
 
+from gateway.cli import main
 from gateway.testing import (
     free_port,
     make_project,
@@ -107,7 +110,9 @@ def _change(root: Path) -> None:
     rules.write_text(yaml.safe_dump(data))
 
 
-def test_sighup_reloads_while_a_call_in_flight_keeps_its_generation(tmp_path: Path) -> None:
+def test_sighup_reloads_while_a_call_in_flight_keeps_its_generation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = _project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
     workspace = tmp_path / "var" / "workspaces" / "demo"
     workspace.mkdir(parents=True, exist_ok=True)
@@ -165,6 +170,16 @@ def test_sighup_reloads_while_a_call_in_flight_keeps_its_generation(tmp_path: Pa
         assert refused.status_code == 422
         assert any("broken.rego" in fault for fault in refused.json()["faults"])
         assert _revisions(url) == after
+
+        def toolgate_reload() -> tuple[int, str]:
+            code = main(["--config", str(config), "reload", "--url", url, "--key", CAROL])
+            return code, capsys.readouterr().out
+
+        code, out = toolgate_reload()  # the CLI: the same refusal, exit code 1
+        assert code == 1 and json.loads(out)["code"] == "reload_refused" and "broken.rego" in out
+        (tmp_path / "rego" / "broken.rego").unlink()
+        code, out = toolgate_reload()
+        assert code == 0 and json.loads(out)["status"] == "unchanged"
         assert proc.poll() is None
 
 
