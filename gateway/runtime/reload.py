@@ -94,7 +94,10 @@ class Reloader:
         async with self._lock:
             started = time.perf_counter()
             try:
-                outcome = await self._reload(started)
+                # Once begun, a reload ends (swapped or refused, what it built closed): a
+                # cancel midway would leave adapters and a policy backend open.
+                with anyio.CancelScope(shield=True):
+                    outcome = await self._reload(started)
             except ReloadRefused as exc:
                 self._count("refused")
                 log.warning(
@@ -220,7 +223,8 @@ class Reloader:
         if not drained:
             return 0
         parts = held_parts(drained, keep=generations.alive())
-        await _close_all(parts)
+        with anyio.CancelScope(shield=True):  # forgotten already: close them whatever happens
+            await _close_all(parts)
         return len(parts)
 
     # -- the process's task: SIGHUP and closing ---------------------------------------------

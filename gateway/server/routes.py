@@ -396,9 +396,10 @@ async def policy_bundle(request: Request) -> Response:
     """The policy as an OPA bundle (docs/api.md), with an ETag; 304 when it is unchanged."""
     principal_of(request)
     services = services_of(request)
-    built = getattr(request.app.state, "policy_bundle", None)
-    if built is None or built.revision != services.revisions.policy:
-        built = request.app.state.policy_bundle = bundles.served(services.policy, services.settings)
+    of, built = getattr(request.app.state, "policy_bundle", (None, None))
+    if built is None or of is not services.policy:  # built once per policy (a reload: again)
+        built = bundles.served(services.policy, services.settings)
+        request.app.state.policy_bundle = (services.policy, built)
     headers = {"ETag": built.etag, "Cache-Control": "no-cache"}
     if bundles.etag_matches(request.headers.get("if-none-match"), built.etag):
         return Response(status_code=304, headers=headers)

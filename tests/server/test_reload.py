@@ -184,13 +184,18 @@ def test_the_route_reloads_and_every_execution_names_its_revisions(
     call = client.post(
         "/v1/executions", json=body("fs.list_dir", {"path": "."}), headers=auth(ALICE)
     ).json()
+    bundle = client.get("/v1/policy/bundle", headers=auth(ALICE))
+    assert bundle.headers["etag"] == f'"{first["policy"]}"'  # the bundle's own revision
     _new_tool(project)
+    (project / "policies" / "notes.yaml").write_text("notes: {reloaded: true}\n")
     done = client.post("/v1/admin/reload", headers=auth(CAROL))
     assert done.status_code == 200, done.text
     answer = done.json()
     assert answer["status"] == "applied" and answer["previous"] == first
     assert answer["revisions"]["catalogue"] != first["catalogue"]
-    assert answer["revisions"]["policy"] == first["policy"]
+    assert answer["revisions"]["policy"] != first["policy"]
+    bundle = client.get("/v1/policy/bundle", headers=auth(ALICE))
+    assert bundle.headers["etag"] == f'"{answer["revisions"]["policy"]}"'  # OPA polls this
     ready = client.get("/readyz").json()
     assert ready["revisions"] == answer["revisions"] and ready["generation"] == 2
     assert client.get("/v1/tools/fs.read_file_again", headers=auth(ALICE)).status_code == 200
