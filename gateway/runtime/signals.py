@@ -3,8 +3,7 @@ registry of the executions running here, and the generations a reload swaps."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import anyio
@@ -115,26 +114,28 @@ class Generations(Generic[T]):
 
     @property
     def number(self) -> int:
-        """How many swaps made the newest generation (0: the one the process started with)."""
+        """The newest generation's number: 1 for the one the process started with, one more
+        per swap (0 before the first)."""
         return self._number
 
-    @contextmanager
-    def lease(self, fallback: T) -> Iterator[T]:
-        """The newest generation (``fallback`` before the first swap), held until the block
-        ends."""
+    def lease(self, fallback: T) -> _Lease[T]:
+        """The newest generation (``fallback`` before the first swap), held until the
+        ``with`` block ends."""
+        return _Lease(self, fallback)
+
+    def _hold(self, fallback: T) -> tuple[int, T]:
         number = self._number
-        held = self._current if self._current is not None else fallback
         self._users[number] = self._users.get(number, 0) + 1
-        try:
-            yield held
-        finally:
-            left = self._users[number] - 1
-            if left:
-                self._users[number] = left
-            else:
-                del self._users[number]
-                if number in self._retired and self._on_release is not None:
-                    self._on_release()
+        return number, self._current if self._current is not None else fallback
+
+    def _release(self, number: int) -> None:
+        left = self._users[number] - 1
+        if left:
+            self._users[number] = left
+            return
+        del self._users[number]
+        if number in self._retired and self._on_release is not None:
+            self._on_release()
 
     def swap(self, newer: T) -> None:
         """Make ``newer`` the newest generation; the one it replaces is retired."""
@@ -164,3 +165,22 @@ class Generations(Generic[T]):
     def in_use(self) -> int:
         """Leases held now, on any generation."""
         return sum(self._users.values())
+
+
+class _Lease(Generic[T]):
+    """``with generations.lease(fallback) as held:`` (a class, not a generator: every call
+    takes one)."""
+
+    __slots__ = ("_fallback", "_generations", "_number")
+
+    def __init__(self, generations: Generations[T], fallback: T) -> None:
+        self._generations = generations
+        self._fallback = fallback
+        self._number = -1
+
+    def __enter__(self) -> T:
+        self._number, held = self._generations._hold(self._fallback)
+        return held
+
+    def __exit__(self, *exc: object) -> None:
+        self._generations._release(self._number)
