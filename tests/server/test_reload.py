@@ -26,6 +26,7 @@ from gateway.errors import ReloadRefused
 from gateway.runtime.bootstrap import close_runtime, open_runtime
 from gateway.runtime.container import Runtime
 from gateway.runtime.reload import Reloader
+from gateway.runtime.signals import Generations
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.testing import SAMPLE_POLICY_INPUT
@@ -58,6 +59,24 @@ def _new_tool(project: Path, name: str = "fs.read_file_again") -> None:
 def _deny_everyone(project: Path) -> None:
     """A valid policy change: no actor has a role any more."""
     (project / "policies" / "actors.yaml").write_text("actors: {}\n")
+
+
+def test_generations_hand_over_a_retired_generation_only_once_no_lease_holds_it() -> None:
+    generations: Generations[str] = Generations()
+    released: list[int] = []
+    generations.on_release(lambda: released.append(generations.number))
+    with generations.lease("boot") as held:
+        assert held == "boot"  # before the first swap: the fallback
+    generations.swap("one")
+    with generations.lease("boot") as first, generations.lease("boot") as again:
+        assert first == again == "one"
+        generations.swap("two")
+        with generations.lease("boot") as newer:
+            assert newer == "two" and generations.alive() == ["one", "two"]
+        assert generations.drained() == [] and released == []  # "one" is still held twice
+    assert released == [2] and generations.drained() == ["one"]
+    assert generations.drained() == [] and generations.retired() == []
+    assert generations.alive() == ["two"] and generations.in_use() == 0
 
 
 @pytest.fixture
