@@ -59,7 +59,7 @@ class Runtime:
 
     def lease(self) -> AbstractContextManager[Runtime]:
         """The newest generation, held (its adapters and policy stay open) until the block
-        ends."""
+        ends; a copy that is no generation (``dataclasses.replace`` in a test) gets itself."""
         return self.generations.lease(self)
 
     def wake_workers(self) -> None:

@@ -118,15 +118,21 @@ class Generations(Generic[T]):
         per swap (0 before the first)."""
         return self._number
 
-    def lease(self, fallback: T) -> _Lease[T]:
-        """The newest generation (``fallback`` before the first swap), held until the
-        ``with`` block ends."""
-        return _Lease(self, fallback)
+    def lease(self, asker: T) -> _Lease[T]:
+        """The newest generation, held until the ``with`` block ends, when ``asker`` is one of
+        the generations (any: a call that holds an older one gets the newest); else ``asker``
+        itself (one built in code, before any swap, or a copy of one made with
+        ``dataclasses.replace``, as tests and benchmarks make)."""
+        return _Lease(self, asker)
 
-    def _hold(self, fallback: T) -> tuple[int, T]:
+    def _hold(self, asker: T) -> tuple[int, T]:
         number = self._number
         self._users[number] = self._users.get(number, 0) + 1
-        return number, self._current if self._current is not None else fallback
+        current = self._current
+        if current is None or asker is current:
+            return number, asker
+        known = any(asker is generation for generation in self._retired.values())
+        return number, current if known else asker
 
     def _release(self, number: int) -> None:
         left = self._users[number] - 1
@@ -171,15 +177,15 @@ class _Lease(Generic[T]):
     """``with generations.lease(fallback) as held:`` (a class, not a generator: every call
     takes one)."""
 
-    __slots__ = ("_fallback", "_generations", "_number")
+    __slots__ = ("_asker", "_generations", "_number")
 
-    def __init__(self, generations: Generations[T], fallback: T) -> None:
+    def __init__(self, generations: Generations[T], asker: T) -> None:
         self._generations = generations
-        self._fallback = fallback
+        self._asker = asker
         self._number = -1
 
     def __enter__(self) -> T:
-        self._number, held = self._generations._hold(self._fallback)
+        self._number, held = self._generations._hold(self._asker)
         return held
 
     def __exit__(self, *exc: object) -> None:

@@ -66,13 +66,16 @@ def test_generations_hand_over_a_retired_generation_only_once_no_lease_holds_it(
     released: list[int] = []
     generations.on_release(lambda: released.append(generations.number))
     with generations.lease("boot") as held:
-        assert held == "boot"  # before the first swap: the fallback
-    generations.swap("one")
-    with generations.lease("boot") as first, generations.lease("boot") as again:
-        assert first == again == "one"
-        generations.swap("two")
-        with generations.lease("boot") as newer:
-            assert newer == "two" and generations.alive() == ["one", "two"]
+        assert held == "boot"  # before the first swap: itself
+    one, two = "one", "two"
+    generations.swap(one)
+    with generations.lease(one) as first, generations.lease(one) as again:
+        assert first is again is one
+        generations.swap(two)
+        with generations.lease(one) as newer:  # asked by an older generation: the newest
+            assert newer is two and generations.alive() == [one, two]
+        with generations.lease("a copy") as copy:
+            assert copy == "a copy"  # not a generation: itself
         assert generations.drained() == [] and released == []  # "one" is still held twice
     assert released == [2] and generations.drained() == ["one"]
     assert generations.drained() == [] and generations.retired() == []
