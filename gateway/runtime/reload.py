@@ -133,9 +133,9 @@ class Reloader:
         revisions = revisions_of(loaded)
         warnings = tuple(loaded.sources.warnings)
         if revisions == current.revisions:
-            return Reloaded(
-                False, revisions, revisions, (), warnings, self.runtime.generations.number, 0.0
-            )
+            number = self.runtime.generations.number
+            seconds = time.perf_counter() - started
+            return Reloaded(False, revisions, revisions, (), warnings, number, seconds)
         catalogue = current.catalogue
         if revisions.catalogue != current.revisions.catalogue:
             catalogue = loaded.catalogue
