@@ -21,11 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import yaml
 
 from gateway.cli import main
+from gateway.store.store import Store
 from gateway.testing import (
     free_port,
     make_project,
@@ -84,6 +86,12 @@ def _call(tool: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
         "actor": {"user_id": "alice", "agent_id": "t"},
         "workspace": {"id": "demo"},
     }
+
+
+async def _create_schema(database_url: str) -> None:
+    store = Store(database_url)
+    await store.open()
+    await store.aclose()
 
 
 def _until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -187,6 +195,7 @@ def test_sighup_reloads_while_a_call_in_flight_keeps_its_generation(
 def test_two_replicas_reloading_converge_on_the_same_revisions(tmp_path: Path, pg_url: str) -> None:
     roots = [tmp_path / "a", tmp_path / "b"]  # two copies: the paths differ, the files do not
     configs = [_project(root, pg_url) for root in roots]
+    anyio.run(_create_schema, pg_url)  # so that the two can start at once (no schema race)
     with _gateways(*configs) as [(first, proc, _), (second, _, _)]:
         before = _revisions(first)
         assert _revisions(second) == before
