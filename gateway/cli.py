@@ -36,7 +36,7 @@ from gateway.commands.policy import (
     cmd_policy_serve_opa,
     cmd_policy_test,
 )
-from gateway.commands.remote import cmd_approvals, cmd_call, cmd_executions, cmd_mcp
+from gateway.commands.remote import cmd_approvals, cmd_call, cmd_executions, cmd_mcp, cmd_reload
 from gateway.commands.tables import table
 
 
@@ -265,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     client_options(call)
     call.set_defaults(fn=cmd_call)
+
+    reload = sub.add_parser(
+        "reload", help="reload a running gateway's tools.d, rego/ and policies/ (admins)"
+    )
+    client_options(reload)
+    reload.set_defaults(fn=cmd_reload)
 
     bridge = sub.add_parser("mcp", help="stdio MCP server relaying to a gateway's /mcp")
     bridge.add_argument(

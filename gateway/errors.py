@@ -20,6 +20,7 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     │       ├── TooManyRequests 429  one principal holds its share
     │       └── Overloaded      503  the process holds all it may, for everyone together
     ├── ConfigError             a declaration, policy or setting is wrong (names file/line/key)
+    │   └── ReloadRefused       422  a reload found faults: nothing changed
     ├── CallError               the call was accepted but ends failed in a phase
     │   ├── ResolveError        phase=resolve
     │   ├── ValidationError     phase=validate
@@ -166,6 +167,23 @@ class ConfigError(ToolgateError):
     def __init__(self, problems: list[str] | str) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("; ".join(self.problems))
+
+
+class ReloadRefused(ConfigError):
+    """A reload found faults in tools.d, rego/ or policies/ (or the adapters' checks): the
+    running set is kept. ``details``: ``faults`` and the ``revisions`` still running."""
+
+    code = "reload_refused"
+    http_status = 422
+
+    def __init__(self, problems: list[str], revisions: Mapping[str, str]) -> None:
+        super().__init__(problems)
+        count = len(self.problems)
+        self.message = (
+            f"the reload was refused ({count} fault{'s' if count != 1 else ''}): "
+            "nothing changed, the running set is kept"
+        )
+        self.details = {"faults": list(self.problems), "revisions": dict(revisions)}
 
 
 class CallError(ToolgateError):

@@ -302,6 +302,9 @@ class Settings(_Frozen):
     revocation_check: bool = True
     """Refuse a revoked API key (``toolgate keys revoke``): one indexed read of the store per
     authenticated request, so that every replica refuses it at once."""
+    admins: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    """Principal ids that may use the admin routes (``POST /v1/admin/reload``); none by
+    default. ``SIGHUP`` reloads whoever may signal the process."""
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-adapter configuration sections (``adapters: {database: {...}}``), each checked by
     its adapter when the gateway starts."""

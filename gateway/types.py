@@ -96,6 +96,24 @@ class Decision:
         return {"result": self.result.value, "reasons": list(self.reasons), **dict(self.extra)}
 
 
+@dataclass(frozen=True, slots=True)
+class Revisions:
+    """What a gateway runs, as content digests: the same files give the same revisions on
+    every replica (docs/deploy.md#reload)."""
+
+    catalogue: str = ""
+    """A digest of tools.d: each file's path below it and its bytes."""
+    policy: str = ""
+    """The revision of the policy bundle of rego/ and policies/ (its ``.manifest``'s)."""
+
+    def to_json(self) -> dict[str, str]:
+        return {"catalogue": self.catalogue, "policy": self.policy}
+
+
+NO_REVISIONS = Revisions()
+"""The revisions of a runtime built in code, from no files."""
+
+
 class PolicyBackend(Protocol):
     """Decides allow / require_approval / deny for a policy input document."""
 

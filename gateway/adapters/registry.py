@@ -51,8 +51,12 @@ def build_adapters(settings: Settings, catalogue: Catalogue) -> dict[str, Adapte
     unknown = sorted(set(settings.adapters) - set(SPECS))
     if unknown:
         raise ConfigError(f"adapters: unknown adapter sections {unknown} (known: {sorted(SPECS)})")
-    built: dict[str, Adapter] = {}
-    for kind in KINDS:
-        module = importlib.import_module(f"gateway.adapters.{kind}.adapter")
-        built[kind] = module.create(settings, settings.adapters.get(kind, {}), catalogue)
-    return built
+    return {kind: build_adapter(settings, kind, catalogue) for kind in KINDS}
+
+
+def build_adapter(settings: Settings, kind: str, catalogue: Catalogue) -> Adapter:
+    """The adapter of ``kind``, built from its ``adapters.<kind>`` section and ``catalogue``
+    (its ``create`` checks the tools of that kind: a fault is a ConfigError)."""
+    module = importlib.import_module(f"gateway.adapters.{kind}.adapter")
+    adapter: Adapter = module.create(settings, settings.adapters.get(kind, {}), catalogue)
+    return adapter

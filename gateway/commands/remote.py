@@ -1,4 +1,4 @@
-"""The subcommands that talk to a running gateway: call, approvals, executions, mcp."""
+"""The subcommands that talk to a running gateway: call, approvals, executions, reload, mcp."""
 
 from __future__ import annotations
 
@@ -62,6 +62,11 @@ def cmd_executions(args: argparse.Namespace) -> int:
         return request(args, "POST", f"/v1/executions/{args.id}/cancel")
     body = {"outcome": args.outcome, "note": args.note}
     return request(args, "POST", f"/v1/executions/{args.id}/resolve", body)
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """``POST /v1/admin/reload``: the answer (or the refusal with its faults) as JSON."""
+    return request(args, "POST", "/v1/admin/reload")
 
 
 def cmd_call(args: argparse.Namespace) -> int:

@@ -15,8 +15,14 @@ class Catalogue:
     """Immutable after construction; a reload builds a new one."""
 
     def __init__(
-        self, tools: Iterable[ToolDeclaration], lines: Mapping[str, Lines] | None = None
+        self,
+        tools: Iterable[ToolDeclaration],
+        lines: Mapping[str, Lines] | None = None,
+        revision: str = "",
     ) -> None:
+        self.revision = revision
+        """A digest of the files it was loaded from (``loader.revision_of``); empty for a
+        catalogue built in code."""
         self._lines = dict(lines or {})
         by_name: dict[str, list[ToolDeclaration]] = {}
         for tool in tools:

@@ -8,6 +8,7 @@ Each file is parsed once; the specs to check against are given (the shipped ones
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from gateway.declarations.model import ProbeDecl, ToolDeclaration
 from gateway.declarations.spec import AdapterSpec, Templating
 from gateway.declarations.templates import FIELDS, Template
 from gateway.errors import ConfigError
-from gateway.yamlsrc import Lines, load_yaml, pydantic_problems
+from gateway.yamlsrc import Lines, load_yaml, parse_yaml, pydantic_problems
 
 _COMMON_KEYS = frozenset(ToolDeclaration.model_fields) - {"options"}
 
@@ -46,9 +47,12 @@ def read_catalogue(
     tools: list[ToolDeclaration] = []
     where: dict[str, Lines] = {}
     seen: dict[tuple[str, str], str] = {}
+    contents: dict[str, bytes] = {}
     for path in files:
         try:
-            tool, lines = load_declaration(path, specs)
+            raw = _read(path)
+            contents[path.relative_to(tools_dir).as_posix()] = raw
+            tool, lines = load_declaration(path, specs, raw.decode("utf-8"))
         except ConfigError as exc:
             problems.extend(sorted(exc.problems, key=lambda p: _line_of(p, str(path))))
             continue
@@ -61,7 +65,26 @@ def read_catalogue(
         seen[key] = str(path)
         tools.append(tool)
         where[tool.ref] = lines
-    return Catalogue(tools, where), problems
+    return Catalogue(tools, where, revision_of(contents)), problems
+
+
+def _read(path: Path) -> bytes:
+    try:
+        raw = path.read_bytes()
+        raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}:1: cannot read: {exc}") from exc
+    return raw
+
+
+def revision_of(contents: Mapping[str, bytes]) -> str:
+    """The catalogue revision: a digest of each file's path below tools.d and its bytes, so
+    that replicas reading the same files agree on it wherever the directory is."""
+    digest = hashlib.sha256()
+    for name in sorted(contents):
+        digest.update(name.encode("utf-8") + b"\0")
+        digest.update(hashlib.sha256(contents[name]).digest())
+    return digest.hexdigest()[:32]
 
 
 def _line_of(problem: str, file: str) -> int:
@@ -70,9 +93,11 @@ def _line_of(problem: str, file: str) -> int:
     return int(line) if line.isdigit() else 0
 
 
-def load_declaration(path: Path, specs: Mapping[str, AdapterSpec]) -> tuple[ToolDeclaration, Lines]:
-    """Parse and check one declaration file."""
-    raw, lines = load_yaml(path)
+def load_declaration(
+    path: Path, specs: Mapping[str, AdapterSpec], text: str | None = None
+) -> tuple[ToolDeclaration, Lines]:
+    """Parse and check one declaration file (``text``: its content, already read)."""
+    raw, lines = load_yaml(path) if text is None else parse_yaml(text, str(path))
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}:1: a tool declaration must be a mapping of keys")
     tool = _validate(raw, lines, specs)

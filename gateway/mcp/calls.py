@@ -68,7 +68,7 @@ class Door:
             raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
         app = request.app
         return cls(
-            services=app.state.services,
+            services=app.state.services.latest,
             principal=principal,
             roles=tuple(request.scope.get(ROLES_SCOPE_KEY, ())),
             auth_method=str(request.scope.get(AUTH_METHOD_SCOPE_KEY, "")),

@@ -42,12 +42,14 @@ async def visible(
     auth_method: str = "",
 ) -> list[Any]:
     """The MCP tool objects ``principal`` (authenticated by ``auth_method``, its credential
-    holding ``roles``) may see, in catalogue order."""
+    holding ``roles``) may see, in catalogue order (all of one generation of the runtime,
+    held while the policy is asked)."""
     tools = []
-    for tool in listed(services):
-        probe = probe_input(services, principal, workspace_id, tool, roles, auth_method)
-        if await _could_allow(services, workspace_id, probe):
-            tools.append(mcp_tool(tool))
+    with services.lease() as services:
+        for tool in listed(services):
+            probe = probe_input(services, principal, workspace_id, tool, roles, auth_method)
+            if await _could_allow(services, workspace_id, probe):
+                tools.append(mcp_tool(tool))
     return tools
 
 

@@ -51,8 +51,11 @@ class DecisionLog:
         result: Mapping[str, Any],
         seconds: float,
         ids: Mapping[str, str],
+        revision: str | None = None,
     ) -> dict[str, Any]:
-        """The event of one decision."""
+        """The event of one decision (``revision``: the policy revision that made it, when it
+        is not the one the log was opened with: a reload changed it)."""
+        revision = revision or self.revision
         event: dict[str, Any] = {
             "decision_id": str(uuid.uuid4()),
             "path": DECISION_PATH,
@@ -60,8 +63,8 @@ class DecisionLog:
             "result": dict(result),
             "timestamp": _rfc3339_ns(time.time_ns()),
             "labels": self.labels,
-            "bundles": {"toolgate": {"revision": self.revision}},
-            "revision": self.revision,
+            "bundles": {"toolgate": {"revision": revision}},
+            "revision": revision,
             "metrics": {"timer_rego_query_eval_ns": int(seconds * 1e9)},
             "toolgate": dict(ids),
         }
@@ -76,8 +79,9 @@ class DecisionLog:
         result: Mapping[str, Any],
         seconds: float,
         ids: Mapping[str, str],
+        revision: str | None = None,
     ) -> None:
-        line = json.dumps(self.event(document, result, seconds, ids), default=str)
+        line = json.dumps(self.event(document, result, seconds, ids, revision), default=str)
         with self._lock:
             self._out.write(line + "\n")
             self._out.flush()

@@ -160,6 +160,11 @@ class Metrics:
             "Requests refused by a bound on load (429, 503 overloaded), by the setting.",
             ["setting"],
         )
+        self.reloads = _Counter(
+            "toolgate_reloads",
+            "Reloads of tools.d, rego/ and policies/ by result (applied|unchanged|refused).",
+            ["result"],
+        )
         self._store_lock = threading.Lock()
         self._gauges = {"approvals_pending": 0, "queued": 0, "in_flight": 0}
         self.registry = CollectorRegistry(auto_describe=True)
@@ -205,6 +210,9 @@ class Metrics:
         """A bound on load refused a request (``setting`` names the bound)."""
         self.refusals.inc(setting)
 
+    def reloaded(self, result: str) -> None:
+        self.reloads.inc(result)
+
     # -- the scrape ------------------------------------------------------------------------
 
     def scrape(self, pending_approvals: int, queued: int, in_flight: int) -> bytes:
@@ -242,6 +250,7 @@ class Metrics:
         )
         yield self.recovery.metric()
         yield self.refusals.metric()
+        yield self.reloads.metric()
 
     def kinds(self) -> list[tuple[str, str]]:
         """(name, type) of every series the registry exposes (a counter's name without its

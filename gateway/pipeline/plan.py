@@ -60,6 +60,8 @@ class Plan:
     preview: JSON
     preview_available: bool
     error: dict[str, JSON] | None
+    revisions: dict[str, str]
+    """The catalogue and policy revisions the plan was made on."""
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -75,12 +77,19 @@ class Plan:
             "preview": self.preview,
             "preview_available": self.preview_available,
             "error": self.error,
+            "revisions": self.revisions,
         }
 
 
 async def plan_call(services: Services, request: ToolExecutionRequest) -> Plan:
     """The plan of ``request``. ``RequestError`` propagates (the same 4xx as an execution);
-    a ``CallError`` the real call would end ``failed`` on is part of the plan."""
+    a ``CallError`` the real call would end ``failed`` on is part of the plan. It runs on the
+    newest generation of the runtime, held until the plan is made."""
+    with services.lease() as services:
+        return await _plan_call(services, request)
+
+
+async def _plan_call(services: Services, request: ToolExecutionRequest) -> Plan:
     state: State = Requested.start(request, dry_run=True)
     call: Call | None = None
     error: CallError | None = None
@@ -146,6 +155,7 @@ async def _describe(
         preview=preview,
         preview_available=previewing,
         error=error.to_json() if error else None,
+        revisions=services.revisions.to_json(),
     )
 
 

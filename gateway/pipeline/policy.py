@@ -97,7 +97,7 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
             "run_id": ticket.request.run_id,
             "call_id": ticket.request.call_id,
         }
-        decisions.write(document, decision.to_json(), seconds, ids)
+        decisions.write(document, decision.to_json(), seconds, ids, services.revisions.policy)
     recorded, truncated = recorded_input(document, services.settings.policy_input_mask)
     trail = state.trail.emit(
         "policy.decided",

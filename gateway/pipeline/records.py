@@ -17,7 +17,7 @@ from gateway.errors import ToolgateError
 from gateway.events.model import Event, make_event
 from gateway.ids import sortable_id
 from gateway.store.records import ApprovalRecord, ExecutionRecord
-from gateway.types import JSON, Outcome
+from gateway.types import JSON, Outcome, Revisions
 from gateway.workspace import ResolvedPath, Workspace
 
 NOTHING_ATTEMPTED = SideEffectReport(False, False)
@@ -232,6 +232,15 @@ class Requested:
             comment=approval.comment,
         )
         return cls(ticket, trail)
+
+    def stamped(self, revisions: Revisions) -> Requested:
+        """The call with ``revisions`` in the data of its first event (``tool.requested``, or
+        the event a resumed or dequeued leg begins with): what it runs on is on record."""
+        if not self.trail.events or not (revisions.catalogue or revisions.policy):
+            return self
+        first, *rest = self.trail.events
+        first = replace(first, data={**first.data, "revisions": revisions.to_json()})
+        return Requested(self.ticket, replace(self.trail, events=(first, *rest)))
 
     @classmethod
     def dequeued(cls, record: ExecutionRecord, next_seq: int) -> Requested:

@@ -149,15 +149,18 @@ def _next_seq(events: list[Any]) -> int:
 async def run_flow(
     services: Services, state: Requested, stages: tuple[Stage[Any], ...] = STAGES
 ) -> ExecutionRecord:
-    """Run the call ``state`` through ``stages``."""
-    if services.settings.log_format != "json":
-        return await _run_flow(services, state, stages)
-    with logs.bind_call(_log_fields(state)):
-        record = await _run_flow(services, state, stages)
-        if log.isEnabledFor(logging.INFO):
-            shown = record.outcome if record.terminal else str(record.status)
-            log.info("execution %s: %s", record.id, shown, extra={"outcome": shown})
-        return record
+    """Run the call ``state`` through ``stages``, on the newest generation of the runtime,
+    held until the call ends (a reload meanwhile changes nothing for it)."""
+    with services.lease() as services:
+        state = state.stamped(services.revisions)
+        if services.settings.log_format != "json":
+            return await _run_flow(services, state, stages)
+        with logs.bind_call(_log_fields(state)):
+            record = await _run_flow(services, state, stages)
+            if log.isEnabledFor(logging.INFO):
+                shown = record.outcome if record.terminal else str(record.status)
+                log.info("execution %s: %s", record.id, shown, extra={"outcome": shown})
+            return record
 
 
 def _log_fields(state: Requested) -> dict[str, str]:

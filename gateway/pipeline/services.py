@@ -9,6 +9,7 @@ The pipeline never imports the runtime: the runtime sits above it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import anyio
@@ -20,7 +21,7 @@ from gateway.observability.telemetry import Telemetry
 from gateway.policy.data import PolicyData
 from gateway.settings import Settings
 from gateway.store.store import Store
-from gateway.types import PolicyBackend
+from gateway.types import PolicyBackend, Revisions
 from gateway.workspace import Workspace
 
 
@@ -71,6 +72,12 @@ class Services(Protocol):
     def active(self) -> ActiveExecutions: ...
     @property
     def telemetry(self) -> Telemetry: ...
+    @property
+    def revisions(self) -> Revisions: ...
+
+    def lease(self) -> AbstractContextManager[Services]:
+        """The newest generation of the runtime (a reload swaps in new ones), held until the
+        block ends: a call runs on one catalogue, policy and set of adapters throughout."""
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

@@ -22,7 +22,6 @@ BaseExceptions), ``list_rules`` and the syntax-tree readers ``syntax_tree``, ``r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -65,13 +64,13 @@ class PolicySources:
     that name the file, line and key (``gateway.policy.data``)."""
 
     def revision(self) -> str:
-        """A digest of the modules and the data: what the decision log names as the policy
-        revision (it changes exactly when a decision could)."""
-        digest = hashlib.sha256()
-        for name, text in self.modules:
-            digest.update(f"{name}\0{text}\0".encode())
-        digest.update(self.data_json().encode())
-        return digest.hexdigest()[:16]
+        """The policy revision: that of the bundle of these sources (``bundle.source_revision``,
+        the ``.manifest``'s), a digest of the modules' file names and texts and of the data. It
+        changes exactly when a decision could, and replicas reading the same files agree on
+        it wherever their directories are (the decision log, events and ``/readyz`` name it)."""
+        from gateway.policy.bundle import source_revision  # bundle imports this module
+
+        return source_revision(self)
 
     def data_json(self) -> str:
         """The whole data document (``{"toolgate": data}``) as JSON."""

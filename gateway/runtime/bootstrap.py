@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from gateway import __version__
 from gateway.adapters.registry import SPECS, build_adapters
@@ -24,8 +25,12 @@ from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.runtime.container import Runtime
 from gateway.settings import Settings
 from gateway.store.store import Store
-from gateway.types import CachingPolicy, PolicyBackend
+from gateway.types import CachingPolicy, PolicyBackend, Revisions
 from gateway.workspace import Workspace
+
+
+class Closable(Protocol):
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
     store = Store(settings.resolved_database_url)
     await store.open()
     policy = await open_backend(settings, loaded.sources)
-    return Runtime(
+    runtime = Runtime(
         settings=settings,
         catalogue=loaded.catalogue,
         policy=policy,
@@ -91,7 +96,15 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
         approval_key=approval_key(settings),
         faults=Faults.parse(settings.faults),
         telemetry=make_telemetry(settings, store, policy, revision=loaded.sources.revision()),
+        revisions=revisions_of(loaded),
     )
+    runtime.generations.swap(runtime)  # the first generation
+    return runtime
+
+
+def revisions_of(loaded: Loaded) -> Revisions:
+    """The catalogue and policy revisions of what was loaded."""
+    return Revisions(loaded.catalogue.revision, loaded.sources.revision())
 
 
 def make_telemetry(
@@ -133,11 +146,28 @@ def make_telemetry(
 
 
 async def close_runtime(runtime: Runtime) -> None:
-    for adapter in runtime.adapters.values():
-        await adapter.aclose()
-    await runtime.policy.aclose()
+    """Close the newest generation and every retired one not closed yet (each adapter and
+    policy backend once), then the store."""
+    for part in held_parts([*runtime.generations.retired(), runtime.latest]):
+        await part.aclose()
     await runtime.store.aclose()
     runtime.telemetry.close()
+
+
+def held_parts(generations: Sequence[Runtime], keep: Sequence[Runtime] = ()) -> list[Closable]:
+    """The policy backends and adapters of ``generations`` that none of ``keep`` holds,
+    each once."""
+    kept = {id(part) for g in keep for part in _parts(g)}
+    found: dict[int, Closable] = {}
+    for generation in generations:
+        for part in _parts(generation):
+            if id(part) not in kept:
+                found.setdefault(id(part), part)
+    return list(found.values())
+
+
+def _parts(runtime: Runtime) -> list[Closable]:
+    return [runtime.policy, *runtime.adapters.values()]
 
 
 def open_workspaces(declared: Mapping[str, WorkspaceSpec], base_dir: Path) -> dict[str, Workspace]:

@@ -4,11 +4,17 @@
 Its fields never change once built; what changes while the process runs (the registry of
 running executions, the cancel signals, the workers' wake-up) are objects of their own
 (``gateway.runtime.signals``). The pipeline sees it as ``gateway.pipeline.services.Services``.
+
+A reload (``gateway.runtime.reload``) builds a new generation: a copy with a new catalogue,
+policy, policy data, workspaces and the adapters whose tools changed, sharing everything
+else, and swaps it in (``generations``, shared by every generation). ``latest`` is the newest;
+``lease()`` holds the newest for as long as a call runs on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from gateway.adapters.base import Adapter
@@ -17,10 +23,10 @@ from gateway.faults import NO_FAULTS, Faults
 from gateway.observability.telemetry import OFF, Telemetry
 from gateway.policy.data import PolicyData
 from gateway.runtime.admission import Admission
-from gateway.runtime.signals import Cancellations, Running, Wakeup
+from gateway.runtime.signals import Cancellations, Generations, Running, Wakeup
 from gateway.settings import Settings
 from gateway.store.store import Store
-from gateway.types import PolicyBackend
+from gateway.types import NO_REVISIONS, PolicyBackend, Revisions
 from gateway.workspace import Workspace
 
 
@@ -42,12 +48,27 @@ class Runtime:
     """Executions this process is running now (recovery leaves exactly these alone)."""
     telemetry: Telemetry = OFF
     """Metrics, tracing and the decision log, as configured (docs/operations.md)."""
-    admission: Admission = field(init=False)
+    revisions: Revisions = NO_REVISIONS
+    """What this generation runs: the catalogue and policy revisions (docs/deploy.md#reload)."""
+    generations: Generations[Runtime] = field(default_factory=Generations)
+    """The newest generation and the leases on older ones (shared by every generation)."""
+    admission: Admission = None  # type: ignore[assignment]  # made in __post_init__
     """What each principal, and everyone, holds now against the bounds on load (made from
-    ``settings``; docs/security.md#bounded-load)."""
+    ``settings``; docs/security.md#bounded-load): one for every generation, as the store."""
+
+    @property
+    def latest(self) -> Runtime:
+        """The newest generation (this one until a reload swaps in another)."""
+        return self.generations.current or self
+
+    def lease(self) -> AbstractContextManager[Runtime]:
+        """The newest generation, held (its adapters and policy stay open) until the block
+        ends; a copy that is no generation (``dataclasses.replace`` in a test) gets itself."""
+        return self.generations.lease(self)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "admission", Admission(self.settings, self.telemetry.metrics))
+        if self.admission is None:  # a reload's new generation (dataclasses.replace) keeps it
+            object.__setattr__(self, "admission", Admission(self.settings, self.telemetry.metrics))
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

@@ -77,8 +77,10 @@ async def recover(services: Services) -> list[ExecutionRecord]:
 
 
 async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionRecord:
-    """Settle (or requeue) one execution a crash left; counted by what was done."""
-    settled = await _recover_one(services, record)
+    """Settle (or requeue) one execution a crash left, on the newest generation of the
+    runtime (held until it is settled); counted by what was done."""
+    with services.lease() as services:
+        settled = await _recover_one(services, record)
     if (metrics := services.telemetry.metrics) is not None:
         metrics.recovered("requeued" if not settled.terminal else f"settled_{settled.outcome}")
     return settled

@@ -23,6 +23,7 @@ from gateway.runtime import approvals
 from gateway.runtime.bootstrap import Loaded, close_runtime, open_runtime
 from gateway.runtime.container import Runtime
 from gateway.runtime.recovery import recover
+from gateway.runtime.reload import Reloader
 from gateway.runtime.worker import run_workers
 from gateway.server import artifacts, routes
 from gateway.server.openapi import build_openapi
@@ -50,6 +51,8 @@ def create_app(
         owned = services is None
         app.state.services = services or await open_runtime(settings, loaded)
         app.state.authenticator = authenticator
+        app.state.reloader = reloader = Reloader(app.state.services)
+        signalled = reloader.install_signal()
         try:
             settled = await recover(app.state.services)
             if settled:
@@ -59,9 +62,12 @@ def create_app(
                 app.state.tasks = tasks
                 tasks.start_soon(_sweeper, app.state.services)
                 tasks.start_soon(run_workers, app.state.services)
+                tasks.start_soon(reloader.run)
                 yield
                 tasks.cancel_scope.cancel()
         finally:
+            if signalled:
+                reloader.remove_signal()
             if owned:
                 await close_runtime(app.state.services)
 
@@ -83,6 +89,7 @@ def create_app(
         Route("/v1/approvals/{approval_id}/deny", routes.deny, methods=["POST"]),
         Route("/v1/artifacts/{artifact_id}", artifacts.get_artifact, methods=["GET"]),
         Route("/v1/policy/bundle", routes.policy_bundle, methods=["GET"]),
+        Route("/v1/admin/reload", routes.reload, methods=["POST"]),
         Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/healthz", routes.healthz, methods=["GET"]),
         Route("/readyz", routes.readyz, methods=["GET"]),
@@ -108,6 +115,6 @@ async def _sweeper(services: Runtime) -> None:
     while True:
         await anyio.sleep(services.settings.sweep_interval)
         try:
-            await approvals.sweep(services)
+            await approvals.sweep(services.latest)
         except ToolgateError as exc:
             log.warning("sweep failed: %s", exc)

@@ -294,6 +294,21 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/admin/reload": {
+            "post": {
+                "summary": "Reload tools.d, rego/ and policies/: checked first, swapped atomically",
+                "description": "Only the principals listed in admins. See docs/deploy.md#reload.",
+                "responses": {
+                    "200": _resp(
+                        "status (applied|unchanged), revisions, previous, generation",
+                        {"type": "object"},
+                    ),
+                    "403": _resp("not an admin (not_an_admin)"),
+                    "422": _resp("refused (reload_refused): faults; nothing changed"),
+                    **_ERRORS,
+                },
+            }
+        },
         "/v1/tools": {
             "get": {
                 "summary": "The tool catalogue, or every enabled tool as an LLM tool definition",
@@ -355,7 +370,7 @@ def _paths() -> dict[str, Any]:
         "/readyz": {
             "get": {
                 "security": [],
-                "summary": "Readiness (store reachable)",
+                "summary": "Readiness (store reachable), with the catalogue and policy revisions",
                 "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
             }
         },
@@ -382,6 +397,10 @@ def _plan_schema() -> dict[str, Any]:
             "preview": {},
             "preview_available": {"type": "boolean"},
             "error": nullable,
+            "revisions": {
+                "type": "object",
+                "properties": {"catalogue": {"type": "string"}, "policy": {"type": "string"}},
+            },
         },
         "required": ["dry_run", "would", "tool", "validation", "policy", "locks", "error"],
     }

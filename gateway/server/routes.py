@@ -36,8 +36,9 @@ from gateway.types import ApprovalStatus, Status
 
 
 def services_of(request: Request) -> Runtime:
+    """The newest generation of the runtime (a call leases its own: ``Runtime.lease``)."""
     runtime: Runtime = request.app.state.services
-    return runtime
+    return runtime.latest
 
 
 # A body this large is parsed and checked in a worker thread: on the event loop, parsing a
@@ -415,14 +416,27 @@ async def deny(request: Request) -> Response:
 async def policy_bundle(request: Request) -> Response:
     """The policy as an OPA bundle (docs/api.md), with an ETag; 304 when it is unchanged."""
     principal_of(request)
-    built = getattr(request.app.state, "policy_bundle", None)
-    if built is None:
-        services = services_of(request)
-        built = request.app.state.policy_bundle = bundles.served(services.policy, services.settings)
+    services = services_of(request)
+    of, built = getattr(request.app.state, "policy_bundle", (None, None))
+    if built is None or of is not services.policy:  # built once per policy (a reload: again)
+        built = bundles.served(services.policy, services.settings)
+        request.app.state.policy_bundle = (services.policy, built)
     headers = {"ETag": built.etag, "Cache-Control": "no-cache"}
     if bundles.etag_matches(request.headers.get("if-none-match"), built.etag):
         return Response(status_code=304, headers=headers)
     return Response(built.data, media_type="application/gzip", headers=headers)
+
+
+async def reload(request: Request) -> Response:
+    """Reload tools.d, rego/ and policies/ (docs/api.md#post-v1adminreload): admins only."""
+    principal = principal_of(request)
+    if principal not in services_of(request).settings.admins:
+        raise Forbidden(
+            f"{principal} may not reload the gateway (only the principals listed in admins)",
+            code="not_an_admin",
+        )
+    done = await request.app.state.reloader.reload(by=principal)
+    return JSONResponse(done.to_json())
 
 
 async def metrics(request: Request) -> Response:
@@ -450,5 +464,7 @@ async def readyz(request: Request) -> Response:
         "store": "ok" if store_ok else "unavailable",
         "tools": len(services.catalogue),
         "policy": services.settings.policy_backend,
+        "revisions": services.revisions.to_json(),
+        "generation": services.generations.number,
     }
     return JSONResponse(body, status_code=200 if store_ok else 503)

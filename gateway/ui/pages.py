@@ -67,8 +67,9 @@ class CsrfRefused(Forbidden):
 
 
 def services_of(request: Request) -> Runtime:
+    """The newest generation of the runtime (a call leases its own: ``Runtime.lease``)."""
     runtime: Runtime = request.app.state.services
-    return runtime
+    return runtime.latest
 
 
 def _key(request: Request) -> bytes:

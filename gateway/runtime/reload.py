@@ -1,0 +1,298 @@
+"""Hot reload: read tools.d, rego/ and policies/ again, check everything, swap atomically.
+
+``Reloader.reload`` (``SIGHUP``, ``POST /v1/admin/reload``, docs/deploy.md#reload):
+
+1. loads and checks the three sources as start-up does (``bootstrap.load_sources``, in a
+   worker thread), opens the workspaces the policy data declares, builds the adapters whose
+   tools changed (their ``create`` runs the adapters' own checks: connections, services,
+   SQL) and the policy backend when the policy changed;
+2. any fault refuses the reload (``ReloadRefused``, every fault listed and logged): what was
+   built for it is closed, and the running generation is untouched;
+3. otherwise swaps in a new generation of the runtime (``dataclasses.replace`` of the newest:
+   the store, the signals, telemetry and the running set are shared): one reference replaced.
+   Calls that started before keep the generation they leased; new ones lease the new one.
+
+Nothing is rebuilt that did not change: the same catalogue revision keeps the catalogue (and
+every adapter), the same policy revision keeps the policy backend (and its decision cache),
+and an adapter kind whose declarations are all unchanged keeps its instance (a browser keeps
+its sessions). What a retired generation alone held is closed once no call leases it any more
+(``close_drained``, run by ``run`` whenever a lease ends).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+
+from gateway.adapters.base import Adapter
+from gateway.adapters.registry import KINDS, build_adapter
+from gateway.declarations.catalogue import Catalogue
+from gateway.errors import ConfigError, ReloadRefused
+from gateway.policy.backends import open_backend
+from gateway.runtime.bootstrap import (
+    Closable,
+    Loaded,
+    held_parts,
+    load_sources,
+    open_workspaces,
+    revisions_of,
+)
+from gateway.runtime.container import Runtime
+from gateway.types import CachingPolicy, PolicyBackend, Revisions
+
+log = logging.getLogger("toolgate.reload")
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a reload that was not refused did."""
+
+    applied: bool
+    """A new generation was swapped in (false: the files had not changed)."""
+    revisions: Revisions
+    previous: Revisions
+    rebuilt: tuple[str, ...]
+    """The adapter kinds that got a new instance."""
+    warnings: tuple[str, ...]
+    generation: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": "applied" if self.applied else "unchanged",
+            "revisions": self.revisions.to_json(),
+            "previous": self.previous.to_json(),
+            "generation": self.generation,
+            "adapters_rebuilt": list(self.rebuilt),
+            "warnings": list(self.warnings),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class Reloader:
+    """Reloads one gateway process's runtime (see the module docstring)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        if runtime.generations.current is None:
+            runtime.generations.swap(runtime)  # a runtime built without open_runtime
+        self._lock = anyio.Lock()
+        self._asked = anyio.Event()
+        self._released = anyio.Event()
+        runtime.generations.on_release(self._on_release)
+        self._signal_loop: Any = None
+
+    # -- reloading --------------------------------------------------------------------------
+
+    async def reload(self, by: str = "") -> Reloaded:
+        """Reload now (one reload at a time); ReloadRefused lists the faults."""
+        async with self._lock:
+            started = time.perf_counter()
+            try:
+                # Once begun, a reload ends (swapped or refused, what it built closed): a
+                # cancel midway would leave adapters and a policy backend open.
+                with anyio.CancelScope(shield=True):
+                    outcome = await self._reload(started)
+            except ReloadRefused as exc:
+                self._count("refused")
+                log.warning(
+                    "reload%s refused, the running set is kept (%s): %s",
+                    f" by {by}" if by else "",
+                    _shown(self.runtime.latest.revisions),
+                    "; ".join(exc.problems),
+                )
+                raise
+            self._count("applied" if outcome.applied else "unchanged")
+            log.warning(
+                "reload%s %s: catalogue %s, policy %s%s",
+                f" by {by}" if by else "",
+                "applied" if outcome.applied else "found nothing changed",
+                _change(outcome.previous.catalogue, outcome.revisions.catalogue),
+                _change(outcome.previous.policy, outcome.revisions.policy),
+                f", adapters rebuilt: {', '.join(outcome.rebuilt)}" if outcome.rebuilt else "",
+            )
+            return outcome
+
+    async def _reload(self, started: float) -> Reloaded:
+        current = self.runtime.latest
+        settings = current.settings
+        try:
+            loaded = await anyio.to_thread.run_sync(load_sources, settings)
+            workspaces = open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
+        except ConfigError as exc:
+            raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
+        except OSError as exc:
+            raise ReloadRefused(
+                [f"a workspace root cannot be created: {exc}"], current.revisions.to_json()
+            ) from exc
+        revisions = revisions_of(loaded)
+        warnings = tuple(loaded.sources.warnings)
+        if revisions == current.revisions:
+            number = self.runtime.generations.number
+            seconds = time.perf_counter() - started
+            return Reloaded(False, revisions, revisions, (), warnings, number, seconds)
+        catalogue = current.catalogue
+        if revisions.catalogue != current.revisions.catalogue:
+            catalogue = loaded.catalogue
+        adapters, fresh = await self._adapters(current, catalogue)
+        policy = current.policy
+        policy_changed = revisions.policy != current.revisions.policy
+        try:
+            if policy_changed:
+                policy = await self._policy(current, loaded)
+        except ConfigError as exc:
+            await _close_all(fresh.values())
+            raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
+        newer = replace(
+            current,
+            catalogue=catalogue,
+            policy=policy,
+            policy_data=loaded.policy_data if policy_changed else current.policy_data,
+            workspaces=workspaces if policy_changed else current.workspaces,
+            adapters=adapters,
+            revisions=revisions,
+        )
+        self.runtime.generations.swap(newer)
+        self._on_release()  # the old one may have no lease at all: close it now
+        return Reloaded(
+            True,
+            revisions,
+            current.revisions,
+            tuple(sorted(fresh)),
+            warnings,
+            self.runtime.generations.number,
+            time.perf_counter() - started,
+        )
+
+    async def _adapters(
+        self, current: Runtime, catalogue: Catalogue
+    ) -> tuple[dict[str, Adapter], dict[str, Adapter]]:
+        """Every adapter of the new generation, and those of them built new (the kinds whose
+        tools changed). Each kind is built, so its checks run; an unchanged kind keeps its
+        instance and the one just built is closed."""
+        if catalogue is current.catalogue:
+            return dict(current.adapters), {}
+        settings = current.settings
+        built: dict[str, Adapter] = {}
+        problems: list[str] = []
+        for kind in KINDS:
+            try:
+                built[kind] = build_adapter(settings, kind, catalogue)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+        if problems:
+            await _close_all(built.values())
+            raise ReloadRefused(problems, current.revisions.to_json())
+        adapters: dict[str, Adapter] = {}
+        fresh: dict[str, Adapter] = {}
+        for kind, adapter in built.items():
+            old = current.adapters.get(kind)
+            if old is not None and _tools(current.catalogue, kind) == _tools(catalogue, kind):
+                adapters[kind] = old
+                await adapter.aclose()
+            else:
+                adapters[kind] = fresh[kind] = adapter
+        return adapters, fresh
+
+    async def _policy(self, current: Runtime, loaded: Loaded) -> PolicyBackend:
+        policy = await open_backend(current.settings, loaded.sources)
+        metrics = current.telemetry.metrics
+        if metrics is not None and isinstance(policy, CachingPolicy):
+            policy.observe_cache(metrics.policy_cache_lookup)
+        return policy
+
+    def _count(self, result: str) -> None:
+        if (metrics := self.runtime.telemetry.metrics) is not None:
+            metrics.reloaded(result)
+
+    # -- closing what retired generations held ------------------------------------------------
+
+    def _on_release(self) -> None:
+        self._released.set()
+
+    async def close_drained(self) -> int:
+        """Close what only retired generations no call leases any more held; how many
+        adapters and policy backends were closed."""
+        generations = self.runtime.generations
+        drained = generations.drained()
+        if not drained:
+            return 0
+        parts = held_parts(drained, keep=generations.alive())
+        with anyio.CancelScope(shield=True):  # forgotten already: close them whatever happens
+            await _close_all(parts)
+        return len(parts)
+
+    # -- the process's task: SIGHUP and closing ---------------------------------------------
+
+    def ask(self) -> None:
+        """Ask for a reload (what ``SIGHUP`` does); ``run`` carries it out."""
+        self._asked.set()
+
+    def install_signal(self) -> bool:
+        """Reload on ``SIGHUP`` (the main thread's event loop only); whether it was installed."""
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGHUP, self.ask)
+        except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+            return False  # not the main thread (a test client), or no signals here
+        self._signal_loop = loop
+        return True
+
+    def remove_signal(self) -> None:
+        if self._signal_loop is not None:
+            self._signal_loop.remove_signal_handler(signal.SIGHUP)
+            self._signal_loop = None
+
+    async def run(self) -> None:
+        """Carry out asked-for reloads and close drained generations, until cancelled."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._reloads)
+            tasks.start_soon(self._closer)
+
+    async def _reloads(self) -> None:
+        while True:
+            await self._asked.wait()
+            self._asked = anyio.Event()
+            try:
+                await self.reload(by="SIGHUP")
+            except ReloadRefused:
+                pass  # logged, counted; the running set is kept
+            except Exception:
+                log.exception("the reload failed; the running set is kept")
+
+    async def _closer(self) -> None:
+        while True:
+            await self._released.wait()
+            self._released = anyio.Event()
+            try:
+                await self.close_drained()
+            except Exception:
+                log.exception("closing what a retired generation held failed")
+
+
+def _tools(catalogue: Catalogue, kind: str) -> list[Any]:
+    return [tool for tool in catalogue.all() if tool.adapter == kind]
+
+
+async def _close_all(parts: Any) -> None:
+    for part in list(parts):
+        closable: Closable = part
+        try:
+            await closable.aclose()
+        except Exception:
+            log.exception("closing %s failed", type(part).__name__)
+
+
+def _shown(revisions: Revisions) -> str:
+    return f"catalogue {revisions.catalogue}, policy {revisions.policy}"
+
+
+def _change(before: str, after: str) -> str:
+    return after if before == after else f"{before} -> {after}"
