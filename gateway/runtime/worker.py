@@ -12,6 +12,7 @@ from gateway.instance import INSTANCE_ID
 from gateway.pipeline.runner import run_queued
 from gateway.runtime.container import Runtime
 from gateway.runtime.recovery import recover
+from gateway.runtime.replicas import forget_gone
 
 log = logging.getLogger("toolgate.worker")
 IDLE_POLL = 1.0
@@ -45,10 +46,13 @@ async def _work(runtime: Runtime) -> None:
 
 
 async def _recover_periodically(runtime: Runtime) -> None:
-    interval = max(runtime.settings.lock_lease, 1.0)
+    """A recovery pass every half lease: another replica's expired lease is seen within
+    ``lock_lease / 2`` of its expiry (at least a second apart)."""
+    interval = max(runtime.settings.lock_lease / 2, 1.0)
     while True:
         await anyio.sleep(interval)
         try:
             await recover(runtime)
+            await forget_gone(runtime)
         except ToolgateError as exc:
             log.warning("recovery pass failed: %s", exc)

@@ -15,7 +15,7 @@ from starlette.routing import Route
 from gateway.errors import ToolgateError
 from gateway.http.problems import HANDLERS
 from gateway.mcp.endpoint import McpEndpoint
-from gateway.runtime import approvals
+from gateway.runtime import approvals, replicas
 from gateway.runtime.bootstrap import Loaded, close_runtime, open_runtime
 from gateway.runtime.container import Runtime
 from gateway.runtime.recovery import recover
@@ -45,15 +45,18 @@ def create_app(
         owned = services is None
         app.state.services = services or await open_runtime(settings, loaded)
         try:
+            await replicas.join(app.state.services)  # a lease before it owns anything
             settled = await recover(app.state.services)
             if settled:
                 log.warning("recovered %d interrupted executions", len(settled))
             async with anyio.create_task_group() as tasks, mcp.run():
                 app.state.tasks = tasks
+                tasks.start_soon(replicas.heartbeat, app.state.services)
                 tasks.start_soon(_sweeper, app.state.services)
                 tasks.start_soon(run_workers, app.state.services)
                 yield
                 tasks.cancel_scope.cancel()
+            await replicas.leave(app.state.services)
         finally:
             if owned:
                 await close_runtime(app.state.services)
