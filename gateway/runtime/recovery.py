@@ -1,6 +1,6 @@
 """Crash recovery: settle every execution whose owner died while it ran.
 
-On start, and every ``lock_lease`` after (for other replicas' crashes), the gateway finds
+On start, and every half ``lock_lease`` after (for other replicas' crashes), the gateway finds
 executions left ``running`` or ``cancelling`` whose owner is gone (:func:`takeover`):
 
 - its owner is this process, yet nothing here runs it (it was left behind);
@@ -20,8 +20,9 @@ For each it:
   ``succeeded``, ``failed`` or, when nobody can tell, ``unknown`` (a probe that finds
   nothing proves nothing while another node's processes may still be running: ``unknown``).
 
-It also resumes calls whose approval was approved more than a lease ago while the call still
-waits, parked: the replica that took the decision stopped before it resumed them.
+:func:`unresumed` finds the calls whose approval was approved more than a lease ago while the
+call still waits, parked: the replica that took the decision stopped before it resumed them
+(the workers resume them, ``gateway.runtime.worker``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import anyio.abc
 
 from gateway.adapters.base import Recovering, SideEffectReport
 from gateway.errors import ExecutionError, StoreError, ToolgateError
@@ -42,7 +42,7 @@ from gateway.instance import INSTANCE_ID, NODE, owner_is_gone, process_is_gone
 from gateway.pipeline.probes import run_probes
 from gateway.pipeline.reconcile import WRITES, with_retryable
 from gateway.pipeline.records import Call
-from gateway.pipeline.runner import rebuild, resume_call
+from gateway.pipeline.runner import rebuild
 from gateway.pipeline.services import Services
 from gateway.runtime.closing import close_execution
 from gateway.store.records import ApprovalRecord, ExecutionRecord, ReplicaRecord
@@ -94,8 +94,7 @@ RECOVERY_CONCURRENCY = 16
 
 
 async def recover(services: Services) -> list[ExecutionRecord]:
-    """Settle every abandoned execution, several at a time, and resume approved calls left
-    parked; returns the new states of the executions settled."""
+    """Settle every abandoned execution, several at a time; returns their new states."""
     settled: list[ExecutionRecord] = []
     limiter = anyio.CapacityLimiter(RECOVERY_CONCURRENCY)
 
@@ -116,25 +115,16 @@ async def recover(services: Services) -> list[ExecutionRecord]:
             why = takeover(services, record, replicas, now)
             if why is not None:
                 tg.start_soon(one, record, why)
-        await _resume_unresumed(services, tg, now)
     return settled
 
 
-async def _resume_unresumed(services: Services, tg: anyio.abc.TaskGroup, now_ms: int) -> None:
-    """Resume the calls approved over a lease ago that still wait, parked. Whoever resumes
-    one first runs it; a second resume finds the approval spent and writes nothing."""
-    decided_before = now_ms - int(services.settings.lock_lease * 1000)
-    for approval in await services.store.unresumed_approvals(decided_before):
-        if approval.execution_id not in services.active:
-            log.warning("resuming %s: approved, but never resumed", approval.execution_id)
-            tg.start_soon(_resume, services, approval)
-
-
-async def _resume(services: Services, approval: ApprovalRecord) -> None:
-    try:
-        await resume_call(services, approval)
-    except Exception:
-        log.exception("resuming the execution of approval %s failed", approval.id)
+async def unresumed(services: Services) -> list[ApprovalRecord]:
+    """The approvals approved over a lease ago whose call still waits, parked, and runs
+    nowhere here: to resume. Whoever resumes one first runs it; a second resume finds the
+    approval spent and writes nothing."""
+    decided_before = int((time.time() - services.settings.lock_lease) * 1000)
+    found = await services.store.unresumed_approvals(decided_before)
+    return [a for a in found if a.execution_id not in services.active]
 
 
 async def recover_one(

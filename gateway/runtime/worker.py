@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 
 import anyio
+import anyio.abc
 
 from gateway.errors import ToolgateError
 from gateway.instance import INSTANCE_ID
 from gateway.pipeline.runner import run_queued
+from gateway.runtime import approvals
 from gateway.runtime.container import Runtime
-from gateway.runtime.recovery import recover
+from gateway.runtime.recovery import recover, unresumed
 from gateway.runtime.replicas import forget_gone
 
 log = logging.getLogger("toolgate.worker")
@@ -23,7 +25,7 @@ async def run_workers(runtime: Runtime) -> None:
     async with anyio.create_task_group() as tg:
         for _ in range(runtime.settings.workers):
             tg.start_soon(_work, runtime)
-        tg.start_soon(_recover_periodically, runtime)
+        tg.start_soon(_recover_periodically, runtime, tg)
 
 
 async def _work(runtime: Runtime) -> None:
@@ -45,14 +47,18 @@ async def _work(runtime: Runtime) -> None:
             runtime.active.discard(record.id)
 
 
-async def _recover_periodically(runtime: Runtime) -> None:
+async def _recover_periodically(runtime: Runtime, tg: anyio.abc.TaskGroup) -> None:
     """A recovery pass every half lease: another replica's expired lease is seen within
-    ``lock_lease / 2`` of its expiry (at least a second apart)."""
+    ``lock_lease / 2`` of its expiry (at least a second apart). Approved calls whose replica
+    stopped before resuming them are resumed here, beside the workers."""
     interval = max(runtime.settings.lock_lease / 2, 1.0)
     while True:
         await anyio.sleep(interval)
         try:
             await recover(runtime)
+            for approval in await unresumed(runtime):
+                log.warning("resuming %s: approved, never resumed", approval.execution_id)
+                tg.start_soon(approvals.resume, runtime, approval)
             await forget_gone(runtime)
         except ToolgateError as exc:
             log.warning("recovery pass failed: %s", exc)

@@ -36,8 +36,8 @@ STILL_PARKED = Sql(
 )
 EXPIRED_APPROVALS = Sql(f"{rows.SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
 UNRESUMED = Sql(
-    f"{rows.SELECT_APPROVAL} WHERE status = 'approved' AND decided_ms < ? AND execution_id IN "
-    "(SELECT id FROM executions WHERE status = 'awaiting_approval')"
+    f"{rows.SELECT_APPROVAL} WHERE status = 'approved' AND decided_ms < ? AND id IN "
+    "(SELECT approval_id FROM executions WHERE status = 'awaiting_approval')"
 )
 
 

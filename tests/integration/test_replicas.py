@@ -59,6 +59,8 @@ class Call:
     execution: dict[str, Any] = field(default_factory=dict)
     again: dict[str, Any] | None = None
     """idem: the execution the second request with the same key got."""
+    decided_on: str | None = None
+    """approval: the replica that took the decision (and should resume the call)."""
 
 
 ALICE_H = {"Authorization": f"Bearer {ALICE}"}
@@ -185,7 +187,8 @@ class Load:
         )
         if parked["status"] == "awaiting_approval":
             path = f"/v1/approvals/{parked['approval']['id']}/approve"
-            _, answer, dropped = await self.send("POST", path, avoid=url, headers=BOB_H)
+            decider, answer, dropped = await self.send("POST", path, avoid=url, headers=BOB_H)
+            call.decided_on = None if dropped else decider
             # 409: the victim took the decision and died before answering it.
             assert answer.status_code in (200, 202) or (dropped and answer.status_code == 409), (
                 answer.text
@@ -370,9 +373,21 @@ async def _scenario(
         unfinished = await store.unfinished([Status.RUNNING, Status.CANCELLING])
         left = [r for r in unfinished if r.owner == victim_id]
         assert not left, left
+        await _check_resumed_where_decided(store, load, cluster)
         return load, kill, taken, victim_id
     finally:
         await store.aclose()
+
+
+async def _check_resumed_where_decided(store: Store, load: Load, cluster: Cluster) -> None:
+    """An approved call runs on the replica that received the decision (when it lived)."""
+    ids = {r.pid: r.id for r in (await store.replicas()).values()}
+    owner_of = {r.id: r.owner for r in await store.find_executions(None, load.tag, None, 1000)}
+    by_url = {r.url: ids[r.proc.pid] for r in cluster.replicas.values()}
+    decided = [(c, c.decided_on) for c in load.calls if c.decided_on not in (None, load.victim.url)]
+    assert decided, "no approval was decided by a survivor"
+    for call, url in decided:
+        assert url is not None and owner_of[call.execution["id"]] == by_url[url], call.name
 
 
 async def test_a_replica_of_another_node_is_taken_over_at_its_lease_expiry(

@@ -23,7 +23,8 @@ from gateway.events.model import make_event
 from gateway.instance import HOST, INSTANCE_ID, NODE
 from gateway.pipeline.runner import resume_call, run_call
 from gateway.pipeline.services import Services
-from gateway.runtime.recovery import Takeover, recover, takeover
+from gateway.runtime.approvals import resume
+from gateway.runtime.recovery import Takeover, recover, takeover, unresumed
 from gateway.store.records import ExecutionRecord, ReplicaRecord
 from gateway.store.store import Store
 from gateway.types import JSON, Decision, DecisionResult, Status
@@ -161,11 +162,15 @@ async def test_an_approved_call_left_parked_is_resumed_once(
     assert parked.status is Status.AWAITING_APPROVAL and parked.approval_id
     decided = await store.decide_approval(parked.approval_id, "approved", "bob", None)
     approval = decided.approval  # type: ignore[union-attr]
-    assert await recover(services) == [] and adapter.calls == []  # decided just now: not yet
+    assert await unresumed(services) == [] and adapter.calls == []  # decided just now: not yet
     await store._write(lambda db: db.run("UPDATE approvals SET decided_ms = 1"))  # long ago
-    await recover(services)
+    [left] = await unresumed(services)
+    assert left.id == approval.id
+    await resume(services, left)  # what the workers' recovery pass does with it
+    assert await unresumed(services) == []
     done = await store.get_execution(parked.id)
-    assert done is not None and done.outcome == "succeeded", done.result["error"]
+    assert done is not None and done.result is not None
+    assert done.outcome == "succeeded", done.result["error"]
     assert len(adapter.calls) == 1
     again = await resume_call(services, approval)  # a late second resume: it writes nothing
     assert again.id == parked.id and again.outcome == "succeeded" and len(adapter.calls) == 1
