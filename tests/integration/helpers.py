@@ -13,6 +13,8 @@ import yaml
 
 from gateway.testing import free_port, make_project, serve, stop, wait_healthy
 
+START_TIMEOUT = 240.0
+"""Seconds for every replica to be ready (four processes starting at once share the CPUs)."""
 LEASE = 2.0
 """``lock_lease`` of the replicas here (seconds): short, so that a takeover is quick."""
 
@@ -93,8 +95,8 @@ def start_replicas(
             proc = serve(config, port, log, env)
         stack.callback(stop, proc)
         started[name] = Replica(f"http://127.0.0.1:{port}", proc)
-    for replica in started.values():
-        wait_healthy(replica.url, replica.proc)
+    for replica in started.values():  # they start at once: on a busy machine, slowly
+        wait_healthy(replica.url, replica.proc, timeout=START_TIMEOUT)
     return started
 
 

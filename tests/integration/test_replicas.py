@@ -370,6 +370,10 @@ async def _scenario(
             kill = await _run(load, store, victim_id)
         assert not load.failures, load.failures
         taken = await _taken_over(store, tag, victim_id)
+        for execution_id in kill.in_flight - set(taken):  # a COMMIT it sent as it died landed
+            events = await store.events(execution_id)
+            assert events[-1].type == "tool.completed" and events[-1].at_ms <= kill.at_ms
+            kill.in_flight.discard(execution_id)
         unfinished = await store.unfinished([Status.RUNNING, Status.CANCELLING])
         left = [r for r in unfinished if r.owner == victim_id]
         assert not left, left
