@@ -409,8 +409,9 @@ _ENV = {
 }
 _ENV_NESTED = {"TOOLGATE_MCP_ALLOWED_HOSTS": ("mcp", "allowed_hosts")}
 """Variables that set a key of a section (a comma-separated list)."""
-ENV_VARIABLES = frozenset({*_ENV, *_ENV_NESTED, "TOOLGATE_CONFIG"})
-"""Every ``TOOLGATE_*`` variable the settings read (docs/configuration.md lists each)."""
+ENV_VARIABLES = frozenset({*_ENV, *_ENV_NESTED, "TOOLGATE_CONFIG", "TOOLGATE_NODE_ID"})
+"""Every ``TOOLGATE_*`` variable the gateway reads (docs/configuration.md lists each);
+``TOOLGATE_NODE_ID`` is read by ``gateway.instance``."""
 
 
 def load_settings(

@@ -43,8 +43,7 @@ def pg_server() -> str:
     return f"postgresql+psycopg://{PG_USER}@{PG_HOST}:5432"
 
 
-@pytest.fixture
-def pg_url(pg_server: str) -> Iterator[str]:
+def _fresh_database(pg_server: str) -> Iterator[str]:
     name = f"toolgate_test_{uuid.uuid4().hex[:12]}"
     with pg_admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -53,6 +52,19 @@ def pg_url(pg_server: str) -> Iterator[str]:
     finally:
         with pg_admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh database for one test."""
+    yield from _fresh_database(pg_server)
+
+
+@pytest.fixture(scope="module")
+def pg_module_url(pg_server: str) -> Iterator[str]:
+    """A fresh database shared by the tests of one module (e.g. by the gateway processes
+    they start once)."""
+    yield from _fresh_database(pg_server)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

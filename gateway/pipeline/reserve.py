@@ -122,9 +122,9 @@ async def _resume(
         await services.store.append(execution_id, events)
         return Reserved(state.call, record, state.trail.drained())
     if not await services.store.resume(execution_id, state.approval.id, events, INSTANCE_ID):
-        raise PolicyDenied(
-            "the approval was already used by another call", code="approval_token_used"
-        )
+        # Another replica resumed it first (the one that took the decision, or recovery),
+        # or it was cancelled while parked: that one settles it; this flow writes nothing.
+        return Ended(await services.store.get_execution(execution_id) or record)
     return Reserved(state.call, record, state.trail.drained())
 
 

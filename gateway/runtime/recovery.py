@@ -1,21 +1,36 @@
 """Crash recovery: settle every execution whose owner died while it ran.
 
-On start (and periodically, for other replicas' crashes) the gateway finds executions left
-``running`` or ``cancelling`` whose owner process is gone (same host) or whose heartbeat is
-stale (another host). For each it:
+On start, and every half ``lock_lease`` after (for other replicas' crashes), the gateway finds
+executions left ``running`` or ``cancelling`` whose owner is gone (:func:`takeover`):
+
+- its owner is this process, yet nothing here runs it (it was left behind);
+- its owner ran on this node (``gateway.instance.NODE``) and that process no longer exists;
+- its owner ran on another node and its lease (``replicas``, renewed by its heartbeat) has
+  passed; or, for an owner with no replica row, the execution's own heartbeat is older than
+  ``STALE_LEASES`` lock leases.
+
+For each it:
 
 - never re-runs a side effect: one that never reached ``tool.started`` is queued again
   (nothing was attempted, so running it is safe); one that started is settled;
-- stops what the adapter left behind when it can prove it is its own (the adapter's
-  ``recover(state)`` gets each ``state.checkpointed`` adapter state, e.g. pid + start time);
+- stops what the adapter left behind only when its pids are provably of this node (the
+  adapter's ``recover(state)`` gets each ``state.checkpointed`` adapter state, e.g. pid +
+  start time); another node's processes are never signalled;
 - asks the tool's reconcile probes whether the side effect is in place, and commits
-  ``succeeded``, ``failed`` or, when nobody can tell, ``unknown``.
+  ``succeeded``, ``failed`` or, when nobody can tell, ``unknown`` (a probe that finds
+  nothing proves nothing while another node's processes may still be running: ``unknown``).
+
+:func:`unresumed` finds the calls whose approval was approved more than a lease ago while the
+call still waits, parked: the replica that took the decision stopped before it resumed them
+(the workers resume them, ``gateway.runtime.worker``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -23,31 +38,55 @@ import anyio
 from gateway.adapters.base import Recovering, SideEffectReport
 from gateway.errors import ExecutionError, StoreError, ToolgateError
 from gateway.events.model import make_event
-from gateway.instance import INSTANCE_ID, owner_is_gone
+from gateway.instance import INSTANCE_ID, NODE, owner_is_gone, process_is_gone
 from gateway.pipeline.probes import run_probes
 from gateway.pipeline.reconcile import WRITES, with_retryable
 from gateway.pipeline.records import Call
 from gateway.pipeline.runner import rebuild
 from gateway.pipeline.services import Services
 from gateway.runtime.closing import close_execution
-from gateway.store.records import ExecutionRecord
+from gateway.store.records import ApprovalRecord, ExecutionRecord, ReplicaRecord
 from gateway.types import Outcome, Status
 
 log = logging.getLogger("toolgate.recovery")
 STALE_LEASES = 3
-"""A heartbeat older than this many lock leases means the owner on another host is gone."""
+"""For an owner with no replica row: an execution heartbeat older than this many lock leases
+means the owner on another host is gone."""
 
 
-def abandoned(services: Services, record: ExecutionRecord) -> bool:
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """Why an execution is this replica's to settle, and whether its pids are of this node."""
+
+    because: str
+    """``left_behind``, ``owner_gone`` (same node, process gone), ``lease_expired`` (another
+    node), ``heartbeat_stale`` (an owner with no replica row)."""
+    local: bool
+    """Its processes ran on this node: recovery may check and stop them."""
+
+
+def takeover(
+    services: Services,
+    record: ExecutionRecord,
+    replicas: Mapping[str, ReplicaRecord],
+    now_ms: int,
+) -> Takeover | None:
+    """How this replica may take ``record`` over; None while its owner may still run it."""
     if record.id in services.active:
-        return False
-    if record.owner == INSTANCE_ID:
-        return True  # ours, yet no flow runs it: it failed mid-way and was left behind
-    gone = owner_is_gone(record.owner)
+        return None
+    owner = record.owner
+    if owner == INSTANCE_ID:
+        return Takeover("left_behind", True)  # ours, yet no flow runs it: it failed mid-way
+    replica = replicas.get(owner) if owner else None
+    if replica is not None:
+        if replica.node == NODE:  # its pids are ours to check: the process decides
+            return Takeover("owner_gone", True) if process_is_gone(replica.id) else None
+        return Takeover("lease_expired", False) if replica.expired(now_ms) else None
+    gone = owner_is_gone(owner)
     if gone is not None:
-        return gone
+        return Takeover("owner_gone", True) if gone else None
     stale_ms = STALE_LEASES * services.settings.lock_lease * 1000
-    return time.time() * 1000 - record.updated_ms > stale_ms
+    return Takeover("heartbeat_stale", False) if now_ms - record.updated_ms > stale_ms else None
 
 
 RECOVERY_CONCURRENCY = 16
@@ -59,40 +98,65 @@ async def recover(services: Services) -> list[ExecutionRecord]:
     settled: list[ExecutionRecord] = []
     limiter = anyio.CapacityLimiter(RECOVERY_CONCURRENCY)
 
-    async def one(record: ExecutionRecord) -> None:
+    async def one(record: ExecutionRecord, why: Takeover) -> None:
         async with limiter:
             try:
-                settled.append(await recover_one(services, record))
+                settled.append(await recover_one(services, record, why))
             except ToolgateError as exc:
                 log.warning("could not recover %s yet: %s", record.id, exc)
             except Exception:  # one execution's failure must not stop the others
                 log.exception("could not recover %s yet", record.id)
 
     candidates = await services.store.unfinished([Status.RUNNING, Status.CANCELLING])
+    replicas = await services.store.replicas() if candidates else {}
+    now = int(time.time() * 1000)
     async with anyio.create_task_group() as tg:
         for record in candidates:
-            if abandoned(services, record):
-                tg.start_soon(one, record)
+            why = takeover(services, record, replicas, now)
+            if why is not None:
+                tg.start_soon(one, record, why)
     return settled
 
 
-async def recover_one(services: Services, record: ExecutionRecord) -> ExecutionRecord:
+async def unresumed(services: Services) -> list[ApprovalRecord]:
+    """The approvals approved over a lease ago whose call still waits, parked, and runs
+    nowhere here: to resume. Whoever resumes one first runs it; a second resume finds the
+    approval spent and writes nothing."""
+    decided_before = int((time.time() - services.settings.lock_lease) * 1000)
+    found = await services.store.unresumed_approvals(decided_before)
+    return [a for a in found if a.execution_id not in services.active]
+
+
+async def recover_one(
+    services: Services, record: ExecutionRecord, why: Takeover
+) -> ExecutionRecord:
     """Settle (or requeue) one execution a crash left, on the newest generation of the
     runtime (held until it is settled); counted by what was done."""
     with services.lease() as services:
-        settled = await _recover_one(services, record)
+        settled = await _recover_one(services, record, why)
     if (metrics := services.telemetry.metrics) is not None:
         metrics.recovered("requeued" if not settled.terminal else f"settled_{settled.outcome}")
     return settled
 
 
-async def _recover_one(services: Services, record: ExecutionRecord) -> ExecutionRecord:
+def _note(record: ExecutionRecord, why: Takeover, status: str) -> dict[str, Any]:
+    """What the recovery event says: who took the execution over from whom, and why."""
+    return {
+        "status": status,
+        "by": "recovery",
+        "replica": INSTANCE_ID,
+        "owner": record.owner,
+        "because": why.because,
+    }
+
+
+async def _recover_one(
+    services: Services, record: ExecutionRecord, why: Takeover
+) -> ExecutionRecord:
     events = await services.store.events(record.id)
     started = any(e.type == "tool.started" for e in events)
     if not started:
-        note = make_event(
-            record.id, 0, "state.checkpointed", {"status": "queued", "by": "recovery"}
-        )
+        note = make_event(record.id, 0, "state.checkpointed", _note(record, why, "queued"))
         moved = await services.store.set_status(
             record.id, [Status.RUNNING, Status.CANCELLING], Status.QUEUED, [note]
         )
@@ -106,56 +170,74 @@ async def _recover_one(services: Services, record: ExecutionRecord) -> Execution
     if not states:  # crashed between starting and checkpointing: find it by its marker
         began = next(e.at_ms for e in events if e.type == "tool.started")
         states = [{"marker": record.id, "not_before": began / 1000 - 1}]
+    settling = Settling(record, why, _note(record, why, "settling"))
     try:
-        return await _settle_started(services, record, states)
+        return await _settle_started(services, settling, states)
     except StoreError:
         raise  # nothing can be recorded now: the next pass tries again
     except Exception:  # no exception leaves a started execution unsettled
         log.exception("recovering %s failed; settling it unknown", record.id)
-        return await _close_unknown(services, record, "recovering it failed", ())
+        return await _close_unknown(services, settling, "recovering it failed", ())
+
+
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """A started execution recovery settles, and the note its log gets first."""
+
+    record: ExecutionRecord
+    why: Takeover
+    note: dict[str, Any]
 
 
 async def _settle_started(
-    services: Services, record: ExecutionRecord, states: list[Any]
+    services: Services, settling: Settling, states: list[Any]
 ) -> ExecutionRecord:
+    record = settling.record
     call = await _rebuild(services, record)
     if call is None:
-        return await _close_unknown(services, record, "the tool or workspace is gone", ())
-    await _stop_leftovers(services, call, states)
+        return await _close_unknown(services, settling, "the tool or workspace is gone", ())
+    adapter = services.adapters.get(call.tool.adapter)
+    leftovers = isinstance(adapter, Recovering)  # it may have left processes running
+    if isinstance(adapter, Recovering) and settling.why.local:
+        await _stop_leftovers(adapter, call, states)
     cancelling = record.status is Status.CANCELLING
     error = ExecutionError(
         "the gateway stopped while this call was running"
         + (" (a cancel had been requested)" if cancelling else ""),
         code="interrupted",
     )
+    before = [("state.checkpointed", settling.note)]
     if call.tool.side_effect not in WRITES:
-        return await close_execution(
-            services,
-            record,
-            Outcome.FAILED,
-            error,
-            SideEffectReport(False, False, "interrupted; no side effect"),
-        )
+        effect = SideEffectReport(False, False, "interrupted; no side effect")
+        return await close_execution(services, record, Outcome.FAILED, error, effect, before=before)
     if not call.tool.reconcile:
-        return await _close_unknown(services, record, "no reconcile probe is declared", ())
+        return await _close_unknown(services, settling, "no reconcile probe is declared", ())
     passed, evidence = await run_probes(services, call, call.tool.reconcile, "reconcile")
     if passed is None:
         return await _close_unknown(
-            services, record, "the reconcile probe could not read", evidence
+            services, settling, "the reconcile probe could not read", evidence
         )
     if passed:
         effect = SideEffectReport(True, True, "recovered: the side effect is in place")
         return await close_execution(
-            services, record, Outcome.SUCCEEDED, None, effect, evidence=evidence
+            services, record, Outcome.SUCCEEDED, None, effect, evidence=evidence, before=before
         )
+    if leftovers and not settling.why.local:
+        why = (
+            "its processes ran on another node, which this gateway can neither see nor stop: "
+            "the probe finds nothing yet, but they may still be running"
+        )
+        return await _close_unknown(services, settling, why, evidence)
     effect = SideEffectReport(True, False, "recovered: the side effect did not happen")
     outcome = Outcome.CANCELLED if cancelling else Outcome.FAILED
     safe = with_retryable(error, True)  # the probe shows nothing happened: a retry is safe
-    return await close_execution(services, record, outcome, safe, effect, evidence=evidence)
+    return await close_execution(
+        services, record, outcome, safe, effect, evidence=evidence, before=before
+    )
 
 
 async def _close_unknown(
-    services: Services, record: ExecutionRecord, why: str, evidence: Any
+    services: Services, settling: Settling, why: str, evidence: Any
 ) -> ExecutionRecord:
     error = ExecutionError(
         f"the gateway stopped while this call was running and {why}: the side effect may "
@@ -164,7 +246,13 @@ async def _close_unknown(
     )
     effect = SideEffectReport(True, False, "unknown: interrupted mid-flight")
     return await close_execution(
-        services, record, Outcome.UNKNOWN, error, effect, evidence=evidence
+        services,
+        settling.record,
+        Outcome.UNKNOWN,
+        error,
+        effect,
+        evidence=evidence,
+        before=[("state.checkpointed", settling.note)],
     )
 
 
@@ -183,10 +271,7 @@ async def _rebuild(services: Services, record: ExecutionRecord) -> Call | None:
         return None
 
 
-async def _stop_leftovers(services: Services, call: Call, states: list[Any]) -> None:
-    adapter = services.adapters.get(call.tool.adapter)
-    if not isinstance(adapter, Recovering):
-        return
+async def _stop_leftovers(adapter: Recovering, call: Call, states: list[Any]) -> None:
     for state in states:
         try:
             await adapter.recover(state)

@@ -6,12 +6,15 @@ from __future__ import annotations
 import logging
 
 import anyio
+import anyio.abc
 
 from gateway.errors import ToolgateError
 from gateway.instance import INSTANCE_ID
 from gateway.pipeline.runner import run_queued
+from gateway.runtime import approvals
 from gateway.runtime.container import Runtime
-from gateway.runtime.recovery import recover
+from gateway.runtime.recovery import recover, unresumed
+from gateway.runtime.replicas import forget_gone
 from gateway.store.records import ExecutionRecord
 
 log = logging.getLogger("toolgate.worker")
@@ -23,7 +26,7 @@ async def run_workers(runtime: Runtime) -> None:
     async with anyio.create_task_group() as tg:
         for _ in range(runtime.settings.workers):
             tg.start_soon(_work, runtime)
-        tg.start_soon(_recover_periodically, runtime)
+        tg.start_soon(_recover_periodically, runtime, tg)
 
 
 async def _work(runtime: Runtime) -> None:
@@ -59,11 +62,18 @@ async def _claim_fairly(runtime: Runtime) -> ExecutionRecord | None:
     return record
 
 
-async def _recover_periodically(runtime: Runtime) -> None:
-    interval = max(runtime.settings.lock_lease, 1.0)
+async def _recover_periodically(runtime: Runtime, tg: anyio.abc.TaskGroup) -> None:
+    """A recovery pass every half lease: another replica's expired lease is seen within
+    ``lock_lease / 2`` of its expiry (at least a second apart). Approved calls whose replica
+    stopped before resuming them are resumed here, beside the workers."""
+    interval = max(runtime.settings.lock_lease / 2, 1.0)
     while True:
         await anyio.sleep(interval)
         try:
             await recover(runtime)
+            for approval in await unresumed(runtime):
+                log.warning("resuming %s: approved, never resumed", approval.execution_id)
+                tg.start_soon(approvals.resume, runtime, approval)
+            await forget_gone(runtime)
         except ToolgateError as exc:
             log.warning("recovery pass failed: %s", exc)

@@ -19,7 +19,7 @@ from gateway.http.limits import RequestBounds
 from gateway.http.problems import HANDLERS
 from gateway.mcp import oauth
 from gateway.mcp.door import McpDoor
-from gateway.runtime import approvals
+from gateway.runtime import approvals, replicas
 from gateway.runtime.bootstrap import Loaded, close_runtime, open_runtime
 from gateway.runtime.container import Runtime
 from gateway.runtime.recovery import recover
@@ -54,17 +54,20 @@ def create_app(
         app.state.reloader = reloader = Reloader(app.state.services)
         signalled = reloader.install_signal()
         try:
+            await replicas.join(app.state.services)  # a lease before it owns anything
             settled = await recover(app.state.services)
             if settled:
                 log.warning("recovered %d interrupted executions", len(settled))
             sessions = app.state.services.admission.sessions
             async with anyio.create_task_group() as tasks, mcp.run(sessions):
                 app.state.tasks = tasks
+                tasks.start_soon(replicas.heartbeat, app.state.services)
                 tasks.start_soon(_sweeper, app.state.services)
                 tasks.start_soon(run_workers, app.state.services)
                 tasks.start_soon(reloader.run)
                 yield
                 tasks.cancel_scope.cancel()
+            await replicas.leave(app.state.services)
         finally:
             if signalled:
                 reloader.remove_signal()

@@ -49,6 +49,10 @@ EDIT_REQUEST = Sql(
     "UPDATE executions SET request_json = ? WHERE id = ? AND status = 'awaiting_approval'"
 )
 EXPIRED_APPROVALS = Sql(f"{rows.SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
+UNRESUMED = Sql(
+    f"{rows.SELECT_APPROVAL} WHERE status = 'approved' AND decided_ms < ? AND id IN "
+    "(SELECT approval_id FROM executions WHERE status = 'awaiting_approval')"
+)
 
 
 def spend(db: Db, approval_id: str) -> bool:
@@ -122,6 +126,12 @@ def expired_approvals(db: Db) -> list[ApprovalRecord]:
         if db.run(SET_APPROVAL, ("expired", found.id, "pending")):
             marked.append(replace(found, status="expired"))
     return marked
+
+
+def unresumed(db: Db, decided_before_ms: int) -> list[ApprovalRecord]:
+    """Approvals approved before ``decided_before_ms`` whose call still waits, parked: the
+    replica that took the decision stopped before it resumed the call."""
+    return [rows.approval(row) for row in db.all(UNRESUMED, (decided_before_ms,))]
 
 
 def get_approval(db: Db, approval_id: str) -> ApprovalRecord | None:

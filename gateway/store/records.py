@@ -46,6 +46,22 @@ class ExecutionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaRecord:
+    """A gateway process and its lease (the ``replicas`` table)."""
+
+    id: str
+    node: str
+    host: str
+    pid: int
+    started_ms: int
+    heartbeat_ms: int = 0
+    lease_until_ms: int = 0
+
+    def expired(self, now_ms: int) -> bool:
+        return self.lease_until_ms < now_ms
+
+
+@dataclass(frozen=True, slots=True)
 class IdempotencyClaim:
     """What the reservation stores under an idempotency key."""
 

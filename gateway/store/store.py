@@ -19,7 +19,7 @@ from sqlmodel import SQLModel
 
 from gateway.errors import StoreError
 from gateway.events.model import Event
-from gateway.store import approvals, executions, idempotency, keys, locks, usage
+from gateway.store import approvals, executions, idempotency, keys, locks, replicas, usage
 from gateway.store import events as event_log
 from gateway.store.postgresql import PostgresTransactor
 from gateway.store.records import (
@@ -33,6 +33,7 @@ from gateway.store.records import (
     IdempotencyClaim,
     LockBusy,
     LockRequest,
+    ReplicaRecord,
     Reserved,
     ReserveResult,
     call_identity,
@@ -47,6 +48,7 @@ from gateway.store.tables import (
     IdempotencyRow,
     LockFenceRow,
     LockRow,
+    ReplicaRow,
     RevokedKeyRow,
     SchemaVersionRow,
 )
@@ -74,6 +76,7 @@ _TABLES = [
         LockFenceRow,
         ApprovalRow,
         RevokedKeyRow,
+        ReplicaRow,
         SchemaVersionRow,
     )
 ]
@@ -335,11 +338,34 @@ class Store:
         """Mark every pending approval past its expiry as expired; returns those it marked."""
         return await self._write(approvals.expired_approvals)
 
+    async def unresumed_approvals(self, decided_before_ms: int) -> list[ApprovalRecord]:
+        """Approvals approved before ``decided_before_ms`` whose execution is still parked
+        (the replica that decided stopped before resuming it)."""
+        return await self._read(approvals.unresumed, decided_before_ms)
+
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         return await self._read(approvals.get_approval, approval_id)
 
     async def list_approvals(self, status: str | None, limit: int = 100) -> list[ApprovalRecord]:
         return await self._read(approvals.list_approvals, status, limit)
+
+    # -- replicas -------------------------------------------------------------------------
+
+    async def beat_replica(self, replica: ReplicaRecord, lease_s: float) -> None:
+        """Renew ``replica``'s lease for ``lease_s`` from now (made at the first beat)."""
+        await self._write(replicas.beat, replica, int(lease_s * 1000))
+
+    async def leave_replica(self, replica_id: str) -> None:
+        """End ``replica_id``'s lease now (a clean stop): others may settle what it owns."""
+        await self._write(replicas.leave, replica_id)
+
+    async def replicas(self) -> dict[str, ReplicaRecord]:
+        """Every known replica by id, with its lease."""
+        return await self._read(replicas.replicas)
+
+    async def prune_replicas(self, before_ms: int) -> int:
+        """Forget replicas whose lease ended before ``before_ms`` and own nothing unsettled."""
+        return await self._write(replicas.prune, before_ms)
 
     # -- idempotency and usage ------------------------------------------------------------
 

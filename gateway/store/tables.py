@@ -124,3 +124,20 @@ class RevokedKeyRow(SQLModel, table=True):
     revoked_ms: int = Field(sa_type=BigInteger)
     revoked_by: str = Field(default="", max_length=128)
     reason: str = Field(default="")
+
+
+class ReplicaRow(SQLModel, table=True):
+    """One gateway process and its lease: it renews ``lease_until_ms`` while it lives; once
+    that is past, another replica takes over the executions it owns (docs/deploy.md)."""
+
+    __tablename__ = "replicas"
+
+    id: str = Field(primary_key=True, max_length=256)
+    """The process's ``INSTANCE_ID``, the ``owner`` of the executions it runs."""
+    node: str = Field(max_length=256)
+    """Where its pids mean something (boot id and pid namespace)."""
+    host: str = Field(max_length=256)
+    pid: int = Field(sa_type=BigInteger)
+    started_ms: int = Field(sa_type=BigInteger)
+    heartbeat_ms: int = Field(sa_type=BigInteger)
+    lease_until_ms: int = Field(sa_type=BigInteger, index=True)
