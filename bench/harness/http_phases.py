@@ -143,7 +143,11 @@ def http_sqlite_phase(
     return size, profile
 
 
-def http_pg_phase(plan: Plan, wrk: Wrk, work: Path, size: int, results: dict[str, Any]) -> None:
+def http_pg_phase(
+    plan: Plan, wrk: Wrk, work: Path, size: int | None, results: dict[str, Any]
+) -> None:
+    """Scenario 5; the bare app answers ``size`` bytes (scenario 1's response; None: this
+    gateway's own first response, when scenario 1 did not run)."""
     ok, why = pg_available()
     if not ok:
         results["http"]["scenarios"][S5] = {"title": S5_TITLE, "skipped": why}
@@ -166,7 +170,7 @@ def http_pg_phase(plan: Plan, wrk: Wrk, work: Path, size: int, results: dict[str
                 r,
             )
             gw = Server(base, gateway_pid(base))
-            with bare_server(size, work) as bare:
+            with bare_server(size or len(r.content), work) as bare:
                 results["http"]["scenarios"].update(
                     ab_rounds(plan, wrk, bare, s1.template, {S5: (gw, s1)})
                 )

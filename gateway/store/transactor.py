@@ -11,6 +11,7 @@ calling (worker) thread, retried once on a connection found dead.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -59,6 +60,20 @@ class Transactor(Protocol):
         commit never calls it)."""
 
     async def aclose(self) -> None: ...
+
+
+class Committed(asyncio.Future[tuple[str, Any]]):
+    """The outcome of one write of a group commit (``(kind, value)``), for the task that queued it.
+
+    It refuses to be cancelled: a task cancelled while its write is queued still waits for the
+    COMMIT (the write happens, awaited or not) and gets its CancelledError only then, so it
+    never goes on believing a committed write did not happen. (A shielded anyio cancel scope
+    around the await does the same for anyio's cancellations, not for a plain
+    ``Task.cancel``, and its enter and exit cost several times this.)
+    """
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
 
 
 def unavailable(exc: BaseException) -> StoreError:
