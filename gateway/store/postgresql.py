@@ -54,6 +54,8 @@ RETRY_STATES = frozenset({"40P01", "40001", "55P03"})
 serialization failure, lock not available."""
 RETRIES = 3
 """Runs of a lone write that keeps meeting a deadlock before it is reported unavailable."""
+CAREFUL_AFTER_FAILURE = 8
+"""Batches of a lane run with savepoints from the start after one had to be run again."""
 WRITERS = 2
 """Writer lanes, taking batches from one queue: while one waits for its COMMIT to be
 flushed, the next batch runs on the other."""
@@ -98,6 +100,8 @@ class _Lane:
     ) -> None:
         self.owner, self.jobs, self.run, self.limit = owner, jobs, run, limit
         self.again: list[_Job] = []
+        self.careful = 0
+        """Batches left to run with savepoints from the start (see _group)."""
         self.conn: Any = None
         self.db: Db | None = None
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -328,9 +332,14 @@ class PostgresTransactor:
 
     def _group(self, lane: _Lane, db: Db, batch: list[_Job]) -> list[_Outcome]:
         """First without savepoints (each costs a round trip); if a write of several fails or
-        aborts, the whole transaction is rolled back and run again with them."""
-        outcomes = self._in_transaction(lane, db, batch, careful=len(batch) == 1)
+        aborts, the whole transaction is rolled back and run again with them, and so are the
+        lane's next CAREFUL_AFTER_FAILURE batches (writes that fail come in runs: a busy
+        lock is busy for every call that wants it)."""
+        careful = len(batch) == 1 or lane.careful > 0
+        lane.careful = max(lane.careful - 1, 0)
+        outcomes = self._in_transaction(lane, db, batch, careful=careful)
         if outcomes is None:
+            lane.careful = CAREFUL_AFTER_FAILURE
             outcomes = self._in_transaction(lane, db, batch, careful=True)
         assert outcomes is not None
         return outcomes

@@ -6,7 +6,8 @@ the transactor: ``write`` (a read-write transaction), ``read``, or ``read_quick`
 few index rows, which a backend may run without a thread hop). A backend is one transactor
 and its :class:`~gateway.store.sql.Dialect` (``sqlite.py``, ``postgresql.py``).
 :class:`Pool` is the plumbing both share: one transaction on a pooled connection, on the
-calling (worker) thread, retried once on a connection found dead.
+calling (worker) thread, retried once on a connection found dead; :class:`Committed` is the
+future a queued write of a group commit is answered on.
 """
 
 from __future__ import annotations
