@@ -107,7 +107,7 @@ class _Lane:
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     def _serve(self) -> None:
-        jobs, run, limit, stop = self.jobs, self.run, self.limit, False
+        jobs, limit, stop = self.jobs, self.limit, False
         while not stop:
             if self.again:  # a write put off by the last batch, alone
                 batch = [self.again.pop(0)]
@@ -125,16 +125,18 @@ class _Lane:
                         stop = True
                         break
                     batch.append(job)
-            try:
-                outcomes = run(self, batch)
-            except BaseException as exc:  # never leave a caller waiting
-                log.exception("store thread %s failed", self.thread.name)
-                outcomes = [("error", unavailable(exc))] * len(batch)
-            _deliver(batch, outcomes)
+            self._answer(batch)
         while self.again:  # closing: what was put off still runs
-            batch = [self.again.pop(0)]
-            _deliver(batch, run(self, batch))
+            self._answer([self.again.pop(0)])
         self.close()
+
+    def _answer(self, batch: list[_Job]) -> None:
+        try:
+            outcomes = self.run(self, batch)
+        except BaseException as exc:  # never leave a caller waiting
+            log.exception("store thread %s failed", self.thread.name)
+            outcomes = [("error", unavailable(exc))] * len(batch)
+        _deliver(batch, outcomes)
 
     # -- the connection -------------------------------------------------------------------
 
