@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         type=_phases,
-        help="run only these phases, comma-separated, of: " + ", ".join(PHASES)
+        help="run only these phases, comma-separated, of: "
+        + ", ".join(PHASES)
         + " (implies --no-docs and --no-profile)",
     )
     args = parser.parse_args(argv)
