@@ -2,17 +2,21 @@
 
     .venv/bin/python bench/run.py [--quick] [--no-wrk-install] [--out DIR] [--no-docs]
                                   [--no-profile] [--duration S] [--rounds N] [--connections N]
+                                  [--only PHASE,...]
 
 What it measures, in one run on this machine (docs/performance.md explains each figure):
 
 - HTTP, driven by wrk (same threads, connections and duration for every run), on loopback:
   the bare Starlette app (bench/bare_app.py, the gateway's uvicorn settings) against the
-  gateway (``toolgate serve``, SQLite, embedded policy) in scenarios 1-4, and the gateway on
-  PostgreSQL in scenario 5. Every gateway run follows its own bare run (A B A B ..., at least
+  gateway (``toolgate serve``, SQLite, embedded policy) in scenarios 1-4, scenario 1 over MCP
+  (6: ``tools/call``, 2026-07-28) and with metrics off and tracing on (phase ``s1-4``), the
+  gateway on PostgreSQL in scenario 5, and ``serve --workers 2`` against the bare app on two
+  workers in scenario 7. Every gateway run follows its own bare run (A B A B ..., at least
   three rounds); a scenario's ratio is the median over rounds of gateway / adjacent bare
   throughput, so slow drifts of the machine's load cancel out.
 - Latency at half of scenario 1's maximum rate, open loop (bench/openloop.py; wrk2 is not
-  packaged by Debian).
+  packaged by Debian); one call at a time over MCP and over REST (median, p90); the gateway's
+  RSS idle and after the scenarios.
 - In-process micro-benchmarks: the policy decision (cached and on a miss), validation +
   normalisation of each shipped tool, the store's transactions, the whole pipeline without HTTP.
 - Growth: a 1,000-tool catalogue (load and resolve), and scenario 1 on a store that already
@@ -23,8 +27,11 @@ What it measures, in one run on this machine (docs/performance.md explains each 
 - A profile of the gateway under scenario 1 (py-spy, every running thread and the GIL
   holder), and cProfile of the in-process pipeline.
 
+``--only s5,store`` runs just those phases (see PHASES) and writes
+``<out>/<date>-only-<phases>.json`` instead.
+
 Writes ``<out>/<date>.json`` (default bench/results/), prints the table and PASS/MISS per
-target of issue 6, and (unless --quick or --no-docs) rewrites docs/performance.md and
+goal (issues 6, 14, 17 and 19), and (unless --quick or --no-docs) rewrites docs/performance.md and
 docs/performance.png. Exit status 0 even when a target is missed (it is a measurement);
 non-zero when the harness itself fails.
 
@@ -80,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--iterations", type=int, help="per micro-benchmark (>= 2000 for the record)"
     )
+    parser.add_argument(
+        "--only",
+        type=_phases,
+        help="run only these phases, comma-separated, of: "
+        + ", ".join(PHASES)
+        + " (implies --no-docs and --no-profile)",
+    )
     args = parser.parse_args(argv)
     # The harness imports the gateway (the pipeline, the runtime, the store: about 0.4 s),
     # so it is imported once the arguments are known: --help and a bad option answer at once.
@@ -94,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, k)
     }
     plan = replace(plan, **overrides)
-    docs = not args.quick and not args.no_docs
-    profile = not args.quick and not args.no_profile
+    only: set[str] = args.only or set(PHASES)
+    docs = not args.quick and not args.no_docs and args.only is None
+    profile = not args.quick and not args.no_profile and "s1-4" in only
 
     wrk_path = ensure_wrk(install=not args.no_wrk_install)
     if wrk_path is None:
@@ -123,23 +138,35 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="toolgate-bench-") as tmp:
         work = Path(tmp)
         wrk = Wrk(wrk_path, plan, work)
-        log("micro-benchmarks")
-        asyncio.run(micro.micro_phase(plan, work, results, profile_out))
-        log("catalogue growth")
-        growth.catalogue_growth(plan, work, results)
-        log("HTTP scenarios 1-4 (SQLite)")
-        size, prof = http_phases.http_sqlite_phase(plan, wrk, work, results, profile_out)
-        if prof:
-            results["profile"] = prof
-        log("HTTP scenario 5 (PostgreSQL)")
-        http_phases.http_pg_phase(plan, wrk, work, size, results)
-        log("HTTP scenario 7 (2 workers, SQLite)")
-        http_phases.http_workers_phase(plan, wrk, work, size, results)
-        log("store growth (events)")
-        growth.events_growth_phase(plan, wrk, work, results)
+        size = None
+        if "micro" in only:
+            log("micro-benchmarks")
+            asyncio.run(micro.micro_phase(plan, work, results, profile_out))
+        if "store" in only:
+            log("store micro-benchmarks")
+            asyncio.run(micro.store_phase(plan, work, results))
+        if "catalogue" in only:
+            log("catalogue growth")
+            growth.catalogue_growth(plan, work, results)
+        if "s1-4" in only:
+            log("HTTP scenarios 1-4 (SQLite)")
+            size, prof = http_phases.http_sqlite_phase(plan, wrk, work, results, profile_out)
+            if prof:
+                results["profile"] = prof
+        if "s5" in only:
+            log("HTTP scenario 5 (PostgreSQL)")
+            http_phases.http_pg_phase(plan, wrk, work, size, results)
+        if "s7" in only:
+            log("HTTP scenario 7 (2 workers, SQLite)")
+            http_phases.http_workers_phase(plan, wrk, work, size, results)
+        if "events" in only:
+            log("store growth (events)")
+            growth.events_growth_phase(plan, wrk, work, results)
     results["host"]["loadavg_end"] = loadavg()
     results["targets"] = report.targets(results)
-    out = args.out / f"{today}.json"
+    # A partial run never replaces the day's full record.
+    part = "" if args.only is None else "-only-" + "-".join(p for p in PHASES if p in only)
+    out = args.out / f"{today}{part}.json"
     out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print("\n".join(report.table_lines(results, markdown=False)))
     print(
@@ -155,6 +182,23 @@ def main(argv: list[str] | None = None) -> int:
     if docs:
         page.write_docs(results, plan)
     return 0
+
+
+PHASES = ("micro", "store", "catalogue", "s1-4", "s5", "s7", "events")
+"""The phases in the order they run: policy, validation and the pipeline in-process; the
+store's transactions; the 1,000-tool catalogue; HTTP scenarios 1-4 (SQLite, with the open-loop
+latency and the profile); scenario 5 (PostgreSQL); scenario 1 on a store of 1,000,000 events."""
+
+
+def _phases(text: str) -> set[str]:
+    chosen = {p.strip() for p in text.split(",") if p.strip()}
+    unknown = chosen - set(PHASES)
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown phase {', '.join(sorted(unknown)) or '(none)'}; "
+            f"choose from {', '.join(PHASES)}"
+        )
+    return chosen
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,3 +141,31 @@ def test_growth_and_targets(results: dict[str, Any]) -> None:
     assert set(statuses.values()) <= {"PASS", "MISS"}, statuses
     for status in statuses.values():
         assert status in results["_stdout"]
+
+
+def test_only_runs_the_phases_it_names_into_a_file_of_their_own(tmp_path: Path) -> None:
+    """``--only store`` runs the store's micro-benchmarks alone and leaves the day's full
+    record alone; an unknown phase is refused with the list of phases."""
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (as root: apt-get update && apt-get install -y wrk)")
+    command = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--no-wrk-install"]
+    bad = subprocess.run(
+        [*command, "--only", "store,bogus"], capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2
+    assert "unknown phase bogus; choose from micro, store" in bad.stderr
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [*command, "--only", "store", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = [p.name for p in out.glob("*.json")]
+    assert len(files) == 1 and files[0].endswith("-only-store.json"), files
+    data = json.loads((out / files[0]).read_text())
+    assert set(data["micro"]) == {"store_sqlite", "store_postgres"}, sorted(data["micro"])
+    positive("store_sqlite.reserve_commit", data["micro"]["store_sqlite"]["reserve_commit"], "n")
+    assert data["http"]["scenarios"] == {}

@@ -173,7 +173,11 @@ def http_sqlite_phase(
     return size, profile
 
 
-def http_pg_phase(plan: Plan, wrk: Wrk, work: Path, size: int, results: dict[str, Any]) -> None:
+def http_pg_phase(
+    plan: Plan, wrk: Wrk, work: Path, size: int | None, results: dict[str, Any]
+) -> None:
+    """Scenario 5; the bare app answers ``size`` bytes (scenario 1's response; None: this
+    gateway's own first response, when scenario 1 did not run)."""
     ok, why = pg_available()
     if not ok:
         results["http"]["scenarios"][S5] = {"title": S5_TITLE, "skipped": why}
@@ -196,7 +200,7 @@ def http_pg_phase(plan: Plan, wrk: Wrk, work: Path, size: int, results: dict[str
                 r,
             )
             gw = Server(base, gateway_pid(base))
-            with bare_server(size, work) as bare:
+            with bare_server(size or len(r.content), work) as bare:
                 results["http"]["scenarios"].update(
                     ab_rounds(plan, wrk, bare, s1.template, {S5: (gw, s1)})
                 )
@@ -269,7 +273,7 @@ S7_TITLE = "7. fs.read_file 1 KiB, 2 workers (gateway --workers 2, bare app 2 wo
 
 
 def http_workers_phase(
-    plan: Plan, wrk: Wrk, work: Path, size: int, results: dict[str, Any]
+    plan: Plan, wrk: Wrk, work: Path, size: int | None, results: dict[str, Any]
 ) -> None:
     """Scenario 1 on ``toolgate serve --workers 2`` (SQLite) against the bare app on two
     uvicorn workers: what a second process buys on this machine (CPU per call summed over
@@ -286,7 +290,7 @@ def http_workers_phase(
             r,
         )
         gw = Server(base, gateway_pid(base))
-        with bare_server(size, work, workers=2) as bare:
+        with bare_server(size or len(r.content), work, workers=2) as bare:
             results["http"]["scenarios"].update(
                 ab_rounds(plan, wrk, bare, s1.template, {S7: (gw, s1)})
             )

@@ -203,6 +203,11 @@ async def micro_phase(
     finally:
         await close_runtime(services)
 
+
+async def store_phase(plan: Plan, work: Path, results: dict[str, Any]) -> None:
+    """The store's transactions on their own, on SQLite and (when it answers) PostgreSQL."""
+    n = plan.iterations
+    micro = results["micro"]
     micro["store_sqlite"] = await store_micro(sqlite_url(work / "store-micro"), n)
     ok, why = pg_available()
     if ok:

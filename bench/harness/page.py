@@ -103,7 +103,7 @@ ratios, measured in one run with A/B alternation, are what to compare.
   input again, answered from the decision cache, and a different path each call, a cache
   miss), `validate` + `document` of each shipped tool's validator (`Catalogue.validator`: the
   compiled fast path, cerberus for anything it does not accept) with valid arguments, the
-  store's transactions (an empty write transaction, inline on SQLite and through a worker
+  store's transactions (an empty write transaction, inline on SQLite and through a writer
   thread on PostgreSQL; `reserve` + `commit` of one execution), and
   `gateway.pipeline.runner.run_call` with the real runtime (`open_runtime`).
 - **Growth**: a catalogue of {tools} generated declarations (clones of the shipped ones under

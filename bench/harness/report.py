@@ -184,7 +184,7 @@ def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
         if "skipped" in st:
             add(f"store {backend}", st)
             continue
-        how = "inline" if backend == "sqlite" else "thread hop"
+        how = "inline" if backend == "sqlite" else "writer thread"
         add(f"store {backend}: empty write tx (async, {how})", st.get("empty_write_tx"))
         add(
             f"store {backend}: empty write tx (sync, pooled connection)",

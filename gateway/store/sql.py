@@ -51,6 +51,8 @@ class Dialect:
     per-key work across sessions; None where write transactions are serial anyway."""
     skip_locked: str
     """Appended to a SELECT of rows to claim, so that concurrent claimers skip each other's."""
+    try_advisory_lock: str | None
+    """The same lock without waiting: one row, true when it was taken."""
     integrity_error: type[Exception]
     """The driver's exception for a violated constraint (a lost race to insert)."""
     driver_error: type[Exception]
@@ -67,6 +69,7 @@ class Dialect:
         paramstyle: str,
         advisory_lock: str | None = None,
         skip_locked: str = "",
+        try_advisory_lock: str | None = None,
     ) -> Dialect:
         """The dialect of a driver module ``dbapi`` (its error classes)."""
         return cls(
@@ -74,6 +77,7 @@ class Dialect:
             paramstyle,
             advisory_lock,
             skip_locked,
+            try_advisory_lock,
             dbapi.IntegrityError,
             dbapi.Error,
             attrgetter(paramstyle),
@@ -88,14 +92,23 @@ class Abort(Exception):
         self.value = value
 
 
+class LockWait(Exception):
+    """An advisory lock is held by another session, and this transaction may not wait for
+    it (:attr:`Db.nowait`): it already holds the locks of other work, and waiting could
+    deadlock. The transactor runs the work again on its own."""
+
+
 class Db:
     """The driver connection of one transaction (what a domain operation gets)."""
 
-    __slots__ = ("_lock", "_text", "dialect", "raw")
+    __slots__ = ("_lock", "_text", "dialect", "nowait", "raw")
 
     def __init__(self, raw: Any, dialect: Dialect) -> None:
         self.raw, self.dialect = raw, dialect
         self._text, self._lock = dialect.text, dialect.advisory_lock
+        self.nowait = False
+        """Set by a transactor that groups writes: an advisory lock held elsewhere raises
+        :class:`LockWait` instead of waiting."""
 
     def run(self, sql: Sql | str, params: Sequence[Any] = ()) -> int:
         """Execute; the number of rows changed."""
@@ -126,8 +139,14 @@ class Db:
     def advisory_lock(self, key: str) -> None:
         """Serialise work on ``key`` across sessions until the transaction ends (a no-op
         where the dialect needs none)."""
-        if self._lock is not None:
+        if self._lock is None:
+            return
+        if not self.nowait:
             self.raw.execute(self._lock, (lock_id(key),))
+            return
+        row = self.raw.execute(self.dialect.try_advisory_lock, (lock_id(key),)).fetchone()
+        if not row[0]:
+            raise LockWait(key)
 
 
 def lock_id(key: str) -> int:

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect
-from gateway.store.transactor import Observer, Pool, quietly, timed, unavailable
+from gateway.store.transactor import Committed, Observer, Pool, quietly, timed, unavailable
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -77,21 +77,7 @@ def _sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-class _Outcome(asyncio.Future[tuple[str, Any]]):
-    """The outcome of one write of a group commit, for the task that queued it.
-
-    It refuses to be cancelled: a task cancelled while its write is queued still waits for the
-    COMMIT (the write happens, awaited or not) and gets its CancelledError only then, so it
-    never goes on believing a committed write did not happen. (A shielded anyio cancel scope
-    around the await does the same for anyio's cancellations, not for a plain
-    ``Task.cancel``, and its enter and exit cost several times this.)
-    """
-
-    def cancel(self, msg: Any = None) -> bool:
-        return False
-
-
-_Write = tuple[Callable[..., Any], tuple[Any, ...], _Outcome]
+_Write = tuple[Callable[..., Any], tuple[Any, ...], Committed]
 
 
 class SqliteTransactor:
@@ -145,7 +131,7 @@ class SqliteTransactor:
         if gate is not None:
             await gate.wait()  # our checkpoint has the write lock for a moment
         loop = asyncio.get_running_loop()
-        future = _Outcome(loop=loop)
+        future = Committed(loop=loop)
         self._batch.append((fn, args, future))
         if len(self._batch) == 1:
             loop.call_soon(self._flush)

@@ -6,11 +6,13 @@ the transactor: ``write`` (a read-write transaction), ``read``, or ``read_quick`
 few index rows, which a backend may run without a thread hop). A backend is one transactor
 and its :class:`~gateway.store.sql.Dialect` (``sqlite.py``, ``postgresql.py``).
 :class:`Pool` is the plumbing both share: one transaction on a pooled connection, on the
-calling (worker) thread, retried once on a connection found dead.
+calling (worker) thread, retried once on a connection found dead; :class:`Committed` is the
+future a queued write of a group commit is answered on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -59,6 +61,20 @@ class Transactor(Protocol):
         commit never calls it)."""
 
     async def aclose(self) -> None: ...
+
+
+class Committed(asyncio.Future[tuple[str, Any]]):
+    """The outcome of one write of a group commit (``(kind, value)``), for the task that queued it.
+
+    It refuses to be cancelled: a task cancelled while its write is queued still waits for the
+    COMMIT (the write happens, awaited or not) and gets its CancelledError only then, so it
+    never goes on believing a committed write did not happen. (A shielded anyio cancel scope
+    around the await does the same for anyio's cancellations, not for a plain
+    ``Task.cancel``, and its enter and exit cost several times this.)
+    """
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
 
 
 def unavailable(exc: BaseException) -> StoreError:
