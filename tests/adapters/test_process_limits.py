@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+import yaml
 
 from gateway.adapters.process import limits as limits_module
 from gateway.adapters.process.adapter import ProcessAdapter, create
@@ -64,6 +65,12 @@ def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> ProcessAdapter:
 
 
 @pytest.fixture
+def auto(tmp_path: Path) -> ProcessAdapter:
+    """The default adapter (isolation ``auto``), for what one launcher path shows enough."""
+    return create(Settings(base_dir=tmp_path), {}, NO_TOOLS)
+
+
+@pytest.fixture
 def ws(tmp_path: Path) -> Workspace:
     root = tmp_path / "ws"
     root.mkdir()
@@ -106,10 +113,10 @@ async def test_cpu_seconds_ends_a_spinning_command_by_sigxcpu(
 
 
 async def test_a_command_ignoring_sigxcpu_is_killed_at_the_hard_limit(
-    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+    auto: ProcessAdapter, ws: Workspace, tmp_path: Path
 ) -> None:
     script(ws, SPIN)
-    out, _ = await run(adapter, ws, limited(tmp_path, cpu_seconds=1), args=["ignore"])
+    out, _ = await run(auto, ws, limited(tmp_path, cpu_seconds=1), args=["ignore"])
     details = limit_of(out)
     assert (details["signal"], details["detected_by"]) == ("SIGKILL", "cpu_time")
 
@@ -515,9 +522,9 @@ def call(http: httpx.Client, tool: str, arguments: dict[str, Any], timeout: floa
 
 
 def yaml_tool(project: Path) -> str:
-    """A CPU-limited copy of proc.python in the project's tools.d."""
-    shipped = (project / "tools.d" / "proc.python.yaml").read_text()
-    text = shipped.replace("name: proc.python", "name: test.spin")
-    text += "limits: {cpu_seconds: 1}\n"
-    (project / "tools.d" / "test.spin.yaml").write_text(text)
+    """A copy of proc.python in the project's tools.d, limited to one CPU second."""
+    tool = yaml.safe_load((project / "tools.d" / "proc.python.yaml").read_text())
+    tool["name"] = "test.spin"
+    tool["limits"] = {**tool.get("limits", {}), "cpu_seconds": 1}
+    (project / "tools.d" / "test.spin.yaml").write_text(yaml.safe_dump(tool))
     return "test.spin"

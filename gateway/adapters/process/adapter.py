@@ -15,6 +15,7 @@ limits, another user and ``network: none`` are applied by the launcher before ``
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import logging
 import os
@@ -45,7 +46,7 @@ from gateway.adapters.process.proctree import (
     identify,
     kill_recorded,
 )
-from gateway.adapters.process.spec import ProcessSettings
+from gateway.adapters.process.spec import ProcessOptions, ProcessSettings
 from gateway.adapters.shared.fileio import file_sha256
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError, ExecutionError, ToolgateError
@@ -73,7 +74,35 @@ def create(settings: Settings, config: Mapping[str, Any], catalogue: Catalogue) 
         raise ConfigError(f"adapters.process.executables: {bad} must map names to absolute paths")
     if parsed.subreaper:
         become_subreaper()
+    _check_network(settings, catalogue)
     return ProcessAdapter(executables, isolation(settings))
+
+
+def _check_network(settings: Settings, catalogue: Catalogue) -> None:
+    """Tools with ``network: none`` where this kernel refuses a network namespace: their
+    calls will fail to start (never run with the network); ``required`` refuses to start."""
+    tools = [
+        t.ref
+        for t in catalogue.all()
+        if isinstance(t.options, ProcessOptions) and t.options.network == "none"
+    ]
+    reason = network_namespace_refused() if tools else None
+    if reason is None:
+        return
+    message = (
+        f"{', '.join(tools)} declare network: none, but this kernel refuses a network "
+        f"namespace ({reason})"
+    )
+    if settings.process_isolation == "required":
+        raise ConfigError(f"process_isolation is 'required' and {message}")
+    log.warning("%s: their calls will fail to start", message)
+
+
+@functools.cache
+def network_namespace_refused() -> str | None:
+    """Why this kernel refuses a child a network namespace of its own, or None (asked once
+    per process: the answer does not change)."""
+    return sandbox.probe(sys.executable, None, sandbox.Confinement(no_network=True))
 
 
 @dataclass(frozen=True, slots=True)

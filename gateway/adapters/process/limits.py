@@ -29,6 +29,7 @@ from gateway.adapters.process.spec import LimitOptions, ProcessOptions
 from gateway.errors import ExecutionError
 
 CODE = "confinement_unavailable"
+"""The error code of a confinement this gateway cannot apply (nothing started)."""
 _STDERR_SIGNS = (
     ("file_size", ("File too large",)),
     ("open_files", ("Too many open files",)),

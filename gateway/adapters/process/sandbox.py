@@ -336,16 +336,17 @@ def _hide(v: View) -> None:
             os.close(fd)
 
 
-def probe(python: str, hidden_dir: str) -> str | None:
-    """None when this kernel lets a child enter a view hiding ``hidden_dir``; else why not."""
+def probe(python: str, hidden_dir: str | None, confinement: Confinement = NOTHING) -> str | None:
+    """None when this kernel lets a child enter a view hiding ``hidden_dir`` (no view for
+    None) with ``confinement``; else why not."""
     if not AVAILABLE:
-        return "mount namespaces need Linux"
+        return "namespaces need Linux"
     import subprocess  # the launcher itself never needs it
 
-    v = view([hidden_dir], [], [], "/")
+    v = view([hidden_dir], [], [], "/") if hidden_dir is not None else None
     read, write = os.pipe()
     try:
-        argv = [*v.launcher(python, write, {}), "/bin/sh", "-c", ":"]
+        argv = [*launcher(python, write, {}, v, confinement), "/bin/sh", "-c", ":"]
         done = subprocess.run(argv, pass_fds=(write,), env={}, capture_output=True, check=False)
     except OSError as exc:
         return f"cannot start {python}: {exc}"
