@@ -20,9 +20,11 @@ import psutil
 import pytest
 import yaml
 
+from gateway.adapters.process import adapter as adapter_module
 from gateway.adapters.process import limits as limits_module
 from gateway.adapters.process.adapter import ProcessAdapter, create
 from gateway.adapters.process.spec import MARKER_ENV
+from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 from gateway.testing import (
@@ -304,6 +306,32 @@ async def test_another_user_needs_a_root_gateway(
     assert not (ws.root / "ran").exists()
 
 
+async def test_a_confinement_the_kernel_refuses_runs_nothing(
+    adapter: ProcessAdapter, open_ws: Workspace, tmp_path: Path
+) -> None:
+    """The launcher fails closed: a step it cannot take is a failed start, not a run without."""
+    root_or_skip()
+    script(open_ws, "open('ran', 'w').write('x')\n")
+    out, _ = await run(adapter, open_ws, declare(tmp_path, user="4294967295"))  # uid -1
+    assert out.error is not None and out.error.code == "command_failed_to_start", out.error
+    assert "failed" in out.error.message and not out.side_effect.attempted
+    assert not (open_ws.root / "ran").exists()
+
+
+def test_a_kernel_without_network_namespaces_is_named_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    tool = declare(tmp_path, network="none")
+    catalogue = Catalogue((tool,))
+    monkeypatch.setattr(adapter_module, "network_namespace_refused", lambda: "EPERM, say")
+    with caplog.at_level(logging.WARNING, "toolgate.process"):
+        create(Settings(base_dir=tmp_path, process_isolation="off"), {}, catalogue)
+    assert "test.proc" in caplog.text and "refuses a network namespace (EPERM, say)" in caplog.text
+    with pytest.raises(ConfigError, match="required"):
+        create(Settings(base_dir=tmp_path, process_isolation="required"), {}, catalogue)
+    create(Settings(base_dir=tmp_path, process_isolation="required"), {}, NO_TOOLS)  # no tool
+
+
 @pytest.mark.parametrize(
     ("keys", "fragment"),
     [
@@ -385,7 +413,7 @@ async def test_network_none_has_no_network(
     out, _ = await run(adapter, ws, declare(tmp_path, network="none"), args=[str(listener)])
     assert out.outcome is Outcome.SUCCEEDED, out
     first, interfaces = out.data["stdout"].splitlines()
-    assert first.startswith("refused"), first
+    assert first == "refused 101", first  # ENETUNREACH: no route, not even to 127.0.0.1
     assert interfaces == "['lo']"  # a namespace of its own: only its loopback, down
 
 
@@ -424,6 +452,8 @@ async def test_only_declared_variables_reach_the_child(
     assert seen["env"]["PATH"] == os.environ["PATH"]
     if adapter.isolation is not None:  # its own user namespace: the gateway's /proc is shut
         assert seen["parent"] == "PermissionError"
+    else:  # the documented hole: the gateway's own user may read its /proc/<pid>/environ
+        assert "PATH=" in seen["parent"]  # (as it was at exec: not the canary set since)
     everything = json.dumps([out.data, recorder.output, recorder.states, caplog.text])
     assert CANARY not in everything.replace(seen["parent"], "")
 
@@ -463,6 +493,7 @@ class Peak:
 
 @pytest.mark.slow
 def test_a_real_gateway_survives_a_flood_a_runaway_and_keeps_its_secret(tmp_path: Path) -> None:
+    isolation_or_skip()  # the gateway runs with process_isolation: auto
     config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
     run_agent_code_without_approval(tmp_path, ("proc.python", "test.spin"))
     spin = yaml_tool(tmp_path)
@@ -482,6 +513,7 @@ def test_a_real_gateway_survives_a_flood_a_runaway_and_keeps_its_secret(tmp_path
             env = call(http, "proc.python", {"script": "env.py"})
             assert env["result"]["outcome"] == "succeeded", env
             seen = json.loads(env["result"]["data"]["stdout"])
+            assert seen["parent"] == "PermissionError"  # isolated: the gateway's environ too
             assert set(seen["env"]) <= {
                 "PATH",
                 "HOME",
