@@ -23,7 +23,8 @@ import yaml
 from gateway.adapters.process import adapter as adapter_module
 from gateway.adapters.process import limits as limits_module
 from gateway.adapters.process.adapter import ProcessAdapter, create
-from gateway.adapters.process.spec import MARKER_ENV
+from gateway.adapters.process.limits import exceeded
+from gateway.adapters.process.spec import MARKER_ENV, LimitOptions
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError
 from gateway.settings import Settings
@@ -560,3 +561,20 @@ def yaml_tool(project: Path) -> str:
     tool["limits"] = {**tool.get("limits", {}), "cpu_seconds": 1}
     (project / "tools.d" / "test.spin.yaml").write_text(yaml.safe_dump(tool))
     return "test.spin"
+
+
+# --- which limit: the rules on their own ----------------------------------------------------
+
+
+def test_exceeded_names_only_declared_limits_and_reads_stderr_only_after_a_failure() -> None:
+    cpu = LimitOptions(cpu_seconds=5)
+    both = LimitOptions(cpu_seconds=5, memory=64 << 20)
+    kill, xcpu = -9, -24
+    assert exceeded(cpu, kill, 4.9, "", True) is None  # killed before its budget: not the limit
+    hit = exceeded(cpu, kill, 5.2, "", True)
+    assert hit is not None and (hit.limit, hit.detected_by) == ("cpu_seconds", "cpu_time")
+    assert exceeded(LimitOptions(), xcpu, 9.0, "", True) is None  # undeclared: not named
+    assert exceeded(cpu, 1, 0.0, "MemoryError", True) is None
+    hit = exceeded(both, 1, 0.0, "...\nMemoryError\n", True)
+    assert hit is not None and (hit.limit, hit.detected_by) == ("memory", "stderr")
+    assert exceeded(both, 0, 0.0, "MemoryError", False) is None  # it succeeded after all
