@@ -3,6 +3,7 @@ environment and bounded output, with real processes (issue 18)."""
 
 from __future__ import annotations
 
+import grp
 import json
 import logging
 import os
@@ -217,6 +218,11 @@ def open_ws() -> Iterator[Workspace]:
         base.rmdir()
 
 
+def nobody_group() -> str:
+    """The name of nobody's group (``nogroup`` on Debian, ``nobody`` elsewhere)."""
+    return grp.getgrgid(pwd.getpwnam(NOBODY).pw_gid).gr_name
+
+
 def root_or_skip() -> None:
     if os.geteuid() != 0:
         message = "running a tool as another user needs a root gateway"
@@ -242,7 +248,7 @@ async def test_user_and_group_switch(
         "import os\nprint(os.getuid(), os.geteuid(), os.getgid(), os.getgroups())\n"
         "open('mine', 'w').write('x')\n",
     )
-    tool = declare(tmp_path, command=[system_python(), "s.py"], user=NOBODY, group="nogroup")
+    tool = declare(tmp_path, command=[system_python(), "s.py"], user=NOBODY, group=nobody_group())
     out, _ = await run(adapter, open_ws, tool)
     assert out.outcome is Outcome.SUCCEEDED, out.data["stderr"]
     nobody = pwd.getpwnam(NOBODY)
@@ -251,6 +257,20 @@ async def test_user_and_group_switch(
         f"[{nobody.pw_gid}]",
     ]
     assert (open_ws.root / "mine").stat().st_uid == nobody.pw_uid
+
+
+async def test_a_group_alone_keeps_root_without_its_file_override(
+    adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
+) -> None:
+    root_or_skip()
+    script(ws, "import os\nprint(os.getuid(), os.getgid(), os.getgroups())\n" + STATUS)
+    out, _ = await run(adapter, ws, declare(tmp_path, group=nobody_group()))
+    assert out.outcome is Outcome.SUCCEEDED, out.data["stderr"]
+    gid = pwd.getpwnam(NOBODY).pw_gid
+    assert out.data["stdout"].splitlines()[0] == f"0 {gid} [{gid}]"
+    if adapter.isolation is not None:  # the decoys stay unreadable: no CAP_DAC_OVERRIDE
+        bounding = int(status_field(out.data["stdout"], "CapBnd"), 16)
+        assert bounding & 0b110 == 0, hex(bounding)
 
 
 async def test_processes_counts_the_users_processes(

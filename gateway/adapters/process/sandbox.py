@@ -253,17 +253,18 @@ def enter(v: View, c: Confinement = NOTHING) -> None:
     _do_mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing leaks back to the host
     _hide(v)
     if uid == 0 and (c.uid is not None or c.gid is not None):
-        # Another user keeps no capability at all; its own user namespace still locks the
-        # mounts and keeps other processes' /proc entries out of reach.
         _switch_user(c, dumpable=True)
-        _new_user_namespace(os.geteuid(), os.getegid(), 0)
-    elif uid == 0:
+    if os.geteuid() == 0:
         # Root keeps its capabilities across exec: lock the mounts (a user namespace of
         # its own makes them unmountable) and drop, from the bounding set the new
         # namespace starts with, what would read a mode-000 file.
-        _new_user_namespace(uid, gid)
+        _new_user_namespace(0, os.getegid())
         for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
             _check(_prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "prctl(PR_CAPBSET_DROP)")
+    elif uid == 0:
+        # Another user keeps no capability at all; its own user namespace still locks the
+        # mounts and keeps other processes' /proc entries out of reach.
+        _new_user_namespace(os.geteuid(), os.getegid(), 0)
     os.chdir(v.cwd)
 
 
