@@ -7,12 +7,15 @@ built only from the declaration's allowlist and constants, and optionally stdin 
 template. stdout and stderr are read concurrently, streamed as ``tool.output`` and kept
 within the output budget (head and tail). The whole process tree is stopped on cancel, on
 the deadline and when the command ends (see ``gateway.adapters.process.proctree``); its identity is
-checkpointed right after the spawn so that recovery can stop it after a crash.
+checkpointed right after the spawn so that recovery can stop it after a crash. Declared
+limits, another user and ``network: none`` are applied by the launcher before ``exec``
+(``gateway.adapters.process.sandbox``); a run that hit a limit ends ``limit_exceeded``.
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import logging
 import os
@@ -34,6 +37,7 @@ from gateway.adapters.base import AdapterCall, AdapterOutcome, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
 from gateway.adapters.process import sandbox
 from gateway.adapters.process.junit import JUnitError, read_report
+from gateway.adapters.process.limits import LimitHit, exceeded
 from gateway.adapters.process.plan import Plan, make_plan
 from gateway.adapters.process.proctree import (
     ProcessIdentity,
@@ -42,7 +46,7 @@ from gateway.adapters.process.proctree import (
     identify,
     kill_recorded,
 )
-from gateway.adapters.process.spec import ProcessSettings
+from gateway.adapters.process.spec import ProcessOptions, ProcessSettings
 from gateway.adapters.shared.fileio import file_sha256
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError, ExecutionError, ToolgateError
@@ -70,7 +74,35 @@ def create(settings: Settings, config: Mapping[str, Any], catalogue: Catalogue) 
         raise ConfigError(f"adapters.process.executables: {bad} must map names to absolute paths")
     if parsed.subreaper:
         become_subreaper()
+    _check_network(settings, catalogue)
     return ProcessAdapter(executables, isolation(settings))
+
+
+def _check_network(settings: Settings, catalogue: Catalogue) -> None:
+    """Tools with ``network: none`` where this kernel refuses a network namespace: their
+    calls will fail to start (never run with the network); ``required`` refuses to start."""
+    tools = [
+        t.ref
+        for t in catalogue.all()
+        if isinstance(t.options, ProcessOptions) and t.options.network == "none"
+    ]
+    reason = network_namespace_refused() if tools else None
+    if reason is None:
+        return
+    message = (
+        f"{', '.join(tools)} declare network: none, but this kernel refuses a network "
+        f"namespace ({reason})"
+    )
+    if settings.process_isolation == "required":
+        raise ConfigError(f"process_isolation is 'required' and {message}")
+    log.warning("%s: their calls will fail to start", message)
+
+
+@functools.cache
+def network_namespace_refused() -> str | None:
+    """Why this kernel refuses a child a network namespace of its own, or None (asked once
+    per process: the answer does not change)."""
+    return sandbox.probe(sys.executable, None, sandbox.Confinement(no_network=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +205,17 @@ def not_started(error: ToolgateError, outcome: Outcome = Outcome.FAILED) -> Adap
 # --- output: head and tail within the budget ------------------------------------------------
 
 
+SCAN = 4096
+"""Bytes of a stream's end kept whatever the budget, to tell which limit a run hit."""
+
+
 class Capture:
-    """One stream: its first and last ``cap`` bytes, its size and its sha256."""
+    """One stream: its first ``cap`` and last ``max(cap, SCAN)`` bytes, its size and its
+    sha256. Memory stays within that however much the command writes."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
+        self.keep = max(cap, SCAN)
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
@@ -189,9 +227,16 @@ class Capture:
         room = self.cap - len(self.head)
         if room > 0:
             self.head += chunk[:room]
+        if len(chunk) >= self.keep:
+            self.tail[:] = chunk[-self.keep :]
+            return
         self.tail += chunk
-        if len(self.tail) > self.cap:
-            del self.tail[: len(self.tail) - self.cap]
+        if len(self.tail) > self.keep:
+            del self.tail[: len(self.tail) - self.keep]
+
+    def last(self) -> str:
+        """The stream's last ``SCAN`` bytes or fewer, as text (not for the result)."""
+        return _tail_text(bytes(self.tail[-SCAN:]))
 
     def text(self, limit: int) -> str:
         """The whole stream if it fits in ``limit`` bytes, else its head and tail."""
@@ -236,6 +281,8 @@ class _Run:
     cancelled: bool = False
     """A cancel stopped the command (a cancel after it ended changes nothing)."""
     ended: bool = False
+    cpu_seen: float = 0.0
+    """The root's CPU seconds when last looked at (with a ``cpu_seconds`` limit)."""
 
     def __post_init__(self) -> None:
         budget = max(self.call.output_budget, 0)
@@ -260,7 +307,8 @@ class _Run:
                     stage, reason = failed
                     if stage == "exec":
                         return not_started(self._start_error(reason))
-                    return not_started(self._start_error(f"its process isolation failed: {reason}"))
+                    what = "process isolation" if self.isolation else "confinement"
+                    return not_started(self._start_error(f"its {what} failed: {reason}"))
             await self.call.checkpoint(self._state(tree))
             returncode = await self._supervise(process, tree)
         finally:
@@ -289,12 +337,14 @@ class _Run:
             "env": dict(plan.env),
             "start_new_session": True,
         }
-        if self.isolation is None:
+        if self.isolation is None and plan.confinement.empty:
             return await anyio.open_process(argv, **options), None
-        view = self.isolation.view(self.call.workspace, plan.cwd.absolute)
+        view = None
+        if self.isolation is not None:
+            view = self.isolation.view(self.call.workspace, plan.cwd.absolute)
         read, write = os.pipe()
         try:
-            launcher = view.launcher(sys.executable, write, plan.env)
+            launcher = sandbox.launcher(sys.executable, write, plan.env, view, plan.confinement)
             process = await anyio.open_process([*launcher, *argv], pass_fds=(write,), **options)
         except BaseException:
             os.close(read)
@@ -318,6 +368,8 @@ class _Run:
         async with anyio.create_task_group() as watchers:
             watchers.start_soon(self._watch_cancel, tree)
             watchers.start_soon(_track, tree)
+            if self.plan.limits.cpu_seconds is not None:
+                watchers.start_soon(self._watch_cpu, tree)
             async with anyio.create_task_group() as io:
                 assert process.stdout is not None and process.stderr is not None
                 io.start_soon(self._pump, process.stdout, "stdout", self.out)
@@ -337,6 +389,17 @@ class _Run:
         if not self.ended:
             self.cancelled = True
             await tree.stop(self.plan.kill_grace)
+
+    async def _watch_cpu(self, tree: ProcessTree) -> None:
+        while True:
+            root = tree.root.process()
+            if root is not None:
+                try:
+                    times = root.cpu_times()
+                    self.cpu_seen = max(self.cpu_seen, times.user + times.system)
+                except psutil.Error:
+                    pass
+            await anyio.sleep(TRACK_INTERVAL)
 
     async def _pump(self, stream: ByteReceiveStream, name: str, capture: Capture) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -450,8 +513,17 @@ class _Result:
         name = self.signal_name
         return f"killed by {name}" if name else f"exit code {self.returncode}"
 
+    @property
+    def limit_hit(self) -> LimitHit | None:
+        run = self.run
+        failed = self.returncode not in run.plan.success_exit_codes
+        return exceeded(run.plan.limits, self.returncode, run.cpu_seen, run.err.last(), failed)
+
     def _exit_error(self) -> ToolgateError | None:
         plan = self.run.plan
+        hit = self.limit_hit
+        if hit is not None:
+            return self._limit_error(hit)
         if self.returncode in plan.success_exit_codes:
             return None
         expected = ", ".join(str(c) for c in sorted(plan.success_exit_codes))
@@ -464,6 +536,24 @@ class _Result:
             message + "; see data.stderr",
             code="command_failed",
             details={"exit_code": self.returncode if not name else None, "signal": name},
+        )
+
+    def _limit_error(self, hit: LimitHit) -> ToolgateError:
+        name = self.signal_name
+        how = f"killed by {name}" if name else f"exit code {self.returncode}"
+        told = {"signal": "", "cpu_time": " at its hard CPU limit"}.get(hit.detected_by, "")
+        told = told or (" (its stderr names the error)" if hit.detected_by == "stderr" else "")
+        return ExecutionError(
+            f"{self.run.plan.program} exceeded {hit.describe()}: {how}{told}; its process "
+            "tree was stopped; see data.stderr",
+            code="limit_exceeded",
+            details={
+                "limit": hit.limit,
+                "limit_value": hit.value,
+                "detected_by": hit.detected_by,
+                "exit_code": self.returncode if not name else None,
+                "signal": name,
+            },
         )
 
     def _cancelled(self, data: dict[str, JSON], truncated: bool) -> AdapterOutcome:
@@ -506,6 +596,8 @@ class _Result:
             "truncated": truncated,
             "stopped_processes": self.stopped,
         }
+        hit = self.limit_hit
+        data["limit_exceeded"] = hit.limit if hit is not None else None
         return data, truncated
 
     def _evidence(self) -> Evidence:

@@ -2,8 +2,9 @@
 
 The argv (each ``command`` element a template rendered on its own; a whole-element
 reference to a list becomes one element per item), the confined ``cwd``, the child's whole
-environment (the declaration's allowlist and constants), stdin, the JUnit report path and
-the program, looked up as the declaration says.
+environment (the declaration's allowlist and constants), stdin, the JUnit report path,
+the program, looked up as the declaration says, and what confines it (limits, user,
+network: ``gateway.adapters.process.limits``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.adapters.base import AdapterCall
-from gateway.adapters.process.spec import MARKER_ENV, ProcessOptions
+from gateway.adapters.process.limits import confinement
+from gateway.adapters.process.sandbox import Confinement
+from gateway.adapters.process.spec import MARKER_ENV, LimitOptions, ProcessOptions
 from gateway.declarations.templates import Template, TemplateError, lookup
 from gateway.errors import ExecutionError, ValidationError
 from gateway.workspace import ResolvedPath, Workspace, confine
@@ -31,6 +34,8 @@ class Plan:
     junit: ResolvedPath | None
     success_exit_codes: frozenset[int]
     kill_grace: float
+    limits: LimitOptions
+    confinement: Confinement
 
     @property
     def program(self) -> str:
@@ -58,6 +63,8 @@ def make_plan(call: AdapterCall, executables: Mapping[str, str]) -> Plan:
         junit=_report_path(call.workspace, _render(junit, context, "junit")) if junit else None,
         success_exit_codes=frozenset(options.success_exit_codes),
         kill_grace=options.kill_grace,
+        limits=options.limits,
+        confinement=confinement(options, call.tool.ref),
     )
 
 

@@ -1,21 +1,24 @@
 """What ``adapter: process`` declarations may say, checked when ``tools.d`` loads.
 
 The argv (its program fixed, every element a template), the working directory, the
-child's whole environment, stdin, exit codes and the JUnit report; the ``adapters.process``
-settings; the ``AdapterSpec`` the loader checks a declaration against. Light on purpose: no
-psutil, no adapter; docs/adapters/process.md documents every key.
+child's whole environment, stdin, exit codes, the JUnit report, and what confines the child
+(``limits``, ``user``/``group``, ``network``); the ``adapters.process`` settings; the
+``AdapterSpec`` the loader checks a declaration against. Light on purpose: no psutil, no
+adapter; docs/adapters/process.md documents every key.
 """
 
 from __future__ import annotations
 
+import grp
+import pwd
 import re
 from collections.abc import Iterable
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.declarations.located import Faults
-from gateway.declarations.model import Duration, TemplateStr
+from gateway.declarations.model import Duration, Size, TemplateStr
 from gateway.declarations.spec import AdapterSpec
 from gateway.declarations.templates import Template, compile_template
 
@@ -65,6 +68,63 @@ def _kill_grace(value: float) -> float:
     return value
 
 
+def _between(low: int, high: int, unit: str = "") -> AfterValidator:
+    def check(value: int) -> int:
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low}{unit} and {high}{unit}")
+        return value
+
+    return AfterValidator(check)
+
+
+MIB = 1024 * 1024
+
+
+class LimitOptions(_Frozen):
+    """Kernel limits set in the child before ``exec`` (``setrlimit``); each is per process
+    and inherited by the child's descendants. None: the gateway's own limit stays."""
+
+    cpu_seconds: Annotated[int, _between(1, 7 * 86400, "s")] | None = None
+    """RLIMIT_CPU: CPU seconds (user + system); SIGXCPU then, SIGKILL one second later."""
+    memory: Annotated[Size, _between(16 * MIB, 2**50)] | None = None
+    """RLIMIT_AS: the address space in bytes (virtual memory, not resident memory)."""
+    file_size: Annotated[Size, _between(1, 2**62)] | None = None
+    """RLIMIT_FSIZE: the largest file the child may write (SIGXFSZ, or EFBIG)."""
+    open_files: Annotated[int, _between(8, 1 << 20)] | None = None
+    """RLIMIT_NOFILE: one more than the highest file descriptor the child may open."""
+    processes: Annotated[int, _between(1, 1 << 22)] | None = None
+    """RLIMIT_NPROC: processes (and threads) of the child's real user, counted over all of
+    that user's processes; not enforced for root (refused then: see the docs)."""
+    no_new_privs: bool = True
+    """PR_SET_NO_NEW_PRIVS: setuid/setgid bits and file capabilities grant nothing."""
+
+    def rlimits(self) -> dict[str, int]:
+        """The declared limits by name (``cpu_seconds`` ...), None ones left out."""
+        names = ("cpu_seconds", "memory", "file_size", "open_files", "processes")
+        values = {name: getattr(self, name) for name in names}
+        return {name: value for name, value in values.items() if value is not None}
+
+
+def _known_user(value: str) -> str:
+    if value.isdigit():
+        return value
+    try:
+        pwd.getpwnam(value)
+    except KeyError:
+        raise ValueError(f"there is no user {value!r} on this machine") from None
+    return value
+
+
+def _known_group(value: str) -> str:
+    if value.isdigit():
+        return value
+    try:
+        grp.getgrnam(value)
+    except KeyError:
+        raise ValueError(f"there is no group {value!r} on this machine") from None
+    return value
+
+
 class ProcessOptions(_Frozen):
     """The declaration keys of ``adapter: process`` (documented in docs/adapters/process.md)."""
 
@@ -77,6 +137,13 @@ class ProcessOptions(_Frozen):
     )
     junit: TemplateStr | None = None
     kill_grace: Annotated[Duration, AfterValidator(_kill_grace)] = 2.0
+    limits: LimitOptions = Field(default_factory=LimitOptions)
+    user: Annotated[str, AfterValidator(_known_user)] | None = None
+    """Run as this user (a name or a numeric uid); the gateway must be root."""
+    group: Annotated[str, AfterValidator(_known_group)] | None = None
+    """Run with this group (name or gid); default: the user's primary group."""
+    network: Literal["host", "none"] = "host"
+    """``none``: a network namespace of its own, without any interface but a down loopback."""
 
     @field_validator("command")
     @classmethod
