@@ -1,4 +1,5 @@
-"""The ``toolgate`` command line: serve, check, tools, call, policy, approvals, keys, schema."""
+"""The ``toolgate`` command line: serve, check, tools, call, policy, approvals, keys, audit,
+schema."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from gateway.types import ApprovalStatus
 if TYPE_CHECKING:
     from gateway.declarations.catalogue import Catalogue
 
+from gateway.commands import audit as audit_commands
 from gateway.commands.common import (
     client_options,
     count,
@@ -360,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     khash = ksub.add_parser("hash", help="print the sha256 to store for a key")
     khash.add_argument("key", nargs="?")
     khash.set_defaults(fn=cmd_keys_hash)
+
+    audit_commands.add_parser(sub)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the declaration format")
     schema.set_defaults(fn=cmd_schema)

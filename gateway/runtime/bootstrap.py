@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gateway import __version__
 from gateway.adapters.registry import SPECS, build_adapters
+from gateway.audit.keys import load_signer
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
@@ -91,6 +92,7 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
         approval_key=approval_key(settings),
         faults=Faults.parse(settings.faults),
         telemetry=make_telemetry(settings, store, policy, revision=loaded.sources.revision()),
+        audit_signer=load_signer(settings) if settings.audit.checkpoint_interval > 0 else None,
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.adapters.base import Adapter
+from gateway.audit.keys import Signer
 from gateway.declarations.catalogue import Catalogue
 from gateway.faults import NO_FAULTS, Faults
 from gateway.observability.telemetry import OFF, Telemetry
@@ -41,6 +42,8 @@ class Runtime:
     """Executions this process is running now (recovery leaves exactly these alone)."""
     telemetry: Telemetry = OFF
     """Metrics, tracing and the decision log, as configured (docs/operations.md)."""
+    audit_signer: Signer | None = None
+    """Signs the audit trail's periodic checkpoints (None: ``audit.checkpoint_interval`` 0)."""
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""
