@@ -13,6 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
+import pytest
+
+from gateway.cli import main
 from gateway.events.model import make_event
 from gateway.store.records import ExecutionRecord
 from gateway.store.sql import Db
@@ -109,6 +113,38 @@ def toolgate(project: Path, url: str, *args: str) -> subprocess.CompletedProcess
         text=True,
         timeout=120,
     )
+
+
+def toolgate_here(
+    project: Path, url: str, *args: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """The same command in this process (cheaper than a process; its output captured)."""
+    capsys.readouterr()
+    saved = os.environ.get("TOOLGATE_DATABASE_URL")
+    os.environ["TOOLGATE_DATABASE_URL"] = url
+    try:
+        code = main(["--config", str(project / "toolgate.yaml"), *args])
+    finally:
+        if saved is None:
+            os.environ.pop("TOOLGATE_DATABASE_URL", None)
+        else:
+            os.environ["TOOLGATE_DATABASE_URL"] = saved
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def filled(url: str, ids: Sequence[str]) -> None:
+    """A store at ``url`` opened (the schema made) and filled with :func:`fill`."""
+
+    async def run() -> None:
+        store = Store(url)
+        await store.open()
+        try:
+            await fill(store, ids)
+        finally:
+            await store.aclose()
+
+    anyio.run(run)
 
 
 def external_hash(line: dict[str, Any]) -> str:

@@ -1,11 +1,12 @@
-"""``toolgate audit``, run as a real process on real SQLite and PostgreSQL stores: a trail
-written through the store's append path, tampered with in SQL the way an insider would, and
-each change found and named."""
+"""``toolgate audit`` on real SQLite and PostgreSQL stores: a trail written through the
+store's append path, tampered with in SQL the way an insider would, and each change found and
+named by ``audit verify`` run as a real process (the other commands run in this process)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import anyio
@@ -14,15 +15,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gateway.audit.checkpoints import body, make_checkpoint
 from gateway.audit.keys import Signer, load_signer
-from gateway.events.model import make_event
 from gateway.events.chain import event_hash
+from gateway.events.model import make_event
 from gateway.settings import load_settings
 from gateway.store.store import Store
-from tests.audit.helpers import external_hash, fill, sql, toolgate
+from tests.audit.helpers import external_hash, fill, filled, sql, toolgate, toolgate_here
 
-pytestmark = pytest.mark.anyio
-
-IDS = {name: f"ex_{name}" for name in ("edit", "delete", "swap", "insert", "tail", "gone", "rewrite", "clean")}  # fmt: skip
+KINDS = ("edit", "delete", "swap", "insert", "tail", "gone", "rewrite", "clean")
+IDS = {name: f"ex_{name}" for name in KINDS}
+Capture = pytest.CaptureFixture[str]
 
 
 def chain_of(url: str, ex_id: str) -> list[tuple[str, int, str, str]]:
@@ -43,8 +44,7 @@ def tamper(url: str) -> None:
     rows = sql(
         url,
         (
-            "SELECT id, type, version, at_ms, prev FROM events "
-            "WHERE execution_id = ? AND seq = 5",
+            "SELECT id, type, version, at_ms, prev FROM events WHERE execution_id = ? AND seq = 5",
             [x["rewrite"]],
         ),
     )
@@ -65,16 +65,12 @@ def tamper(url: str) -> None:
         (
             "INSERT INTO events (id, execution_id, seq, type, version, at_ms, data_json, prev, "
             "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [forged[0], forged[1], forged[2], forged[3], forged[4], forged[5], forged[6],
-             before_insert[3], forged_hash],
-        ),  # fmt: skip
+            [*forged, before_insert[3], forged_hash],
+        ),
         ("DELETE FROM events WHERE execution_id = ? AND seq >= 4", [x["tail"]]),
         ("DELETE FROM events WHERE execution_id = ?", [x["gone"]]),
         ("DELETE FROM executions WHERE id = ?", [x["gone"]]),
-        (
-            "UPDATE events SET data_json = ?, hash = ? WHERE id = ?",
-            [edited, rehashed, head[0]],
-        ),
+        ("UPDATE events SET data_json = ?, hash = ? WHERE id = ?", [edited, rehashed, head[0]]),
     )
 
 
@@ -83,54 +79,58 @@ def forge_checkpoints(url: str) -> None:
     over heads that would hide the deleted tail."""
     (digest,) = sql(url, ("SELECT digest FROM audit_checkpoints WHERE seq = 2", []))[0]
     insider = Signer(Ed25519PrivateKey.generate())
-    heads = [["ex_tail", 3, "0" * 64]]
+    heads = [[IDS["tail"], 3, "0" * 64]]
     data = body(3, 1, digest, heads)
+    values = [digest, json.dumps(heads), hashlib.sha256(data).hexdigest(), insider.key_id]
     sql(
         url,
         ("UPDATE audit_checkpoints SET at_ms = at_ms + 1 WHERE seq = 2", []),
         (
             "INSERT INTO audit_checkpoints (seq, at_ms, prev, heads_json, digest, key_id, "
             "signature, writer) VALUES (3, 1, ?, ?, ?, ?, ?, '')",
-            [digest, json.dumps(heads), hashlib.sha256(data).hexdigest(), insider.key_id,
-             insider.sign(data)],
-        ),  # fmt: skip
+            [*values, insider.sign(data)],
+        ),
     )
 
 
-async def test_every_kind_of_tampering_is_found_and_named(
-    project: Path, database_url: str
+def test_every_kind_of_tampering_is_found_and_named(
+    project: Path, database_url: str, capsys: Capture
 ) -> None:
-    store = Store(database_url)
-    await store.open()
-    try:
-        await fill(store, list(IDS.values()))
-    finally:
-        await store.aclose()
-    made = toolgate(project, database_url, "audit", "checkpoint")
-    assert made.returncode == 0, made.stderr
-    assert made.stdout.startswith("checkpoint #1: 8 heads")
-    again = toolgate(project, database_url, "audit", "checkpoint")
-    assert "no checkpoint written: nothing moved" in again.stderr
-    store = Store(database_url)
-    await store.open()
-    try:
-        await store.append(IDS["clean"], [make_event(IDS["clean"], 0, "tool.output", {})])
-    finally:
-        await store.aclose()
-    assert toolgate(project, database_url, "audit", "checkpoint").stdout.startswith(
-        "checkpoint #2: 1 heads"
-    )
+    filled(database_url, list(IDS.values()))
+    code, out, _ = toolgate_here(project, database_url, "audit", "checkpoint", capsys=capsys)
+    assert code == 0 and out.startswith("checkpoint #1: 8 heads"), out
+    _, _, err = toolgate_here(project, database_url, "audit", "checkpoint", capsys=capsys)
+    assert "no checkpoint written: nothing moved" in err
 
-    clean = toolgate(project, database_url, "audit", "verify")
-    assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "audit trail intact: 8 chains, 49 events, 2 checkpoints" in clean.stderr
+    async def one_more() -> None:
+        store = Store(database_url)
+        try:
+            await store.append(IDS["clean"], [make_event(IDS["clean"], 0, "tool.output", {})])
+        finally:
+            await store.aclose()
 
-    public = toolgate(project, database_url, "audit", "public-key")
-    (project / "audit.pub").write_text(public.stdout)
-    by_public = toolgate(
-        project, database_url, "audit", "verify", "--public-key", str(project / "audit.pub")
-    )
-    assert by_public.returncode == 0, by_public.stdout + by_public.stderr
+    anyio.run(one_more)
+    _, out, _ = toolgate_here(project, database_url, "audit", "checkpoint", capsys=capsys)
+    assert out.startswith("checkpoint #2: 1 heads"), out
+
+    code, out, err = toolgate_here(project, database_url, "audit", "verify", capsys=capsys)
+    assert code == 0, out + err
+    assert "audit trail intact: 8 chains, 49 events, 2 checkpoints" in err
+
+    _, public, _ = toolgate_here(project, database_url, "audit", "public-key", capsys=capsys)
+    (project / "audit.pub").write_text(public)
+    code, _, err = toolgate_here(
+        project, database_url, "audit", "verify", "--public-key", str(project / "audit.pub"),
+        capsys=capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    stranger = Signer(Ed25519PrivateKey.generate())
+    (project / "stranger.pub").write_text(stranger.public_pem())
+    code, out, _ = toolgate_here(
+        project, database_url, "audit", "verify", "--public-key", str(project / "stranger.pub"),
+        capsys=capsys,
+    )  # fmt: skip
+    assert code == 1 and "which is not one of the verifying keys" in out
 
     tamper(database_url)
     forge_checkpoints(database_url)
@@ -156,63 +156,69 @@ async def test_every_kind_of_tampering_is_found_and_named(
         assert any(line.startswith(wanted) for line in lines), (wanted, found.stdout)
     assert not [line for line in lines if x["clean"] in line], found.stdout
 
-    as_json = json.loads(toolgate(project, database_url, "audit", "verify", "--json").stdout)
-    assert as_json["ok"] is False
-    assert {f["what"] for f in as_json["faults"]} == {
+    code, out, _ = toolgate_here(project, database_url, "audit", "verify", "--json", capsys=capsys)
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False
+    assert {f["what"] for f in report["faults"]} == {
         "edited", "deleted", "reordered", "inserted", "checkpoint"
     }  # fmt: skip
 
 
-async def test_export_writes_json_lines_an_outside_tool_can_verify(
-    project: Path, database_url: str
+def test_export_writes_json_lines_an_outside_tool_can_verify(
+    project: Path, database_url: str, capsys: Capture
 ) -> None:
-    store = Store(database_url)
-    await store.open()
-    try:
-        await fill(store, ["ex_a", "ex_b"])
-    finally:
-        await store.aclose()
-    assert toolgate(project, database_url, "audit", "checkpoint").returncode == 0
+    filled(database_url, ["ex_a", "ex_b"])
+    assert toolgate_here(project, database_url, "audit", "checkpoint", capsys=capsys)[0] == 0
     out = project / "trail.jsonl"
-    done = toolgate(project, database_url, "audit", "export", "--out", str(out), "--checkpoints")
-    assert done.returncode == 0, done.stderr
+    code, _, err = toolgate_here(
+        project, database_url, "audit", "export", "--out", str(out), "--checkpoints",
+        capsys=capsys,
+    )  # fmt: skip
+    assert code == 0, err
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     events = [line for line in lines if line["record"] == "event"]
     assert len(events) == 12 and [e["seq"] for e in events[:6]] == list(range(6))
     for event in events:
         assert external_hash(event) == event["hash"], event
-    for before, after in zip(events[:5], events[1:6], strict=True):
+    for before, after in pairwise(events[:6]):
         assert after["prev"] == before["hash"]
     (checkpoint,) = [line for line in lines if line["record"] == "checkpoint"]
     assert sorted(h[0] for h in checkpoint["heads"]) == ["ex_a", "ex_b"]
 
-    since = toolgate(project, database_url, "audit", "export", "--since", "1h")
-    assert len(since.stdout.splitlines()) == 12
-    future = toolgate(project, database_url, "audit", "export", "--since", "2999-01-01T00:00:00")
-    assert future.stdout == "" and "exported 0 events" in future.stderr
-    bad = toolgate(project, database_url, "audit", "verify", "--since", "yesterday-ish")
-    assert bad.returncode == 2 and "--since 'yesterday-ish'" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    _, since, _ = toolgate_here(
+        project, database_url, "audit", "export", "--since", "1h", capsys=capsys
+    )
+    assert len(since.splitlines()) == 12
+    _, future, err = toolgate_here(
+        project, database_url, "audit", "export", "--since", "2999-01-01T00:00:00", capsys=capsys
+    )
+    assert future == "" and "exported 0 events" in err
+    code, _, err = toolgate_here(
+        project, database_url, "audit", "verify", "--since", "yesterday-ish", capsys=capsys
+    )
+    assert code == 2 and "--since 'yesterday-ish'" in err
 
 
-async def test_verify_since_checks_the_chains_written_since(
-    project: Path, database_url: str
+def test_verify_since_checks_the_chains_written_since(
+    project: Path, database_url: str, capsys: Capture
 ) -> None:
-    store = Store(database_url)
-    await store.open()
-    try:
-        await fill(store, ["ex_old", "ex_new"])
-    finally:
-        await store.aclose()
+    filled(database_url, ["ex_old", "ex_new"])
     sql(database_url, ("UPDATE events SET data_json = '{}' WHERE execution_id = 'ex_new'", []))
-    old = "ev_000000000000"
-    sql(database_url, ("UPDATE events SET id = ? || id WHERE execution_id = 'ex_old'", [old]))
-    recent = toolgate(project, database_url, "audit", "verify", "--since", "10m")
-    assert recent.returncode == 1
-    assert "ex_new" in recent.stdout and "ex_old" not in recent.stdout
-    assert "1 chains" in recent.stderr
+    # ex_old's events made long ago (ids begin with their time); their hashes now fail too
+    sql(
+        database_url,
+        ("UPDATE events SET id = 'ev_000000000000' || id WHERE execution_id = 'ex_old'", []),
+    )
+    code, out, err = toolgate_here(
+        project, database_url, "audit", "verify", "--since", "10m", capsys=capsys
+    )
+    assert code == 1 and "ex_new" in out and "ex_old" not in out
+    assert "1 chains" in err
+    code, out, _ = toolgate_here(project, database_url, "audit", "verify", capsys=capsys)
+    assert code == 1 and "ex_old" in out
 
 
+@pytest.mark.anyio
 async def test_checkpoint_writers_of_two_replicas_write_one(
     project: Path, database_url: str
 ) -> None:
@@ -232,22 +238,16 @@ async def test_checkpoint_writers_of_two_replicas_write_one(
             for store in (first, second, first, second):
                 tg.start_soon(write, store)
         assert len([r for r in results if r.record is not None]) == 1
-        assert (await first.audit_last_checkpoint()).seq == 1  # type: ignore[union-attr]
+        assert [c.seq for c in await first.audit_checkpoints(0, 10)] == [1]
     finally:
         await first.aclose()
         await second.aclose()
-    assert toolgate(project, database_url, "audit", "verify").returncode == 0
 
 
-async def test_a_store_from_before_the_audit_trail_is_upgraded_and_chained(
-    project: Path, database_url: str
+def test_a_store_from_before_the_audit_trail_is_upgraded_and_chained(
+    project: Path, database_url: str, capsys: Capture
 ) -> None:
-    store = Store(database_url)
-    await store.open()
-    try:
-        await fill(store, ["ex_1", "ex_2"])
-    finally:
-        await store.aclose()
+    filled(database_url, ["ex_1", "ex_2"])
     chained = chain_of(database_url, "ex_1") + chain_of(database_url, "ex_2")
     sql(  # what a version 1 store looks like
         database_url,
@@ -256,11 +256,10 @@ async def test_a_store_from_before_the_audit_trail_is_upgraded_and_chained(
         ("DROP TABLE audit_checkpoints", []),
         ("UPDATE schema_version SET version = 1", []),
     )
-    refused = toolgate(project, database_url, "audit", "verify")
-    assert refused.returncode == 2
-    assert "schema version 1, from before the audit trail" in refused.stderr
-    upgraded = toolgate(project, database_url, "audit", "checkpoint")
-    assert upgraded.returncode == 0, upgraded.stderr
+    code, _, err = toolgate_here(project, database_url, "audit", "verify", capsys=capsys)
+    assert code == 2 and "schema version 1, from before the audit trail" in err
+    code, _, err = toolgate_here(project, database_url, "audit", "checkpoint", capsys=capsys)
+    assert code == 0, err
     assert chain_of(database_url, "ex_1") + chain_of(database_url, "ex_2") == chained
     assert sql(database_url, ("SELECT version FROM schema_version", []))[0][0] == 2
-    assert toolgate(project, database_url, "audit", "verify").returncode == 0
+    assert toolgate_here(project, database_url, "audit", "verify", capsys=capsys)[0] == 0
