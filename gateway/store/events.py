@@ -8,6 +8,7 @@ execution's lock, so writers of several replicas extend one chain in one order.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
 
 from gateway.events.chain import GENESIS
 from gateway.events.model import Event
@@ -40,19 +41,29 @@ def insert(db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool
         db.many(INSERT_EVENT, rows.chained_rows(events, 0, GENESIS))
         return
     db.advisory_lock("ev:" + execution_id)
-    if not unseen:
+    # Under the execution's lock (one writer at a time on SQLite) the head cannot move.
+    if unseen:
+        head = db.one(CHAIN_HEAD, (execution_id,))
+    else:
+        # One statement: the chain's head, and those of the events applied before.
         ids = [e.id for e in events]
-        known = {
-            row[0]
-            for row in db.all(f"SELECT id FROM events WHERE id IN ({placeholders(len(ids))})", ids)
-        }
+        found = db.all(_head_and_known(len(ids)), (execution_id, execution_id, *ids))
+        known = {row[2] for row in found}
         events = [e for e in events if e.id not in known]  # applied before
         if not events:
             return
-    # Under the execution's lock (one writer at a time on SQLite): the head cannot move.
-    head = db.one(CHAIN_HEAD, (execution_id,))
+        head = max(found, default=None, key=lambda row: row[0])
     seq, prev = (0, GENESIS) if head is None else (head[0] + 1, head[1] or GENESIS)
     db.many(INSERT_EVENT, rows.chained_rows(events, seq, prev))
+
+
+@cache
+def _head_and_known(count: int) -> Sql:
+    return Sql(
+        "SELECT seq, hash, id FROM events WHERE execution_id = ? AND (seq = "
+        "(SELECT max(seq) FROM events WHERE execution_id = ?) "
+        f"OR id IN ({placeholders(count)}))"
+    )
 
 
 def append(db: Db, execution_id: str, events: Sequence[Event]) -> None:
