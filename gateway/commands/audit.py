@@ -11,10 +11,16 @@ import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from gateway.commands.common import UsageError, settings_of
 from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.audit.checkpoints import Written
+    from gateway.audit.keys import Verifier
+    from gateway.audit.verify import Report
+    from gateway.store.store import Store
 
 CURRENT_SCHEMA = 2
 
@@ -51,7 +57,7 @@ def _store_url(settings: Settings) -> str:
     return url
 
 
-async def _reading(settings: Settings):  # type: ignore[no-untyped-def]
+async def _reading(settings: Settings) -> Store:
     """A store opened for reading only (opening it would create or upgrade the schema)."""
     from gateway.errors import StoreError
     from gateway.store.store import Store
@@ -72,7 +78,7 @@ async def _reading(settings: Settings):  # type: ignore[no-untyped-def]
     return store
 
 
-def _verifier(settings: Settings, public_keys: list[str]):  # type: ignore[no-untyped-def]
+def _verifier(settings: Settings, public_keys: list[str]) -> Verifier:
     from gateway.audit.keys import Verifier, key_path, load_public_key, load_signer
 
     if public_keys:
@@ -90,7 +96,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     since = since_ms(args.since)
     verifier = _verifier(settings, args.public_key)
 
-    async def run():  # type: ignore[no-untyped-def]
+    async def run() -> Report:
         store = await _reading(settings)
         try:
             return await verify(store, verifier, since)
@@ -165,7 +171,7 @@ def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     signer = load_signer(settings)
 
-    async def run():  # type: ignore[no-untyped-def]
+    async def run() -> Written:
         store = Store(_store_url(settings))
         try:
             await store.open()

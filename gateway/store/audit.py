@@ -46,17 +46,15 @@ CHECKPOINT_COLUMNS = "seq, at_ms, prev, heads_json, digest, key_id, signature, w
 
 CHAIN_PAGE = Sql(
     f"SELECT {CHAIN_COLUMNS} FROM events "
-    "WHERE execution_id > ? OR (execution_id = ? AND seq > ?) "
-    "ORDER BY execution_id, seq LIMIT ?"
+    "WHERE (execution_id, seq) > (?, ?) ORDER BY execution_id, seq LIMIT ?"
 )
 CHAIN_OF = Sql(f"SELECT {CHAIN_COLUMNS} FROM events WHERE execution_id = ? ORDER BY seq")
-TOUCHED_SINCE = Sql("SELECT DISTINCT execution_id FROM events WHERE id >= ?")
-HEADS_SINCE = Sql(
-    "SELECT e.execution_id, e.seq, e.hash FROM events e "
-    "JOIN (SELECT execution_id, max(seq) AS seq FROM events WHERE execution_id IN "
-    "(SELECT DISTINCT execution_id FROM events WHERE id >= ?) GROUP BY execution_id) h "
-    "ON e.execution_id = h.execution_id AND e.seq = h.seq ORDER BY e.execution_id"
-)
+# No DISTINCT in these: SQLite would then scan the (execution_id, seq) index whole instead of
+# the primary key's range.
+TOUCHED_SINCE = Sql("SELECT execution_id FROM events WHERE id >= ?")
+# One range of the primary key, reduced here: a join back to each chain's max(seq) makes
+# PostgreSQL scan the whole table.
+EVENTS_SINCE = Sql("SELECT execution_id, seq, hash FROM events WHERE id >= ?")
 LAST_CHECKPOINT = Sql(
     f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints ORDER BY seq DESC LIMIT 1"
 )
@@ -76,7 +74,7 @@ SCHEMA_VERSION = Sql("SELECT version FROM schema_version WHERE id = 1")
 
 def chain_page(db: Db, after_execution: str, after_seq: int, limit: int) -> list[ChainRow]:
     """Up to ``limit`` events after (``after_execution``, ``after_seq``), in chain order."""
-    params = (after_execution, after_execution, after_seq, int(limit))
+    params = (after_execution, after_seq, int(limit))
     return [ChainRow(*row) for row in db.all(CHAIN_PAGE, params)]
 
 
@@ -86,12 +84,19 @@ def chain_of(db: Db, execution_id: str) -> list[ChainRow]:
 
 def touched_since(db: Db, floor_id: str) -> list[str]:
     """The executions with an event whose id is ``floor_id`` or later."""
-    return sorted(row[0] for row in db.all(TOUCHED_SINCE, (floor_id,)))
+    return sorted({row[0] for row in db.all(TOUCHED_SINCE, (floor_id,))})
 
 
 def heads_since(db: Db, floor_id: str) -> list[tuple[str, int, str | None]]:
-    """(execution_id, seq, hash) of the last event of every execution touched since."""
-    return [(r[0], int(r[1]), r[2]) for r in db.all(HEADS_SINCE, (floor_id,))]
+    """(execution_id, seq, hash) of the last event since ``floor_id`` of every execution
+    touched since: its head (the last event appended is the newest, up to the clocks of
+    the replicas: a checkpoint then holds an event just before the head, still true)."""
+    heads: dict[str, tuple[int, str | None]] = {}
+    for execution_id, seq, digest in db.all(EVENTS_SINCE, (floor_id,)):
+        known = heads.get(execution_id)
+        if known is None or seq > known[0]:
+            heads[execution_id] = (int(seq), digest)
+    return [(x, seq, digest) for x, (seq, digest) in sorted(heads.items())]
 
 
 def rows_at(db: Db, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str | None]:

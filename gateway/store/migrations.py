@@ -16,8 +16,7 @@ from gateway.store.sql import Db, Sql
 BACKFILL_PAGE = 2000
 EVENTS_FROM = Sql(
     "SELECT id, execution_id, seq, type, version, at_ms, data_json FROM events "
-    "WHERE (execution_id > ?) OR (execution_id = ? AND seq > ?) "
-    "ORDER BY execution_id, seq LIMIT ?"
+    "WHERE (execution_id, seq) > (?, ?) ORDER BY execution_id, seq LIMIT ?"
 )
 SET_LINK = Sql("UPDATE events SET prev = ?, hash = ? WHERE id = ?")
 
@@ -29,7 +28,7 @@ def _chain_events(db: Db) -> None:
     db.run("ALTER TABLE events ADD COLUMN hash VARCHAR(64)")
     execution, seq, prev = "", -1, GENESIS
     while True:
-        page = db.all(EVENTS_FROM, (execution, execution, seq, BACKFILL_PAGE))
+        page = db.all(EVENTS_FROM, (execution, seq, BACKFILL_PAGE))
         if not page:
             return
         links = []
