@@ -70,11 +70,22 @@ class Written:
     reason: str = ""
 
 
-async def make_checkpoint(store: Store, signer: Signer, now_ms: int | None = None) -> Written:
-    """Sign and append one checkpoint of the chains that moved since the last one."""
-    at_ms = int(time.time() * 1000) if now_ms is None else now_ms
+async def make_checkpoint(
+    store: Store, signer: Signer, *, everything: bool = False, first_window_ms: int | None = None
+) -> Written:
+    """Sign and append one checkpoint of the chains that moved since the last one.
+
+    ``everything``: of every chain's head instead (a full scan of the events). Without a
+    checkpoint before it, of the chains that moved in the last ``first_window_ms`` (None:
+    every chain)."""
+    at_ms = int(time.time() * 1000)
     last = await store.audit_last_checkpoint()
-    floor = event_floor(last.at_ms - MARGIN_MS) if last is not None else event_floor(0)
+    if everything or (last is None and first_window_ms is None):
+        floor = event_floor(0)
+    elif last is None:
+        floor = event_floor(at_ms - (first_window_ms or 0) - MARGIN_MS)
+    else:
+        floor = event_floor(last.at_ms - MARGIN_MS)
     known = set(heads_of(last)) if last is not None else set()
     heads = sorted((x, s, h) for x, s, h in await store.audit_heads_since(floor) if h is not None)
     heads = [h for h in heads if h not in known]
@@ -106,7 +117,9 @@ async def checkpoint_periodically(store: Store, signer: Signer, interval: float)
             last = await store.audit_last_checkpoint()
             if last is not None and time.time() * 1000 - last.at_ms < interval * 500:
                 continue  # another replica's is fresh: half an interval old at most
-            written = await make_checkpoint(store, signer)
+            # A first checkpoint covers what moved lately, not a store's whole past (that
+            # is `toolgate audit checkpoint --all`, out of the serving process).
+            written = await make_checkpoint(store, signer, first_window_ms=int(interval * 1000))
         except ToolgateError as exc:
             log.warning("audit checkpoint failed: %s", exc)
             continue

@@ -175,7 +175,7 @@ def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
         store = Store(_store_url(settings))
         try:
             await store.open()
-            return await make_checkpoint(store, signer)
+            return await make_checkpoint(store, signer, everything=args.all)
         finally:
             await store.aclose()
 
@@ -222,6 +222,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     export.set_defaults(fn=cmd_audit_export)
     checkpoint = asub.add_parser("checkpoint", help="sign a checkpoint of the chains now")
+    checkpoint.add_argument(
+        "--all",
+        action="store_true",
+        help="of every chain's head, not only those that moved since the last checkpoint",
+    )
     checkpoint.set_defaults(fn=cmd_audit_checkpoint)
     public = asub.add_parser("public-key", help="print the checkpoints' public key (PEM)")
     public.set_defaults(fn=cmd_audit_public_key)

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.audit.checkpoints import checkpoint_periodically
+from gateway.audit.checkpoints import checkpoint_periodically, heads_of, make_checkpoint
 from gateway.audit.keys import Verifier, load_signer
 from gateway.audit.verify import verify
 from gateway.errors import ConfigError
@@ -60,3 +60,32 @@ def test_a_bad_signing_key_is_a_clear_configuration_error(
     key.unlink()
     with pytest.raises(ConfigError, match="cannot read"):
         load_signer(settings)
+
+
+@pytest.mark.anyio
+async def test_a_first_periodic_checkpoint_covers_what_moved_lately_and_all_covers_the_rest(
+    project: Path, database_url: str
+) -> None:
+    settings = load_settings(project / "toolgate.yaml", env={}, database_url=database_url)
+    signer = load_signer(settings)
+    store = Store(database_url)
+    await store.open()
+    try:
+        await fill(store, ["ex_old", "ex_new"])
+        await store._write(  # ex_old's events made long ago (ids begin with their time)
+            lambda db: db.run(
+                "UPDATE events SET id = 'ev_000000000000' || id WHERE execution_id = 'ex_old'"
+            )
+        )
+        first = await make_checkpoint(store, signer, first_window_ms=60_000)
+        assert first.record is not None and heads_of(first.record) == [
+            ("ex_new", 5, (await store.audit_chain("ex_new"))[-1].hash)
+        ]
+        rest = await make_checkpoint(store, signer, everything=True)
+        assert rest.record is not None and [h[0] for h in heads_of(rest.record)] == ["ex_old"]
+        report = await verify(store, Verifier([signer.public]))
+        assert report.heads == 2 and report.checkpoints == 2
+        # (the ids changed above are in the hashes: the rows of ex_old show as edited)
+        assert {(f.what, f.execution_id) for f in report.faults} == {("edited", "ex_old")}
+    finally:
+        await store.aclose()
