@@ -65,14 +65,21 @@ async def chains(store: Store, since_ms: int | None) -> AsyncIterator[list[Chain
 
 async def verify(store: Store, verifier: Verifier, since_ms: int | None = None) -> Report:
     report = Report()
-    heads: dict[str, tuple[int, str | None]] = {}
+    seen = await _check_checkpoints(store, verifier, since_ms, report)
+    report.heads = len(seen.heads)
+    pending = dict(seen.heads)
     async for rows in chains(store, since_ms):
         report.chains += 1
         report.events += len(rows)
         report.faults.extend(check_chain(rows))
-        heads[rows[0].execution_id] = (rows[-1].seq, rows[-1].hash)
-    seen = await _check_checkpoints(store, verifier, since_ms, report)
-    await _check_heads(store, seen, heads, report)
+        recorded = pending.pop(rows[0].execution_id, None)
+        if recorded is not None:
+            _check_head(rows[0].execution_id, recorded, rows, report)
+    # The chains a checkpoint saw that were not read above: gone, or (with since_ms) not
+    # written to since then.
+    for execution_id, recorded in sorted(pending.items()):
+        rows = await store.audit_chain(execution_id) if since_ms is not None else []
+        _check_head(execution_id, recorded, rows, report)
     if since_ms is None:
         faulted = {f.execution_id for f in report.faults}
         for execution_id in await store.audit_without_events():
@@ -143,41 +150,25 @@ def _check_one(
     return intact and problem is None
 
 
-async def _check_heads(
-    store: Store,
-    seen: _Seen,
-    heads: dict[str, tuple[int, str | None]],
-    report: Report,
+def _check_head(
+    execution_id: str, recorded: tuple[int, str, int], rows: list[ChainRow], report: Report
 ) -> None:
-    """Each head a checkpoint recorded must still be in its chain, with the same hash."""
-    report.heads = len(seen.heads)
-    keys = [(x, seq) for x, (seq, _, _) in seen.heads.items()]
-    stored = await store.audit_rows_at(keys) if keys else {}
-    for execution_id, (seq, digest, cp) in sorted(seen.heads.items()):
-        if (execution_id, seq) in stored:
-            if stored[(execution_id, seq)] != digest:
-                report.faults.append(
-                    Fault(
-                        "edited",
-                        execution_id,
-                        seq,
-                        f"its hash is not the one checkpoint #{cp} recorded (the chain was "
-                        "rewritten)",
-                    )
-                )
-            continue
-        last = heads.get(execution_id)
-        if last is None:
-            last_rows = await store.audit_chain(execution_id)
-            last = (last_rows[-1].seq, last_rows[-1].hash) if last_rows else None
-        if last is None:
-            detail = f"the whole chain is gone (checkpoint #{cp} recorded it up to seq {seq})"
-            report.faults.append(Fault("deleted", execution_id, None, detail))
-        elif last[0] < seq:
-            first = last[0] + 1
-            span = f"seq {first}" if first == seq else f"seq {first}..{seq}"
-            detail = f"{span} gone from the end of the chain (checkpoint #{cp} recorded seq {seq})"
-            report.faults.append(Fault("deleted", execution_id, first, detail))
-        else:
-            detail = f"seq {seq} is gone (checkpoint #{cp} recorded it)"
-            report.faults.append(Fault("deleted", execution_id, seq, detail))
+    """The head a checkpoint recorded must still be in its chain, with the same hash."""
+    seq, digest, cp = recorded
+    found = next((r for r in rows if r.seq == seq), None)
+    if found is not None:
+        if found.hash != digest:
+            detail = f"its hash is not the one checkpoint #{cp} recorded (the chain was rewritten)"
+            report.faults.append(Fault("edited", execution_id, seq, detail))
+        return
+    if not rows:
+        detail = f"the whole chain is gone (checkpoint #{cp} recorded it up to seq {seq})"
+        report.faults.append(Fault("deleted", execution_id, None, detail))
+    elif rows[-1].seq < seq:
+        first = rows[-1].seq + 1
+        span = f"seq {first}" if first == seq else f"seq {first}..{seq}"
+        detail = f"{span} gone from the end of the chain (checkpoint #{cp} recorded seq {seq})"
+        report.faults.append(Fault("deleted", execution_id, first, detail))
+    else:
+        detail = f"seq {seq} is gone (checkpoint #{cp} recorded it)"
+        report.faults.append(Fault("deleted", execution_id, seq, detail))

@@ -7,7 +7,6 @@ events' primary key: no index of its own, nothing more written per event.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.store.sql import Db, Sql
@@ -97,20 +96,6 @@ def heads_since(db: Db, floor_id: str) -> list[tuple[str, int, str | None]]:
         if known is None or seq > known[0]:
             heads[execution_id] = (int(seq), digest)
     return [(x, seq, digest) for x, (seq, digest) in sorted(heads.items())]
-
-
-def rows_at(db: Db, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str | None]:
-    """The stored hash at each (execution_id, seq) that exists."""
-    found: dict[tuple[str, int], str | None] = {}
-    for start in range(0, len(keys), 400):
-        part = keys[start : start + 400]
-        where = " OR ".join(["(execution_id = ? AND seq = ?)"] * len(part))
-        params = [value for key in part for value in key]
-        for xid, seq, digest in db.all(
-            f"SELECT execution_id, seq, hash FROM events WHERE {where}", params
-        ):
-            found[(xid, int(seq))] = digest
-    return found
 
 
 def last_checkpoint(db: Db) -> CheckpointRecord | None:

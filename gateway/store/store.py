@@ -381,11 +381,6 @@ class Store:
         """The last (seq, hash) of every execution with an event since ``floor_id``."""
         return await self._read(audit.heads_since, floor_id)
 
-    async def audit_rows_at(
-        self, keys: Sequence[tuple[str, int]]
-    ) -> dict[tuple[str, int], str | None]:
-        return await self._read(audit.rows_at, keys)
-
     async def audit_last_checkpoint(self) -> audit.CheckpointRecord | None:
         return await self._read(audit.last_checkpoint)
 
