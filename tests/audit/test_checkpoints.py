@@ -7,10 +7,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from gateway.audit.chains import check_chain
 from gateway.audit.checkpoints import checkpoint_periodically, heads_of, make_checkpoint
 from gateway.audit.keys import Verifier, load_signer
 from gateway.audit.verify import verify
 from gateway.errors import ConfigError
+from gateway.events.model import make_event
 from gateway.settings import load_settings
 from gateway.store.store import Store
 from tests.audit.helpers import fill, toolgate_here
@@ -89,3 +91,28 @@ async def test_a_first_periodic_checkpoint_covers_what_moved_lately_and_all_cove
         assert {(f.what, f.execution_id) for f in report.faults} == {("edited", "ex_old")}
     finally:
         await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_two_replicas_appending_to_one_execution_extend_one_chain(database_url: str) -> None:
+    replicas = [Store(database_url), Store(database_url)]
+    for store in replicas:
+        await store.open()
+    try:
+        await fill(replicas[0], ["ex_shared"])
+
+        async def append(store: Store, n: int) -> None:
+            for i in range(n):
+                event = make_event("ex_shared", 0, "tool.output", {"i": i, "by": id(store)})
+                await store.append("ex_shared", [event])
+
+        async with anyio.create_task_group() as tg:
+            for store in replicas:
+                for _ in range(3):
+                    tg.start_soon(append, store, 8)
+        rows = await replicas[1].audit_chain("ex_shared")
+        assert [r.seq for r in rows] == list(range(6 + 48))
+        assert check_chain(rows) == []
+    finally:
+        for store in replicas:
+            await store.aclose()
