@@ -47,8 +47,9 @@ def insert(db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool
     else:
         # One statement: the chain's head, and those of the events applied before.
         ids = [e.id for e in events]
-        found = db.all(_head_and_known(len(ids)), (execution_id, execution_id, *ids))
-        known = {row[2] for row in found}
+        found = db.all(_head_and_known(len(ids)), (execution_id, *ids))
+        wanted = set(ids)
+        known = {row[2] for row in found if row[2] in wanted}
         events = [e for e in events if e.id not in known]  # applied before
         if not events:
             return
@@ -59,10 +60,13 @@ def insert(db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool
 
 @cache
 def _head_and_known(count: int) -> Sql:
+    # Two index lookups in one statement (the head: the last entry of the chain's index;
+    # the known: primary keys), never a walk over the chain's rows (an execution that
+    # streams output has thousands).
     return Sql(
-        "SELECT seq, hash, id FROM events WHERE execution_id = ? AND (seq = "
-        "(SELECT max(seq) FROM events WHERE execution_id = ?) "
-        f"OR id IN ({placeholders(count)}))"
+        "SELECT seq, hash, id FROM (SELECT seq, hash, id FROM events WHERE execution_id = ? "
+        "ORDER BY seq DESC LIMIT 1) head UNION ALL "
+        f"SELECT seq, hash, id FROM events WHERE id IN ({placeholders(count)})"
     )
 
 
