@@ -1,4 +1,5 @@
-"""The ``toolgate`` command line: serve, check, tools, call, policy, approvals, keys, schema."""
+"""The ``toolgate`` command line: serve, check, tools, call, policy, approvals, keys, audit,
+schema."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from gateway.declarations.catalogue import Catalogue
     from gateway.runtime.bootstrap import Loaded
 
+from gateway.commands import audit as audit_commands
 from gateway.commands import keys as keys_commands
 from gateway.commands.common import (
     client_options,
@@ -398,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     khash.add_argument("key", nargs="?")
     khash.set_defaults(fn=cmd_keys_hash)
     keys_commands.add_parsers(ksub)
+
+    audit_commands.add_parser(sub)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the declaration format")
     schema.set_defaults(fn=cmd_schema)

@@ -218,6 +218,21 @@ class McpSettings(_Frozen):
     is given back)."""
 
 
+class AuditSettings(_Frozen):
+    """The audit trail's signed checkpoints (docs/security.md#audit-trail)."""
+
+    checkpoint_interval: Duration = Field(default=60.0, ge=0)
+    """How often a gateway signs a checkpoint of the event chains that moved (one replica
+    does it; the others see it done and skip); 0: never by itself, only on demand
+    (``toolgate audit checkpoint``)."""
+    signing_key: Path | None = None
+    """An Ed25519 private key (PEM, PKCS #8, unencrypted) that signs checkpoints; every
+    replica takes the same. Unset: one is made once in ``var/audit.key``."""
+    public_keys: tuple[Path, ...] = ()
+    """More Ed25519 public keys (PEM files) whose checkpoints verify: a retired key's, or
+    another replica's that signs with a key of its own."""
+
+
 class Settings(_Frozen):
     base_dir: Path
     host: str = "127.0.0.1"
@@ -321,6 +336,8 @@ class Settings(_Frozen):
     decision_log: DecisionLogSettings = Field(default_factory=DecisionLogSettings)
     """One line per policy decision (docs/operations.md#the-decision-log)."""
     """OpenTelemetry tracing (docs/operations.md#tracing)."""
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    """The audit trail's checkpoints (docs/security.md#audit-trail)."""
     config_file: Path | None = None
     """The configuration file these settings were read from (set by ``load_settings``)."""
 

@@ -119,8 +119,18 @@ def test_every_micro_benchmark_has_positive_figures(results: dict[str, Any]) -> 
             f"{figures['error']}"
         )
         positive(f"validation[{ref}]", figures, "median_us", "p99_us")
-    for key in ("empty_write_tx", "empty_write_tx_sync", "reserve_commit"):
+    for key in (
+        "empty_write_tx",
+        "empty_write_tx_sync",
+        "reserve_commit",
+        "append_event_chained",
+        "append_event_unchained",
+        "event_hash",
+    ):
         positive(f"store_sqlite.{key}", micro["store_sqlite"][key], "median_us", "p99_us")
+    for key in ("read_call_chained", "read_call_unchained"):
+        positive(f"audit_chain.{key}", micro["audit_chain"][key], "median_us", "cpu_us_per_call")
+    assert "chain_cpu_share_pct" in micro["audit_chain"]
     if "skipped" not in micro["store_postgres"]:
         positive(
             "store_postgres.reserve_commit", micro["store_postgres"]["reserve_commit"], "median_us"

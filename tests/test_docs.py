@@ -5,6 +5,7 @@ Each test names what is missing, and what to do about it, when it fails.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import os
@@ -756,3 +757,37 @@ def test_every_command_and_option_is_in_configuration_md() -> None:
             continue
         missing += [f"{' '.join(path)} {o}" for o in options if not any(o in r for r in row)]
     assert not missing, f"document these in docs/configuration.md#commands: {missing}"
+
+
+def audit_subcommands() -> dict[str, set[str]]:
+    """``toolgate audit``'s subcommands and the options of each, from the real parser."""
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    audit = commands.choices["audit"]
+    subs = next(a for a in audit._actions if isinstance(a, argparse._SubParsersAction))
+    return {
+        name: {o for a in p._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+        for name, p in subs.choices.items()
+    }
+
+
+def undocumented_audit(commands: dict[str, set[str]], text: str) -> list[str]:
+    rows = [line for line in text.splitlines() if line.startswith("| `toolgate audit ")]
+    found = []
+    for name, options in commands.items():
+        row = next((r for r in rows if r.startswith(f"| `toolgate audit {name}")), None)
+        if row is None:
+            found.append(name)
+            continue
+        found += [f"{name} {o}" for o in sorted(options) if o not in row]
+    return found
+
+
+def test_every_audit_command_and_option_is_in_operations_md() -> None:
+    commands = audit_subcommands()
+    assert set(commands) == {"verify", "export", "checkpoint", "public-key"}
+    text = section(doc("operations.md"), "## The audit trail")
+    missing = undocumented_audit(commands, text)
+    assert not missing, f"docs/operations.md does not document `toolgate audit` {missing}"
+    assert undocumented_audit({"verify": {"--since", "--forge"}}, text) == ["verify --forge"]
+    assert undocumented_audit({"rewrite": set()}, text) == ["rewrite"]

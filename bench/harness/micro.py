@@ -1,6 +1,7 @@
 """The in-process micro-benchmarks: the policy decision (cached and on a miss), validation
 + normalisation of each shipped tool, the whole pipeline without HTTP (sequential, 16 at a
-time, stage by stage), the store's transactions, and cProfile of the pipeline."""
+time, stage by stage; with and without the audit trail's hash chain), the store's
+transactions, and cProfile of the pipeline."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from gateway.runtime.bootstrap import close_runtime, open_runtime
 from gateway.settings import load_settings
 from gateway.testing import make_project
 
+from .audit import chain_cost
 from .plan import KIB, Plan, body, log, seed_workspace, sqlite_url
 from .profiling import cprofile_pipeline
 from .servers import pg_available, pg_database
@@ -161,6 +163,11 @@ async def micro_phase(
             await timed_async(lambda: run_call(services, next(it)), n)
         )
         log(f"pipeline: {micro['pipeline_read']['median_us']} µs median")
+        micro["audit_chain"] = await chain_cost(services, read_request, n)
+        log(
+            f"audit chain: {micro['audit_chain']['chain_cpu_us_per_call']} µs CPU a read call "
+            f"({micro['audit_chain']['chain_cpu_share_pct']} %)"
+        )
         # ... and 16 at a time: the in-process ceiling that HTTP adds to.
         concurrent = [read_request() for _ in range(min(n, 1000))]
         start = time.perf_counter()

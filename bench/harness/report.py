@@ -191,8 +191,16 @@ def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
             st.get("empty_write_tx_sync"),
         )
         add(f"store {backend}: reserve + commit of one execution", st.get("reserve_commit"))
+        add(f"store {backend}: append one event, hash-chained", st.get("append_event_chained"))
+        add(
+            f"store {backend}: append one event, unchained (before)",
+            st.get("append_event_unchained"),
+        )
     add("pipeline run_call fs.read_file (no HTTP)", m.get("pipeline_read"))
     add("pipeline run_call fs.write_file (no HTTP)", m.get("pipeline_write"))
+    chain = m.get("audit_chain", {})
+    add("scenario 1's call in-process, hash-chained", chain.get("read_call_chained"))
+    add("scenario 1's call in-process, unchained (before)", chain.get("read_call_unchained"))
     cat = results["growth"].get("catalogue")
     if cat:
         add(f"resolve in {cat['tools']}-tool catalogue (no range)", cat["resolve_any"])
@@ -216,6 +224,11 @@ def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
             f"catalogue of {cat['tools']} tools: load {cat['load_s']:.3f} s "
             f"({cat['per_tool_ms']:.2f} ms per tool); shipped {cat['shipped_tools']} "
             f"tools {cat['shipped_load_s']:.3f} s"
+        )
+    if "chain_cpu_us_per_call" in chain:
+        extra.append(
+            f"audit hash chain: {chain['chain_cpu_us_per_call']} µs CPU per scenario 1 call "
+            f"({chain['chain_cpu_share_pct']} % of it), same run, alternating blocks"
         )
     if "pipeline_read_concurrent16_rps" in m:
         extra.append(

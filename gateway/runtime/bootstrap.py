@@ -11,6 +11,7 @@ from typing import Protocol
 
 from gateway import __version__
 from gateway.adapters.registry import SPECS, build_adapters
+from gateway.audit.keys import load_signer
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
@@ -97,6 +98,7 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
         faults=Faults.parse(settings.faults),
         telemetry=make_telemetry(settings, store, policy, revision=loaded.sources.revision()),
         revisions=revisions_of(loaded),
+        audit_signer=load_signer(settings) if settings.audit.checkpoint_interval > 0 else None,
     )
     runtime.generations.swap(runtime)  # the first generation
     return runtime

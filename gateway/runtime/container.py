@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from gateway.adapters.base import Adapter
+from gateway.audit.keys import Signer
 from gateway.declarations.catalogue import Catalogue
 from gateway.faults import NO_FAULTS, Faults
 from gateway.observability.telemetry import OFF, Telemetry
@@ -48,6 +49,8 @@ class Runtime:
     """Executions this process is running now (recovery leaves exactly these alone)."""
     telemetry: Telemetry = OFF
     """Metrics, tracing and the decision log, as configured (docs/operations.md)."""
+    audit_signer: Signer | None = None
+    """Signs the audit trail's periodic checkpoints (None: ``audit.checkpoint_interval`` 0)."""
     revisions: Revisions = NO_REVISIONS
     """What this generation runs: the catalogue and policy revisions (docs/deploy.md#reload)."""
     generations: Generations[Runtime] = field(default_factory=Generations)

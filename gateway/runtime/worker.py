@@ -1,5 +1,5 @@
-"""In-process workers: run queued (``Prefer: respond-async``) executions, and keep
-recovering executions that other, crashed replicas left behind."""
+"""In-process workers: run queued (``Prefer: respond-async``) executions, keep recovering
+executions that other, crashed replicas left behind, and sign the audit trail's checkpoints."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 import anyio
 import anyio.abc
 
+from gateway.audit.checkpoints import checkpoint_periodically
 from gateway.errors import ToolgateError
 from gateway.instance import INSTANCE_ID
 from gateway.pipeline.runner import run_queued
@@ -27,6 +28,9 @@ async def run_workers(runtime: Runtime) -> None:
         for _ in range(runtime.settings.workers):
             tg.start_soon(_work, runtime)
         tg.start_soon(_recover_periodically, runtime, tg)
+        if runtime.audit_signer is not None:
+            interval = runtime.settings.audit.checkpoint_interval
+            tg.start_soon(checkpoint_periodically, runtime.store, runtime.audit_signer, interval)
 
 
 async def _work(runtime: Runtime) -> None:

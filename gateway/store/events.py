@@ -1,34 +1,36 @@
-"""The event log: appending events (numbered by the store) and reading them back."""
+"""The event log: appending events (numbered and chained by the store) and reading them back.
+
+Every event is linked to the one before it in its execution by hash (``prev``, ``hash``:
+``gateway/events/chain.py``); the store numbers and hashes the rows it appends, under the
+execution's lock, so writers of several replicas extend one chain in one order.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
 
+from gateway.events.chain import GENESIS
 from gateway.events.model import Event
 from gateway.store import rows
 from gateway.store.sql import Db, Sql, placeholders
 
 INSERT_EVENT = Sql(
-    f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO events ({rows.CHAINED_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
-# Numbered by the store: the next seq of the execution, counted in the same statement.
-APPEND_EVENT = Sql(
-    f"INSERT INTO events ({rows.EVENT_COLUMNS}) "
-    "VALUES (?, ?, (SELECT coalesce(max(seq), -1) + 1 FROM events WHERE execution_id = ?), "
-    "?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
-)
+CHAIN_HEAD = Sql("SELECT seq, hash FROM events WHERE execution_id = ? ORDER BY seq DESC LIMIT 1")
 EVENTS_AFTER = Sql(
     f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE execution_id = ? AND seq > ? ORDER BY seq"
 )
 
 
 def insert(db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool = False) -> None:
-    """Append events; the store numbers them (writers outside the running flow, such as a
-    cancel, may append to the same execution). Applying an event twice changes nothing: its
-    id is its identity. ``fresh``: the execution was inserted by this very transaction, so it
-    has no events yet. ``unseen``: the events were made inside this transaction, so none can
-    have been applied before."""
+    """Append events; the store numbers and chains them (writers outside the running flow,
+    such as a cancel, may append to the same execution). Applying an event twice changes
+    nothing: its id is its identity. ``fresh``: the execution was inserted by this very
+    transaction, so it has no events yet. ``unseen``: the events were made inside this
+    transaction, so none can have been applied before."""
     events = list(events)
     if not events:
         return
@@ -36,20 +38,36 @@ def insert(db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool
     if any(e.execution_id != execution_id for e in events):
         raise ValueError("one append is for one execution")
     if fresh:
-        db.many(INSERT_EVENT, [rows.event_row(e, i) for i, e in enumerate(events)])
+        db.many(INSERT_EVENT, rows.chained_rows(events, 0, GENESIS))
         return
     db.advisory_lock("ev:" + execution_id)
-    if not unseen:
+    # Under the execution's lock (one writer at a time on SQLite) the head cannot move.
+    if unseen:
+        head = db.one(CHAIN_HEAD, (execution_id,))
+    else:
+        # One statement: the chain's head, and those of the events applied before.
         ids = [e.id for e in events]
-        known = {
-            row[0]
-            for row in db.all(f"SELECT id FROM events WHERE id IN ({placeholders(len(ids))})", ids)
-        }
+        found = db.all(_head_and_known(len(ids)), (execution_id, *ids))
+        wanted = set(ids)
+        known = {row[2] for row in found if row[2] in wanted}
         events = [e for e in events if e.id not in known]  # applied before
         if not events:
             return
-    # APPEND_EVENT numbers each row after the last one: (..., execution_id, seq query).
-    db.many(APPEND_EVENT, [rows.event_row(e, e.execution_id) for e in events])
+        head = max(found, default=None, key=lambda row: row[0])
+    seq, prev = (0, GENESIS) if head is None else (head[0] + 1, head[1] or GENESIS)
+    db.many(INSERT_EVENT, rows.chained_rows(events, seq, prev))
+
+
+@cache
+def _head_and_known(count: int) -> Sql:
+    # Two index lookups in one statement (the head: the last entry of the chain's index;
+    # the known: primary keys), never a walk over the chain's rows (an execution that
+    # streams output has thousands).
+    return Sql(
+        "SELECT seq, hash, id FROM (SELECT seq, hash, id FROM events WHERE execution_id = ? "
+        "ORDER BY seq DESC LIMIT 1) head UNION ALL "
+        f"SELECT seq, hash, id FROM events WHERE id IN ({placeholders(count)})"
+    )
 
 
 def append(db: Db, execution_id: str, events: Sequence[Event]) -> None:

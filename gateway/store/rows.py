@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from operator import attrgetter
 from typing import Any
 
 from gateway import jsontext
+from gateway.events.chain import event_hash
 from gateway.events.model import Event
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Status
@@ -21,6 +22,8 @@ APPROVAL_COLUMNS = (
     "decided_by, decided_ms, comment"
 )
 EVENT_COLUMNS = "id, execution_id, seq, type, version, at_ms, data_json"
+CHAINED_EVENT_COLUMNS = f"{EVENT_COLUMNS}, prev, hash"
+"""An event's columns with its link in the audit chain (written on every insert)."""
 SELECT_EXECUTION = f"SELECT {EX_COLS} FROM executions"
 SELECT_APPROVAL = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
 
@@ -40,10 +43,20 @@ def execution(row: Sequence[Any]) -> ExecutionRecord:
     return ExecutionRecord(*values)
 
 
-def event_row(event: Event, seq: int | str) -> tuple[Any, ...]:
-    """An events row, ``seq`` given (an int) or counted by the statement (the execution id)."""
-    data = jsontext.stored(event.data)
-    return (event.id, event.execution_id, seq, event.type, event.version, event.at_ms, data)
+def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:
+    """Events rows numbered from ``seq``, each linked to the one before (the first to
+    ``prev``) and hashed (``gateway/events/chain.py``)."""
+    found = []
+    stored = jsontext.stored
+    for event in events:
+        data = stored(event.data)
+        eid, xid, type_, version, at_ms = (
+            event.id, event.execution_id, event.type, event.version, event.at_ms
+        )  # fmt: skip
+        digest = event_hash(prev, xid, seq, eid, type_, version, at_ms, data)
+        found.append((eid, xid, seq, type_, version, at_ms, data, prev, digest))
+        prev, seq = digest, seq + 1
+    return found
 
 
 def event(row: Sequence[Any]) -> Event:

@@ -9,6 +9,7 @@ connection pool; the statements themselves are plain SQL (``sql.py``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import cast
 
@@ -19,7 +20,17 @@ from sqlmodel import SQLModel
 
 from gateway.errors import StoreError
 from gateway.events.model import Event
-from gateway.store import approvals, executions, idempotency, keys, locks, replicas, usage
+from gateway.store import (
+    approvals,
+    audit,
+    executions,
+    idempotency,
+    keys,
+    locks,
+    migrations,
+    replicas,
+    usage,
+)
 from gateway.store import events as event_log
 from gateway.store.postgresql import PostgresTransactor
 from gateway.store.records import (
@@ -43,6 +54,7 @@ from gateway.store.sqlite import SqliteTransactor
 from gateway.store.tables import (
     SCHEMA_VERSION,
     ApprovalRow,
+    AuditCheckpointRow,
     EventRow,
     ExecutionRow,
     IdempotencyRow,
@@ -54,6 +66,8 @@ from gateway.store.tables import (
 )
 from gateway.store.transactor import Observer, Transactor
 from gateway.types import Status
+
+log = logging.getLogger("toolgate.store")
 
 __all__ = [
     "ApprovalUnavailable",
@@ -78,10 +92,12 @@ _TABLES = [
         RevokedKeyRow,
         ReplicaRow,
         SchemaVersionRow,
+        AuditCheckpointRow,
     )
 ]
 SCHEMA_VERSION_ROW = Sql("SELECT version FROM schema_version WHERE id = 1")
 INSERT_SCHEMA_VERSION = Sql("INSERT INTO schema_version (id, version) VALUES (1, ?)")
+UPDATE_SCHEMA_VERSION = Sql("UPDATE schema_version SET version = ? WHERE id = 1")
 
 
 BACKENDS: dict[str, Callable[[str], Transactor]] = {
@@ -98,6 +114,9 @@ def transactor_for(url: str) -> Transactor:
 
 
 def _check_version(db: Db) -> None:
+    """Record the version of a new store, upgrade an older one in place (``migrations``),
+    refuse a newer one. Under a lock: replicas opening one store together upgrade it once."""
+    db.advisory_lock("toolgate:schema")
     row = db.one(SCHEMA_VERSION_ROW)
     if row is None:
         db.run(INSERT_SCHEMA_VERSION, (SCHEMA_VERSION,))
@@ -106,6 +125,10 @@ def _check_version(db: Db) -> None:
             f"the store's schema is version {row[0]}, newer than this gateway "
             f"({SCHEMA_VERSION}): upgrade the gateway"
         )
+    elif row[0] < SCHEMA_VERSION:
+        log.warning("upgrading the store's schema from version %d to %d", row[0], SCHEMA_VERSION)
+        migrations.upgrade(db, row[0], SCHEMA_VERSION)
+        db.run(UPDATE_SCHEMA_VERSION, (SCHEMA_VERSION,))
 
 
 def _ping(db: Db) -> None:
@@ -411,3 +434,43 @@ class Store:
 
     async def revocations(self) -> list[keys.Revocation]:
         return await self._read(keys.revocations)
+
+    # -- the audit trail ------------------------------------------------------------------
+
+    async def audit_chain_page(
+        self, after_execution: str, after_seq: int, limit: int
+    ) -> list[audit.ChainRow]:
+        """Events as stored (links included) after (execution, seq), in chain order."""
+        return await self._read(audit.chain_page, after_execution, after_seq, limit)
+
+    async def audit_chain(self, execution_id: str) -> list[audit.ChainRow]:
+        return await self._read(audit.chain_of, execution_id)
+
+    async def audit_touched_since(self, floor_id: str) -> list[str]:
+        """Executions with an event whose id sorts at ``floor_id`` or later."""
+        return await self._read(audit.touched_since, floor_id)
+
+    async def audit_heads_since(self, floor_id: str) -> list[tuple[str, int, str | None]]:
+        """The last (seq, hash) of every execution with an event since ``floor_id``."""
+        return await self._read(audit.heads_since, floor_id)
+
+    async def audit_last_checkpoint(self) -> audit.CheckpointRecord | None:
+        return await self._read(audit.last_checkpoint)
+
+    async def audit_checkpoints(self, after_seq: int, limit: int) -> list[audit.CheckpointRecord]:
+        return await self._read(audit.checkpoints_after, after_seq, limit)
+
+    async def audit_first_checkpoint_since(self, since_ms: int) -> int | None:
+        return await self._read(audit.first_checkpoint_since, since_ms)
+
+    async def audit_add_checkpoint(self, record: audit.CheckpointRecord) -> bool:
+        """Append a checkpoint if it still follows the last one (False: another replica
+        wrote one first; nothing written)."""
+        return await self._write(audit.add_checkpoint, record)
+
+    async def audit_without_events(self) -> list[str]:
+        return await self._read(audit.without_events)
+
+    async def schema_version(self) -> int | None:
+        """The version recorded in the store (None: a store never opened)."""
+        return await self._read(audit.schema_version)

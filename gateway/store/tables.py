@@ -5,7 +5,9 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first schema. 2: events carry ``prev`` and ``hash`` (the audit trail's chain), and
+``audit_checkpoints`` (``migrations.py`` upgrades a version 1 store in place)."""
 
 
 class ExecutionRow(SQLModel, table=True):
@@ -55,6 +57,28 @@ class EventRow(SQLModel, table=True):
     version: int
     at_ms: int = Field(sa_type=BigInteger)
     data_json: str
+    prev: str | None = Field(default=None, max_length=64)
+    """The hash of the event before it in the execution (``gateway/events/chain.py``)."""
+    hash: str | None = Field(default=None, max_length=64)
+    """SHA-256 of this event's columns and ``prev``; never NULL once written by version 2."""
+
+
+class AuditCheckpointRow(SQLModel, table=True):
+    """A signed checkpoint of the audit trail: the heads of the chains that moved since
+    about the previous one, linked to it (``gateway/audit/checkpoints.py``)."""
+
+    __tablename__ = "audit_checkpoints"
+
+    seq: int = Field(primary_key=True, sa_type=BigInteger)
+    at_ms: int = Field(sa_type=BigInteger)
+    prev: str = Field(max_length=64)
+    """The digest of the checkpoint before it (seq - 1), or the genesis value."""
+    heads_json: str
+    """``[[execution_id, seq, hash], ...]``, sorted."""
+    digest: str = Field(max_length=64)
+    key_id: str = Field(max_length=64)
+    signature: str = Field(max_length=256)
+    writer: str = Field(default="", max_length=256)
 
 
 class IdempotencyRow(SQLModel, table=True):

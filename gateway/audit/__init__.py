@@ -1,0 +1,1 @@
+"""The tamper-evident audit trail: chains checked, checkpoints signed, events exported."""

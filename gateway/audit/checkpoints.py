@@ -1,0 +1,127 @@
+"""Signed checkpoints over the heads of the event chains.
+
+A checkpoint lists ``[execution_id, seq, hash]`` of the last event of every execution whose
+chain moved since about the previous checkpoint (a window reaching :data:`MARGIN_MS` further
+back, for clocks that differ between replicas and events committed a moment after they were
+made), leaving out heads the previous checkpoint already holds. It is linked to the previous
+checkpoint by digest, numbered, and signed with Ed25519 over its body:
+
+    body   = UTF-8 of the compact JSON array [FORMAT, seq, at_ms, prev, heads]
+    digest = hex SHA-256 of body;  signature = unpadded base64url of Ed25519(body)
+
+so deleting a chain's tail, or a whole chain, that a checkpoint saw is found, and so is a
+checkpoint edited, forged without the key, or missing between two others. Several replicas
+may try at once: the one whose checkpoint still follows the last one commits it, the others
+find theirs stale and drop it (``store.audit.add_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from gateway.audit.keys import Signer
+from gateway.errors import ToolgateError
+from gateway.instance import INSTANCE_ID
+from gateway.jsontext import canonical
+from gateway.store.audit import CheckpointRecord
+from gateway.store.store import Store
+
+log = logging.getLogger("toolgate.audit")
+
+FORMAT = "toolgate.checkpoint.v1"
+GENESIS = "0" * 64
+"""The ``prev`` of checkpoint 1."""
+MARGIN_MS = 60_000
+"""How much further back than the previous checkpoint the next one looks for moved chains."""
+
+Head = tuple[str, int, str]
+
+
+def event_floor(at_ms: int) -> str:
+    """The smallest event id made at ``at_ms`` or later (ids begin with their time)."""
+    return f"ev_{max(at_ms, 0):012x}"
+
+
+def body(seq: int, at_ms: int, prev: str, heads: Sequence[Sequence[object]]) -> bytes:
+    return canonical([FORMAT, seq, at_ms, prev, [list(h) for h in heads]]).encode("utf-8")
+
+
+def heads_of(record: CheckpointRecord) -> list[Head]:
+    """The heads a checkpoint holds ([] if its text is not a list of heads)."""
+    try:
+        found = json.loads(record.heads_json)
+        return [(str(x), int(s), str(h)) for x, s, h in found]
+    except (ValueError, TypeError):
+        return []
+
+
+@dataclass(frozen=True)
+class Written:
+    record: CheckpointRecord | None
+    """The checkpoint written; None: nothing moved since the last, or another replica's
+    came first."""
+    reason: str = ""
+
+
+async def make_checkpoint(
+    store: Store, signer: Signer, *, everything: bool = False, first_window_ms: int | None = None
+) -> Written:
+    """Sign and append one checkpoint of the chains that moved since the last one.
+
+    ``everything``: of every chain's head instead (a full scan of the events). Without a
+    checkpoint before it, of the chains that moved in the last ``first_window_ms`` (None:
+    every chain)."""
+    at_ms = int(time.time() * 1000)
+    last = await store.audit_last_checkpoint()
+    if everything or (last is None and first_window_ms is None):
+        floor = event_floor(0)
+    elif last is None:
+        floor = event_floor(at_ms - (first_window_ms or 0) - MARGIN_MS)
+    else:
+        floor = event_floor(last.at_ms - MARGIN_MS)
+    known = set(heads_of(last)) if last is not None else set()
+    heads = sorted((x, s, h) for x, s, h in await store.audit_heads_since(floor) if h is not None)
+    heads = [h for h in heads if h not in known]
+    if not heads:
+        return Written(None, "nothing moved since the last checkpoint")
+    seq = 1 if last is None else last.seq + 1
+    prev = GENESIS if last is None else last.digest
+    data = body(seq, at_ms, prev, heads)
+    record = CheckpointRecord(
+        seq=seq,
+        at_ms=at_ms,
+        prev=prev,
+        heads_json=canonical([list(h) for h in heads]),
+        digest=hashlib.sha256(data).hexdigest(),
+        key_id=signer.key_id,
+        signature=signer.sign(data),
+        writer=INSTANCE_ID,
+    )
+    if not await store.audit_add_checkpoint(record):
+        return Written(None, "another gateway wrote a checkpoint first")
+    return Written(record)
+
+
+async def checkpoint_periodically(store: Store, signer: Signer, interval: float) -> None:
+    """Every ``interval`` seconds, a checkpoint, unless another replica wrote one lately."""
+    while True:
+        await anyio.sleep(interval)
+        try:
+            last = await store.audit_last_checkpoint()
+            if last is not None and time.time() * 1000 - last.at_ms < interval * 500:
+                continue  # another replica's is fresh: half an interval old at most
+            # A first checkpoint covers what moved lately, not a store's whole past (that
+            # is `toolgate audit checkpoint --all`, out of the serving process).
+            written = await make_checkpoint(store, signer, first_window_ms=int(interval * 1000))
+        except ToolgateError as exc:
+            log.warning("audit checkpoint failed: %s", exc)
+            continue
+        if written.record is not None:
+            log.debug("audit checkpoint %d written", written.record.seq)

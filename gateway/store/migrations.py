@@ -1,0 +1,53 @@
+"""Upgrading a store written by an older gateway, in place, when a newer one opens it.
+
+``Store.open_sync`` creates the tables a store lacks; a table that exists keeps its columns,
+so each schema version that changes one has a step here, run in the transaction that checks
+the version (under a lock: replicas starting together upgrade once). A store newer than the
+gateway is refused (``store._check_version``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.events.chain import GENESIS, event_hash
+from gateway.store.sql import Db, Sql
+
+BACKFILL_PAGE = 2000
+EVENTS_FROM = Sql(
+    "SELECT id, execution_id, seq, type, version, at_ms, data_json FROM events "
+    "WHERE (execution_id, seq) > (?, ?) ORDER BY execution_id, seq LIMIT ?"
+)
+SET_LINK = Sql("UPDATE events SET prev = ?, hash = ? WHERE id = ?")
+
+
+def _chain_events(db: Db) -> None:
+    """Version 2: events carry ``prev`` and ``hash``. The events already there are chained
+    as they stand (the audit trail vouches for them from the upgrade on)."""
+    db.run("ALTER TABLE events ADD COLUMN prev VARCHAR(64)")
+    db.run("ALTER TABLE events ADD COLUMN hash VARCHAR(64)")
+    execution, seq, prev = "", -1, GENESIS
+    while True:
+        page = db.all(EVENTS_FROM, (execution, seq, BACKFILL_PAGE))
+        if not page:
+            return
+        links = []
+        for event_id, execution_id, at_seq, type_, version, at_ms, data_json in page:
+            if execution_id != execution:
+                prev = GENESIS
+            digest = event_hash(
+                prev, execution_id, at_seq, event_id, type_, version, at_ms, data_json
+            )
+            links.append((prev, digest, event_id))
+            execution, seq, prev = execution_id, at_seq, digest
+        db.many(SET_LINK, links)
+
+
+STEPS: dict[int, Callable[[Db], None]] = {2: _chain_events}
+"""The step that brings a store to each version from the one before."""
+
+
+def upgrade(db: Db, found: int, target: int) -> None:
+    """Run the steps from version ``found`` to ``target``."""
+    for version in range(found + 1, target + 1):
+        STEPS[version](db)
