@@ -102,11 +102,15 @@ class EgressProxy:
             self._tasks.add(task)
         try:
             if self._slots.locked():
+                with contextlib.suppress(TimeoutError, _Refused):  # read it, then say no
+                    await asyncio.wait_for(_read_head(reader), HEAD_TIMEOUT)
                 await _answer(writer, 503, "too many connections through the egress proxy")
                 return
             async with self._slots:
                 await self._handle(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:  # aclose: this task is asyncio's own, nobody awaits it
             pass
         except Exception:
             log.exception("egress proxy: connection failed")
