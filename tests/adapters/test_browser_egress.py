@@ -231,6 +231,8 @@ async def test_a_page_never_reaches_a_refused_address(
         assert REFUSED in hop.error.message
         reasons = " ".join(out.data["refused_requests"])
         assert REFUSED in reasons and f"{INTERNAL} ({REFUSED})" in reasons
+        evidence = {e.ref: e.data["reason"] for e in out.evidence if e.kind == "egress_refused"}
+        assert f"http://{INTERNAL}:{recorder.port}/img" in evidence, evidence
     else:  # the same paths do leave when the address is allowed: the check above can fail
         assert {"/fetch", "/img", "/redirected", "/sw", "/ws"} <= set(seen), seen
         assert results["fetch"] == results["sw"] == "ok", results
@@ -264,7 +266,7 @@ async def test_the_proxy_connects_only_to_the_address_it_checked(
 
     refusals: list[str] = []
     policy = EgressPolicy.build(["*"], [ALLOWED])
-    proxy = EgressProxy(lambda: policy, refusals.append, lookup=rebinding)
+    proxy = EgressProxy(lambda: policy, lambda t, why: refusals.append(why), lookup=rebinding)
     await proxy.start()
     recorder.connections.clear()
     try:
@@ -283,7 +285,12 @@ async def test_the_proxy_connects_only_to_the_address_it_checked(
         assert "rebind.test (127.0.0.3)" in refusals[0]
         assert recorder.connections == []
 
-        for bad in (b"NONSENSE\r\n\r\n", b"GET /relative HTTP/1.1\r\n\r\n", b"CONNECT x\r\n\r\n"):
+        for bad in (
+            b"NONSENSE\r\n\r\n",
+            b"GET /relative HTTP/1.1\r\n\r\n",
+            b"CONNECT x HTTP/1.1\r\n\r\n",
+            b"CONNECT a.test/x:25 HTTP/1.1\r\n\r\n",
+        ):
             assert (await _exchange(proxy.port, bad)).startswith(b"HTTP/1.1 400")
     finally:
         await proxy.aclose()
@@ -292,7 +299,7 @@ async def test_the_proxy_connects_only_to_the_address_it_checked(
 async def test_the_proxy_bounds_its_tunnels(servers: tuple[_Pages, Recorder]) -> None:
     pages, _ = servers
     policy = EgressPolicy.build(["*"], [ALLOWED])
-    proxy = EgressProxy(lambda: policy, lambda reason: None, max_tunnels=1)
+    proxy = EgressProxy(lambda: policy, lambda target, why: None, max_tunnels=1)
     await proxy.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)

@@ -13,7 +13,7 @@ For each, the target is checked by ``gateway.adapters.shared.egress.check_url`` 
 check as the HTTP adapter: allowed hosts, then DNS resolution here (every address) and every
 address public or in an allowed network — and the proxy connects only to a checked
 address, never resolving again (no DNS rebinding). A refused target is answered ``403``
-before any connection is made, and ``on_refused`` is told why (the session puts it in the
+before any connection is made, and ``on_refused`` is told what and why (the session puts it in the
 call's ``refused_requests`` and the log). Chromium itself never resolves a page's names.
 
 Bounded: the request head is read within ``HEAD_TIMEOUT`` and at most ``MAX_HEAD`` bytes,
@@ -64,7 +64,7 @@ class EgressProxy:
     def __init__(
         self,
         policy: Callable[[], EgressPolicy],
-        on_refused: Callable[[str], None],
+        on_refused: Callable[[str, str], None],
         *,
         lookup: Lookup | None = None,
         max_tunnels: int = MAX_TUNNELS,
@@ -158,7 +158,7 @@ class EgressProxy:
         try:
             destination = await check_url(url, self._policy(), lookup=self._lookup)
         except ExecutionError as exc:
-            self._on_refused(exc.message)
+            self._on_refused(url[:500], exc.message)
             log.info("egress proxy refused %s: %s", url[:200], exc.message)
             raise _Refused(403, f"refused by the gateway's egress control: {exc.message}") from exc
         marker = "ERR_CONNECTION_REFUSED"
@@ -189,7 +189,7 @@ def _url_of(target: str, connect: bool) -> str:
     """The ``http(s)`` URL a request line's target stands for (``ws`` is judged as ``http``)."""
     if connect:
         host, sep, port = target.rpartition(":")
-        if not sep or not port.isdigit() or not host:
+        if not sep or not port.isdigit() or not host or any(c in host for c in "/@?#\\"):
             raise _Refused(400, "CONNECT needs host:port")
         return f"https://{host}:{port}/"
     for scheme, twin in (("ws://", "http://"), ("wss://", "https://")):

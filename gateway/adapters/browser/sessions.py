@@ -110,7 +110,9 @@ class Session:
     last_used: float = field(default_factory=time.monotonic)
     policy: EgressPolicy = field(default_factory=lambda: EgressPolicy(frozenset({"*"})))
     refused: list[str] = field(default_factory=list)
-    """Why the egress guard refused requests of this session's pages during this call."""
+    """Why the egress proxy refused requests of this session's pages during this call."""
+    refusals: list[tuple[str, str]] = field(default_factory=list)
+    """``(target, why)`` of each of them: the call's ``egress_refused`` evidence."""
     traceparent: str | None = None
     proxy: EgressProxy | None = None
     """The context's egress proxy (its only way out)."""
@@ -141,11 +143,12 @@ class Session:
             with contextlib.suppress(Exception):
                 await page.close()
 
-    def record_refusal(self, reason: str) -> None:
+    def record_refusal(self, target: str, reason: str) -> None:
         """The egress proxy refused a connection of this session's pages: say so in the call."""
         if len(self.refused) < MAX_REFUSALS:
             self.refused.append(reason)
-        log.info("browser session %s: refused %s", self.key, reason)
+            self.refusals.append((target, reason))
+        log.info("browser session %s: refused %s: %s", self.key, target[:200], reason)
 
 
 def missing_browser(executable: Path) -> ExecutionError:
@@ -184,7 +187,7 @@ class SessionPool:
         """Hold the session ``(workspace, name)`` for one call, creating it if needed."""
         session = await self._session((workspace, name))
         async with session.lock:
-            session.policy, session.refused = policy, []
+            session.policy, session.refused, session.refusals = policy, [], []
             try:
                 yield session
             finally:
@@ -213,7 +216,7 @@ class SessionPool:
         holder: list[Session] = []  # the proxy needs the session, the session the context
         proxy = EgressProxy(
             lambda: holder[0].policy if holder else EgressPolicy(),
-            lambda reason: holder[0].record_refusal(reason) if holder else None,
+            lambda target, why: holder[0].record_refusal(target, why) if holder else None,
             lookup=self.lookup,
         )
         await proxy.start()

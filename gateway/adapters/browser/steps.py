@@ -279,6 +279,8 @@ class _Run:
         for key, value in fit_budget(self.extracted, budget)[0].items():
             digest = _sha256_json(self.extracted[key])
             out.append(Evidence("extracted", key, digest, {"value": value}))
+        for target, why in self.session.refusals:
+            out.append(Evidence("egress_refused", target, None, {"reason": why}))
         return tuple(out)
 
     def _effect(self, committed: bool) -> Effect:
