@@ -156,8 +156,7 @@ class _Run:
     def _translate(self, exc: Exception, index: int, step: StepDecl, target: str) -> ToolgateError:
         message = str(getattr(exc, "message", "") or exc)
         log.info("browser step %d (%s) failed: %s", index + 1, step.action, message)
-        refused = ("net::ERR_TUNNEL_CONNECTION_FAILED", "net::ERR_BLOCKED_BY_CLIENT")
-        if any(code in message for code in refused) and self.session.refused:
+        if "net::ERR_TUNNEL_CONNECTION_FAILED" in message and self.session.refused:
             return EgressRefused(self.session.refused[-1])
         return translate_error(message, index, step, target)
 
