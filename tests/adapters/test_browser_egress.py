@@ -283,6 +283,11 @@ async def test_the_proxy_connects_only_to_the_address_it_checked(
         )
         assert got.startswith(b"HTTP/1.1 403") and f"{MARKER}: refused".encode() in got
         assert "rebind.test (127.0.0.3)" in refusals[0]
+        assert b"127.0.0.3" not in got  # the reason is evidence, not for the page
+
+        for target in (f"[::ffff:{REFUSED}]:{recorder.port}", f"127.0.0.1:{recorder.port}"):
+            got = await _exchange(proxy.port, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+            assert got.startswith(b"HTTP/1.1 403"), target
         assert recorder.connections == []
 
         for bad in (

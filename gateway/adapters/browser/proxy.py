@@ -160,7 +160,8 @@ class EgressProxy:
         except ExecutionError as exc:
             self._on_refused(url[:500], exc.message)
             log.info("egress proxy refused %s: %s", url[:200], exc.message)
-            raise _Refused(403, f"refused by the gateway's egress control: {exc.message}") from exc
+            # the page gets no reason (it would learn what internal names resolve to)
+            raise _Refused(403, "refused by the gateway's egress control") from exc
         marker = "ERR_CONNECTION_REFUSED"
         for address in destination.addresses:
             try:
