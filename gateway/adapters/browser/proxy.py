@@ -159,7 +159,6 @@ class EgressProxy:
             destination = await check_url(url, self._policy(), lookup=self._lookup)
         except ExecutionError as exc:
             self._on_refused(url[:500], exc.message)
-            log.info("egress proxy refused %s: %s", url[:200], exc.message)
             # the page gets no reason (it would learn what internal names resolve to)
             raise _Refused(403, "refused by the gateway's egress control") from exc
         marker = "ERR_CONNECTION_REFUSED"
