@@ -17,9 +17,9 @@ before any connection is made, and ``on_refused`` is told what and why (the sess
 call's ``refused_requests`` and the log). Chromium itself never resolves a page's names.
 
 Bounded: the request head is read within ``HEAD_TIMEOUT`` and at most ``MAX_HEAD`` bytes,
-a connect takes at most ``CONNECT_TIMEOUT``, a relay ends after ``IDLE_TIMEOUT`` without a
-byte either way, and at most ``max_tunnels`` connections are relayed at once (more get
-``503``). Bytes are relayed in chunks, never whole bodies.
+resolving and connecting take at most ``CONNECT_TIMEOUT`` each, a relay ends after
+``IDLE_TIMEOUT`` without a byte either way, and at most ``max_tunnels`` connections are
+relayed at once (more get ``503``). Bytes are relayed in chunks, never whole bodies.
 """
 
 from __future__ import annotations
@@ -130,6 +130,8 @@ class EgressProxy:
         lines = head.split(b"\r\n")
         try:
             method, target, version = lines[0].decode("latin-1").split(" ")
+            if not version.startswith("HTTP/1.") or not method.isalpha():
+                raise ValueError(version)
         except ValueError:
             await _answer(writer, 400, "bad request line")
             return
@@ -156,7 +158,13 @@ class EgressProxy:
     async def _open(self, url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Check ``url``, then connect to one of its checked addresses (never resolving again)."""
         try:
-            destination = await check_url(url, self._policy(), lookup=self._lookup)
+            destination = await asyncio.wait_for(
+                check_url(url, self._policy(), lookup=self._lookup), CONNECT_TIMEOUT
+            )
+        except TimeoutError as exc:
+            raise _Refused(
+                504, "resolving the host took too long", "ERR_NAME_NOT_RESOLVED"
+            ) from exc
         except ExecutionError as exc:
             self._on_refused(url[:500], exc.message)
             # the page gets no reason (it would learn what internal names resolve to)
@@ -255,7 +263,10 @@ async def _answer(
     writer: asyncio.StreamWriter, status: int, reason: str, marker: str = "refused"
 ) -> None:
     phrase = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large"}.get(
-        status, {502: "Bad Gateway", 503: "Service Unavailable"}.get(status, "Error")
+        status,
+        {502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}.get(
+            status, "Error"
+        ),
     )
     body = reason.encode("utf-8", "replace")
     writer.write(
