@@ -11,9 +11,9 @@ does the same thing per call: open the page, wait for ``td``, read the text of e
 - "api": POST /v1/executions through Starlette's TestClient (the whole pipeline: policy,
   the declared session lock in the store, events, the evidence screenshot and its artifact
   file, commit);
-- "adapter": ``BrowserAdapter.execute`` alone (session lock, egress check of every request
-  in a route handler, the steps, the evidence screenshot stored with fsync);
-- "direct": the same Playwright calls on one page of the same Chromium, no route handler;
+- "adapter": ``BrowserAdapter.execute`` alone (session lock, every connection through the
+  session's egress proxy, the steps, the evidence screenshot stored with fsync);
+- "direct": the same Playwright calls on one page of the same Chromium, no proxy;
 - "direct_screenshot": "direct" plus a viewport screenshot, the evidence the gateway adds.
 """
 

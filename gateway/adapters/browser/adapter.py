@@ -82,7 +82,7 @@ class BrowserAdapter:
             options.egress.allow_hosts or ("*",),
             self.config.allow_networks + options.egress.allow_networks,
         )
-        await _precheck(options, call, policy)
+        await _precheck(options, call, policy, self.pool)
         async with self.pool.use(call.workspace.id, name, policy) as session:
             return await run_steps(self.artifacts, call, options, session)
 
@@ -123,12 +123,14 @@ def options_of(tool: ToolDeclaration) -> BrowserOptions:
     return options
 
 
-async def _precheck(options: BrowserOptions, call: AdapterCall, policy: EgressPolicy) -> None:
+async def _precheck(
+    options: BrowserOptions, call: AdapterCall, policy: EgressPolicy, pool: SessionPool
+) -> None:
     """Refuse a first ``open`` to a refused address before Chromium is even started."""
     first = options.steps[0]
     if first.open is not None:
         with contextlib.suppress(TemplateError):
-            await check_url(first.open.render(call.context), policy)
+            await check_url(first.open.render(call.context), policy, lookup=pool.lookup)
 
 
 def _session_name(options: BrowserOptions, call: AdapterCall) -> str:

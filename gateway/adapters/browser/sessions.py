@@ -8,9 +8,12 @@ a cancellation closes the session's page, never its context, the browser or the 
 Sessions idle longer than ``idle_timeout`` are closed by a background reaper; ``aclose``
 closes everything.
 
-Egress: every request a page makes passes ``gateway.adapters.shared.egress.check_url`` (the same
-check as the HTTP adapter: scheme, allowed hosts, and every resolved address public unless
-a declared network allows it) in a route handler; requests it refuses are aborted.
+Egress: each context's only way out is its own ``proxy.EgressProxy`` on loopback, which
+resolves, checks every address with ``gateway.adapters.shared.egress.check_url`` (the same
+check as the HTTP adapter: scheme, allowed hosts, every resolved address public unless a
+declared network allows it) and connects only to a checked address, or answers 403. That
+covers documents, redirects, subresources, fetches, WebSockets and service workers alike;
+``ENFORCED_ARGS`` (added to any configured ``args``) keep QUIC and non-proxied WebRTC off.
 
 Screenshots are stored by ``gateway.adapters.shared.artifacts.ArtifactStore`` under
 ``var/artifacts/`` with the owning principal; ``GET /v1/artifacts/{id}`` serves them to that
@@ -32,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.adapters.shared.egress import EgressPolicy, Networks, check_url
+from gateway.adapters.browser.proxy import EgressProxy
+from gateway.adapters.shared.egress import EgressPolicy, Lookup, Networks
 from gateway.errors import ExecutionError
 from gateway.settings import Duration
 
@@ -42,8 +46,6 @@ if TYPE_CHECKING:
         BrowserContext,
         Page,
         Playwright,
-        Route,
-        WebSocketRoute,
     )
 
 log = logging.getLogger("toolgate.browser")
@@ -59,6 +61,12 @@ DEFAULT_ARGS = (
     "--disable-quic",
     "--no-first-run",
 )
+ENFORCED_ARGS = (
+    "--disable-quic",  # HTTP/3 is UDP: it would not go through the egress proxy
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--proxy-server=http://127.0.0.1:9",  # contexts override it; anything else goes nowhere
+)
+"""Added to ``args`` whatever the configuration says: the browser's only way out is a proxy."""
 CLOSE_GRACE = 5.0
 """Seconds a shielded close (page, context, browser) may take before it is abandoned."""
 
@@ -102,8 +110,14 @@ class Session:
     last_used: float = field(default_factory=time.monotonic)
     policy: EgressPolicy = field(default_factory=lambda: EgressPolicy(frozenset({"*"})))
     refused: list[str] = field(default_factory=list)
-    """Why the egress guard refused requests of this session's pages during this call."""
+    """Why the egress proxy refused requests of this session's pages during this call."""
+    refusals: list[tuple[str, str]] = field(default_factory=list)
+    """``(target, why)`` of each of them: the call's ``egress_refused`` evidence."""
     traceparent: str | None = None
+    proxy: EgressProxy | None = None
+    """The context's egress proxy (its only way out)."""
+    lookup: Lookup | None = None
+    """The resolver of its egress checks (None: the system's)."""
 
     async def current_page(self) -> Page:
         """The session's page, opened if a deadline or cancellation closed the last one."""
@@ -129,37 +143,12 @@ class Session:
             with contextlib.suppress(Exception):
                 await page.close()
 
-    async def guard(self, route: Route) -> None:
-        """Route handler: let a request through only if egress control allows its URL."""
-        url = route.request.url
-        try:
-            if await self._allowed(url):
-                await route.continue_()
-            else:
-                await route.abort("blockedbyclient")
-        except Exception as exc:  # the page may have closed meanwhile: nothing to answer
-            log.debug("browser session %s: request %s not answered: %s", self.key, url, exc)
-
-    async def guard_websocket(self, socket: WebSocketRoute) -> None:
-        """WebSocket handler: connect only if egress control allows the ``http`` twin URL."""
-        url = socket.url
-        try:
-            if await self._allowed("http" + url[2:] if url.startswith("ws") else url):
-                socket.connect_to_server()
-            else:
-                await socket.close(code=1008, reason="refused by the gateway's egress control")
-        except Exception as exc:
-            log.debug("browser session %s: websocket %s not answered: %s", self.key, url, exc)
-
-    async def _allowed(self, url: str) -> bool:
-        try:
-            await check_url(url, self.policy)
-        except ExecutionError as exc:
-            if len(self.refused) < MAX_REFUSALS:
-                self.refused.append(exc.message)
-            log.info("browser session %s: refused %s: %s", self.key, url[:200], exc.message)
-            return False
-        return True
+    def record_refusal(self, target: str, reason: str) -> None:
+        """The egress proxy refused a connection of this session's pages: say so in the call."""
+        if len(self.refused) < MAX_REFUSALS:
+            self.refused.append(reason)
+            self.refusals.append((target, reason))
+        log.info("browser session %s: refused %s: %s", self.key, target[:200], reason)
 
 
 def missing_browser(executable: Path) -> ExecutionError:
@@ -182,6 +171,8 @@ class SessionPool:
         self._lock = anyio.Lock()
         self._reaper: asyncio.Task[None] | None = None
         self.launches = 0
+        self.lookup: Lookup | None = None
+        """The egress proxies' resolver (None: the system's); tests inject one."""
 
     @property
     def browser(self) -> Browser | None:
@@ -196,7 +187,7 @@ class SessionPool:
         """Hold the session ``(workspace, name)`` for one call, creating it if needed."""
         session = await self._session((workspace, name))
         async with session.lock:
-            session.policy, session.refused = policy, []
+            session.policy, session.refused, session.refusals = policy, [], []
             try:
                 yield session
             finally:
@@ -222,14 +213,26 @@ class SessionPool:
 
     async def _new_session(self, browser: Browser, key: tuple[str, str]) -> Session:
         viewport = self.config.viewport
-        context = await browser.new_context(
-            viewport={"width": viewport.width, "height": viewport.height},
-            service_workers="block",  # a service worker's requests would bypass the guard
-            accept_downloads=False,
+        holder: list[Session] = []  # the proxy needs the session, the session the context
+        proxy = EgressProxy(
+            lambda: holder[0].policy if holder else EgressPolicy(),
+            lambda target, why: holder[0].record_refusal(target, why) if holder else None,
+            lookup=self.lookup,
         )
-        session = Session(key, context)
-        await context.route("**/*", session.guard)
-        await context.route_web_socket("**/*", session.guard_websocket)
+        await proxy.start()
+        try:
+            context = await browser.new_context(
+                viewport={"width": viewport.width, "height": viewport.height},
+                # <-loopback>: Chromium would send loopback addresses around the proxy
+                proxy={"server": proxy.url, "bypass": "<-loopback>"},
+                service_workers="allow",  # their requests go through the proxy as well
+                accept_downloads=False,
+            )
+        except BaseException:
+            await proxy.aclose()
+            raise
+        session = Session(key, context, proxy=proxy, lookup=self.lookup)
+        holder.append(session)
         self._sessions[key] = session
         log.info("browser session %s opened", key)
         return session
@@ -260,7 +263,7 @@ class SessionPool:
         try:
             browser = await self._playwright.chromium.launch(
                 executable_path=str(exe),
-                args=list(self.config.args),
+                args=[*self.config.args, *ENFORCED_ARGS],
                 timeout=self.config.launch_timeout * 1000,
             )
         except PlaywrightError as exc:
@@ -283,6 +286,8 @@ class SessionPool:
         with anyio.move_on_after(CLOSE_GRACE, shield=True):
             with contextlib.suppress(Exception):
                 await session.context.close()
+        if session.proxy is not None:
+            await session.proxy.aclose()
         log.info("browser session %s closed", key)
 
     async def reap_idle(self) -> None:
@@ -314,6 +319,9 @@ class SessionPool:
 
     async def _drop_browser(self) -> None:
         browser, self._browser = self._browser, None
+        for session in self._sessions.values():
+            if session.proxy is not None:
+                await session.proxy.aclose()
         self._sessions.clear()
         if browser is not None:
             with anyio.move_on_after(CLOSE_GRACE, shield=True):

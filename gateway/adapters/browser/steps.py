@@ -24,9 +24,10 @@ import anyio
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
+from gateway.adapters.browser.proxy import MARKER
 from gateway.adapters.browser.sessions import Session
 from gateway.adapters.shared.artifacts import Artifact, ArtifactStore
-from gateway.adapters.shared.egress import EgressPolicy, EgressRefused, check_url
+from gateway.adapters.shared.egress import EgressRefused, check_url
 from gateway.declarations.templates import Template, TemplateError
 from gateway.errors import ExecutionError, ToolgateError, ValidationError
 from gateway.types import JSON, Outcome, SideEffect
@@ -155,17 +156,24 @@ class _Run:
     def _translate(self, exc: Exception, index: int, step: StepDecl, target: str) -> ToolgateError:
         message = str(getattr(exc, "message", "") or exc)
         log.info("browser step %d (%s) failed: %s", index + 1, step.action, message)
-        if "net::ERR_BLOCKED_BY_CLIENT" in message and self.session.refused:
+        if "net::ERR_TUNNEL_CONNECTION_FAILED" in message and self.session.refused:
             return EgressRefused(self.session.refused[-1])
         return translate_error(message, index, step, target)
 
     # --- the actions ----------------------------------------------------------------------
 
     async def _open(self, page: Page, i: int, step: StepDecl, url: str, timeout: float) -> None:
-        await check_url(url, self.session.policy)
+        await check_url(url, self.session.policy, lookup=self.session.lookup)
         response = await page.goto(url, wait_until=step.wait_until, timeout=timeout)
         self.status = response.status if response is not None else None
-        await _check_redirects(page, response, self.session.policy)
+        await _check_redirects(page, response, self.session)
+        marker = response.headers.get(MARKER.lower()) if response is not None else None
+        if marker == "refused" and self.session.refused:
+            await page.goto("about:blank")
+            raise _StepFailed(EgressRefused(self.session.refused[-1]))
+        if marker is not None and marker.startswith("ERR_"):  # the proxy could not connect
+            self.status = None
+            raise _StepFailed(translate_error(f"net::{marker}", i, step, url))
 
     async def _click(self, page: Page, i: int, step: StepDecl, sel: str, timeout: float) -> None:
         await page.locator(sel).click(timeout=timeout)
@@ -270,6 +278,8 @@ class _Run:
         for key, value in fit_budget(self.extracted, budget)[0].items():
             digest = _sha256_json(self.extracted[key])
             out.append(Evidence("extracted", key, digest, {"value": value}))
+        for target, why in self.session.refusals:
+            out.append(Evidence("egress_refused", target, None, {"reason": why}))
         return tuple(out)
 
     def _effect(self, committed: bool) -> Effect:
@@ -333,8 +343,8 @@ async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None
     scope.cancel()
 
 
-async def _check_redirects(page: Page, response: Any, policy: EgressPolicy) -> None:
-    """Chromium follows redirects without asking the route guard: check every hop now."""
+async def _check_redirects(page: Page, response: Any, session: Session) -> None:
+    """Fail the step when a redirect hop was refused (the egress proxy never connected it)."""
     hops: list[str] = [page.url]
     request = response.request if response is not None else None
     while request is not None:
@@ -343,7 +353,7 @@ async def _check_redirects(page: Page, response: Any, policy: EgressPolicy) -> N
     for url in hops:
         if url.startswith(("http://", "https://")):
             try:
-                await check_url(url, policy)
+                await check_url(url, session.policy, lookup=session.lookup)
             except ExecutionError as exc:
                 await page.goto("about:blank")
                 raise _StepFailed(exc) from exc

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -204,13 +204,19 @@ def check_host(url: httpx.URL, policy: EgressPolicy) -> None:
         )
 
 
-async def resolve(host: str, port: int, policy: EgressPolicy) -> tuple[IPAddress, ...]:
+Lookup = Callable[[str, int], Awaitable[tuple[IPAddress, ...]]]
+"""A resolver ``(name, port) -> addresses``: the system's by default; tests may inject one."""
+
+
+async def resolve(
+    host: str, port: int, policy: EgressPolicy, lookup: Lookup | None = None
+) -> tuple[IPAddress, ...]:
     """The addresses of ``host``, each allowed by ``policy``; refuses if any one is not."""
     name = host[1:-1] if host.startswith("[") else host
     try:
         addresses: tuple[IPAddress, ...] = (ipaddress.ip_address(name),)
     except ValueError:
-        addresses = await _lookup(name, port)
+        addresses = await (lookup or _lookup)(name, port)
     for ip in addresses:
         kind = refusal(ip, policy)
         if kind is not None:
@@ -237,7 +243,9 @@ async def _lookup(name: str, port: int) -> tuple[IPAddress, ...]:
     return tuple(dict.fromkeys(found))
 
 
-async def check_url(url: str | httpx.URL, policy: EgressPolicy) -> Destination:
+async def check_url(
+    url: str | httpx.URL, policy: EgressPolicy, lookup: Lookup | None = None
+) -> Destination:
     """Check scheme, host and every resolved address; connect only to ``addresses``."""
     import httpx  # here, not at the top: the declaration specs import this module
 
@@ -248,4 +256,4 @@ async def check_url(url: str | httpx.URL, policy: EgressPolicy) -> Destination:
     check_host(parsed, policy)
     host = parsed.raw_host.decode("ascii")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return Destination(parsed, host, port, await resolve(host, port, policy))
+    return Destination(parsed, host, port, await resolve(host, port, policy, lookup))
