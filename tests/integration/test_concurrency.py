@@ -9,10 +9,8 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -23,22 +21,10 @@ from gateway.store.store import Store
 from gateway.testing import gateway, make_project
 from gateway.types import LockMode
 from tests.helpers import ALICE
+from tests.server.helpers import body as _body
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
-_ids = itertools.count()
-
-
-def _body(tool: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "run_id": "conc",
-        "call_id": f"c{next(_ids)}",
-        "tool": {"name": tool},
-        "arguments": arguments,
-        "actor": {"user_id": "alice", "agent_id": "t"},
-        "workspace": {"id": "demo"},
-        **extra,
-    }
 
 
 async def _one_key_many_requests(urls: list[str], workspace: Path) -> None:

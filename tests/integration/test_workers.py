@@ -11,7 +11,6 @@ store, supervised by the parent.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import sqlite3
@@ -28,24 +27,18 @@ import httpx
 import psutil
 import pytest
 
-from gateway.testing import free_port, make_project, run_agent_code_without_approval, wait_healthy
+from gateway.testing import (
+    free_port,
+    make_project,
+    run_agent_code_without_approval,
+    serve,
+    wait_healthy,
+)
 from tests.helpers import ALICE
+from tests.server.helpers import body as _body
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
-_ids = itertools.count()
-
-
-def _body(tool: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "run_id": "workers",
-        "call_id": f"c{next(_ids)}",
-        "tool": {"name": tool},
-        "arguments": arguments,
-        "actor": {"user_id": "alice", "agent_id": "t"},
-        "workspace": {"id": "demo"},
-        **extra,
-    }
 
 
 class Served:
@@ -82,25 +75,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     (tmp_path / "var" / "workspaces" / "demo").mkdir(parents=True, exist_ok=True)
     port = free_port()
     with (tmp_path / "gateway.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway.cli",
-                "--config",
-                str(config),
-                "serve",
-                "--port",
-                str(port),
-                "--workers",
-                "2",
-                "--log-level",
-                "warning",
-            ],
-            cwd=tmp_path,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        proc = serve(config, port, log, args=("--workers", "2"))
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)
