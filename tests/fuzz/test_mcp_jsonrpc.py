@@ -28,6 +28,7 @@ from tests.helpers import ALICE
 EXAMPLES = 300
 MODERN = "2026-07-28"
 
+
 def _argument_keys() -> dict[str, tuple[str, ...]]:
     """Each shipped tool's declared input keys (web.* left out: each call starts Chromium)."""
     keys: dict[str, tuple[str, ...]] = {}
@@ -66,7 +67,9 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 path_like = st.lists(
