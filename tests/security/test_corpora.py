@@ -324,3 +324,201 @@ def test_an_untampered_token_verifies_and_binds_only_its_call() -> None:
     for field in MISBOUND:
         with pytest.raises(PolicyDenied):
             tokens.check_binding(claims, **{**actual, field: actual[field] + "x"})
+
+
+# --- cross-principal reads -----------------------------------------------------------------
+
+CROSS_PRINCIPAL = _count(
+    "cross-principal reads",
+    [
+        "GET /v1/executions/{done}",
+        "GET /v1/executions/{done}/events",
+        "GET /v1/executions/{done}/events (event stream)",
+        "GET /v1/executions/{parked}",
+        "GET /v1/executions/{parked}/events",
+        "GET /v1/executions?run_id={run}",
+        "GET /v1/runs/{run}/events",
+        "POST /v1/executions/{parked}/cancel",
+        "POST /v1/executions/{parked}/resolve",
+        "GET /v1/approvals/{approval}",
+        "GET /v1/approvals",
+        "POST /v1/approvals/{approval}/approve",
+        "POST /v1/approvals/{approval}/deny",
+        "GET /v1/artifacts/{artifact}",
+        "GET /v1/artifacts/{artifact} (as bob, an approver)",
+        "MCP tasks/get {done}",
+    ],
+)
+RUN = "run-c9"
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _carols_call(tool: str, arguments: dict[str, object], call: str, **extra: object) -> dict:
+    return {
+        "run_id": RUN,
+        "turn_id": "t1",
+        "call_id": call,
+        "tool": {"name": tool},
+        "arguments": arguments,
+        "actor": {"user_id": "carol", "agent_id": "x"},
+        "workspace": {"id": "demo"},
+        **extra,
+    }
+
+
+def _mcp_tasks_get(client: httpx.Client, task_id: str) -> httpx.Response:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    message = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tasks/get",
+        "params": {"taskId": task_id, "_meta": meta},
+    }
+    headers = {
+        **_auth(ALICE),
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tasks/get",
+    }
+    return client.post("/mcp", json=message, headers=headers)
+
+
+def test_another_principals_executions_events_approvals_and_artifacts_stay_hidden(
+    served_project: tuple[str, Path],
+) -> None:
+    url, config = served_project
+    workspace = config.parent / "var" / "workspaces" / "demo"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "carols.txt").write_text("carol's")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        done = client.post(
+            "/v1/executions",
+            json=_carols_call("fs.read_file", {"path": "carols.txt"}, "c1"),
+            headers={**_auth(CAROL), "Prefer": "wait=10"},
+        ).json()
+        assert done["status"] == "completed", done
+        parked = client.post(
+            "/v1/executions",
+            json=_carols_call("fs.delete_file", {"path": "carols.txt"}, "c2", idempotency_key="k"),
+            headers=_auth(CAROL),
+        ).json()
+        approval = parked["approval"]["id"]
+        settings = load_settings(config)
+        artifact = ArtifactStore.of(settings).save(
+            b"\x89PNG carol",
+            content_type="image/png",
+            owner="carol",
+            workspace="demo",
+            execution_id=done["id"],
+        )
+        # the owner sees each of them (so the refusals below are about who asks)
+        assert client.get(f"/v1/executions/{done['id']}", headers=_auth(CAROL)).status_code == 200
+        assert client.get(artifact.href, headers=_auth(CAROL)).content == b"\x89PNG carol"
+
+        ids = {
+            "done": done["id"],
+            "parked": parked["id"],
+            "run": RUN,
+            "approval": approval,
+            "artifact": artifact.id,
+        }
+        refused = 0
+        for entry in CROSS_PRINCIPAL:
+            method, rest = entry.split(" ", 1)
+            path = rest.split(" (")[0].format(**ids)
+            key = BOB if "as bob" in entry else ALICE
+            headers = _auth(key)
+            if "event stream" in entry:
+                headers["Accept"] = "text/event-stream"
+            if method == "MCP":
+                response = _mcp_tasks_get(client, done["id"])
+                assert response.status_code < 500
+                assert "error" in response.text and "carols.txt" not in response.text, entry
+                refused += 1
+                continue
+            response = client.request(
+                method, path, headers=headers, json={} if method == "POST" else None
+            )
+            assert response.status_code < 500, (entry, response.text)
+            text = response.text
+            if response.status_code == 200:  # a listing: nothing of carol's in it
+                assert done["id"] not in text and parked["id"] not in text, (entry, text)
+                assert "carol" not in text, (entry, text)
+            else:
+                assert response.status_code in (403, 404), (entry, response.status_code, text)
+                assert response.headers["content-type"].startswith("application/problem+json")
+                assert "carols.txt" not in text and "PNG" not in text, (entry, text)
+            refused += 1
+        assert refused == len(CROSS_PRINCIPAL)
+        # nothing changed: carol's call still waits for its approval, her file is there
+        still = client.get(f"/v1/executions/{parked['id']}", headers=_auth(CAROL)).json()
+        assert still["status"] == parked["status"]
+        assert (workspace / "carols.txt").exists()
+
+
+def test_an_approval_token_is_spent_once_and_by_its_actor_only(
+    served_project: tuple[str, Path],
+) -> None:
+    url, config = served_project
+    workspace = config.parent / "var" / "workspaces" / "demo"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "doomed.txt").write_text("bye")
+    args = {"path": "doomed.txt"}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        parked = client.post(
+            "/v1/executions",
+            json=_carols_call("fs.delete_file", args, "r1", idempotency_key="r1"),
+            headers=_auth(CAROL),
+        ).json()
+        granted = client.post(
+            f"/v1/approvals/{parked['approval']['id']}/approve",
+            json={"resume": False},
+            headers=_auth(BOB),
+        )
+        assert granted.status_code == 200, granted.text
+        token = granted.json()["approval_token"]
+        # alice replays carol's token for the same call: refused, nothing deleted
+        alices = _carols_call(
+            "fs.delete_file", args, "r2", idempotency_key="r2", approval_token=token
+        )
+        alices["actor"] = {"user_id": "alice", "agent_id": "coder"}
+        theft = client.post(
+            "/v1/executions", json=alices, headers={**_auth(ALICE), "Prefer": "wait=10"}
+        ).json()
+        assert theft["result"]["error"]["type"] == "approval_token_invalid", theft
+        assert (workspace / "doomed.txt").exists()
+        spend = _carols_call(
+            "fs.delete_file", args, "r3", idempotency_key="r3", approval_token=token
+        )
+        first = client.post(
+            "/v1/executions", json=spend, headers={**_auth(CAROL), "Prefer": "wait=10"}
+        ).json()
+        assert first["result"]["outcome"] == "succeeded", first
+        (workspace / "doomed.txt").write_text("again")
+        replay = {**spend, "call_id": "r4", "idempotency_key": "r4"}
+        second = client.post(
+            "/v1/executions", json=replay, headers={**_auth(CAROL), "Prefer": "wait=10"}
+        ).json()
+        assert second["result"]["error"]["type"] == "approval_token_used", second
+        assert (workspace / "doomed.txt").read_text() == "again"
+
+
+EXPECTED = {
+    "path escapes": 38,
+    "SSRF addresses": 58,
+    "SSRF redirects": 41,
+    "approval-token tampering": 359,
+    "approval-token misuse": 5,
+    "cross-principal reads": 16,
+}
+
+
+def test_the_corpora_keep_their_size() -> None:
+    print("\n".join(f"{name}: {count}" for name, count in CORPORA.items()))
+    assert CORPORA == EXPECTED
