@@ -18,29 +18,25 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from gateway.testing import PROJECT
-from tests.helpers import ALICE
+from tests.fuzz.strategies import (
+    ARGUMENT_KEYS,
+    TOOLS,
+    argument_values,
+    ids,
+    json_scalars,
+    json_values,
+)
+from tests.helpers import ALICE, FUZZ_SCALE
 
-EXAMPLES = 300
+pytestmark = pytest.mark.slow
+
+EXAMPLES = 120 * FUZZ_SCALE
 MODERN = "2026-07-28"
 
 
-def _argument_keys() -> dict[str, tuple[str, ...]]:
-    """Each shipped tool's declared input keys (web.* left out: each call starts Chromium)."""
-    keys: dict[str, tuple[str, ...]] = {}
-    for path in sorted((PROJECT / "tools.d").glob("*.yaml")):
-        declaration = yaml.safe_load(path.read_text())
-        if not declaration["name"].startswith("web."):
-            keys[declaration["name"]] = tuple(declaration.get("input") or ())
-    return keys
-
-
-ARGUMENT_KEYS = _argument_keys()
-TOOLS = tuple(ARGUMENT_KEYS)
 METHODS = (
     "initialize",
     "ping",
@@ -58,32 +54,6 @@ METHODS = (
 )
 VOLUME: dict[str, int] = {"requests": 0, "problem": 0, "jsonrpc_error": 0, "jsonrpc_result": 0}
 
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**80), max_value=2**80)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=40)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
-path_like = st.lists(
-    st.sampled_from(["..", ".", "", "a", "notes", "\\", "é", "\x00", "~", "/", "%2e%2e"]),
-    max_size=6,
-).map("/".join)
-ids = (
-    st.integers(min_value=-(2**200), max_value=2**200)
-    | st.sampled_from([0, -1, 2**53, 2**63, 2**64, 10**400])
-    | st.text(max_size=300)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | json_values
-)
-
 
 def _meta(era: str) -> dict[str, Any]:
     if era != MODERN:
@@ -98,7 +68,7 @@ def _meta(era: str) -> dict[str, Any]:
 def tool_calls(draw: st.DrawFn, era: str) -> dict[str, Any]:
     name = draw(st.sampled_from(TOOLS) | st.text(max_size=20))
     keys = ARGUMENT_KEYS.get(name) or ("x",)
-    values = json_values | path_like
+    values = argument_values
     arguments = draw(
         st.dictionaries(st.sampled_from(keys) | st.text(max_size=8), values, max_size=4)
         | st.fixed_dictionaries({key: values for key in keys})
@@ -207,6 +177,7 @@ def _messages(response: httpx.Response) -> list[Any]:
 def check(response: httpx.Response, sent: object) -> None:
     where = f"{response.status_code} for {json.dumps(sent)[:300]}"
     assert response.status_code < 500, f"{where}: {response.text[:500]}"
+    assert "internal_error" not in response.text, f"{where}: {response.text[:500]}"
     VOLUME["requests"] += 1
     kind = response.headers.get("content-type", "").split(";")[0].strip()
     if kind == "application/problem+json":
@@ -231,6 +202,8 @@ def check(response: httpx.Response, sent: object) -> None:
 
 @pytest.mark.parametrize("era", [MODERN, "2025-11-25"])
 def test_jsonrpc_envelopes_never_5xx(http: httpx.Client, session: str, era: str) -> None:
+    VOLUME.update(dict.fromkeys(VOLUME, 0))
+
     @settings(
         max_examples=EXAMPLES,
         deadline=None,

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 
@@ -199,8 +198,10 @@ REDIRECT_TARGETS = _count(
     "SSRF redirects",
     [
         f"http://{host}/latest/"
-        for host in SSRF_HOSTS[SSRF_HOSTS.index("0") :]
-        + ("[::1]", "2130706434", "127.0.0.2", "[::ffff:127.0.0.2]", "0x7f000002")
+        for host in (
+            *SSRF_HOSTS[SSRF_HOSTS.index("0") :],
+            *("[::1]", "2130706434", "127.0.0.2", "[::ffff:127.0.0.2]", "0x7f000002"),
+        )
     ]
     + ["HTTP://169.254.169.254/", "http://user@10.0.0.1/", "http://169.254.169.254.:80/"],
 )
@@ -517,6 +518,20 @@ EXPECTED = {
     "approval-token misuse": 5,
     "cross-principal reads": 16,
 }
+
+
+def test_b64url_has_one_spelling() -> None:
+    """Regression: the stdlib decoder skipped junk, padding and spare bits."""
+    assert b64url.decode(b64url.encode(b"toolgate")) == b"toolgate"
+    for other in (
+        "\x00dG9vbGdhdGU",
+        "dG9vbGdhdGU=",
+        "dG9v bGdhdGU",
+        "dG9vbGdhdGV",
+        "dG9v\nbGdhdGU",
+    ):
+        with pytest.raises(ValueError):
+            b64url.decode(other)
 
 
 def test_the_corpora_keep_their_size() -> None:

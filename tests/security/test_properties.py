@@ -23,9 +23,10 @@ from gateway.pipeline.normalise import _normalise
 from gateway.pipeline.records import sha256_json
 from gateway.testing import PROJECT, adapter_call, load_catalogue, load_declaration
 from gateway.workspace import Workspace, confine
+from tests.helpers import FUZZ_SCALE
 
 PROFILE = settings(
-    max_examples=300,
+    max_examples=150 * FUZZ_SCALE,
     deadline=None,
     derandomize=True,
     database=None,
@@ -55,8 +56,8 @@ SEGMENTS = st.sampled_from(
         "\ufeff",
         ".\u2024",
         "\u2025",
-        "…",
-        "．．",
+        "\u2026",
+        "\uff0e\uff0e",
     ]
 ) | st.text(max_size=6)
 PATHS = st.lists(SEGMENTS, max_size=8).map("/".join) | st.text(max_size=30)
