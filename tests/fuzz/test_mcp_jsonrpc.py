@@ -13,6 +13,7 @@ derandomized, no deadline, no example database; the volume is in ``VOLUME``."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -163,12 +164,16 @@ def _headers(era: str, envelope: object, sid: str) -> dict[str, str]:
 def _messages(response: httpx.Response) -> list[Any]:
     kind = response.headers.get("content-type", "").split(";")[0].strip()
     if kind == "text/event-stream":
-        data = [
-            line[len("data:") :].strip()
-            for line in response.text.splitlines()
-            if line.startswith("data:") and line[len("data:") :].strip()
-        ]
-        return [json.loads(item) for item in data]
+        # Only CR, LF and CRLF end an SSE line (str.splitlines would also split at U+2028 and
+        # friends, which JSON text may hold); an event's data lines join with LF.
+        messages, data = [], []
+        for line in [*re.split(r"\r\n|\r|\n", response.text), ""]:
+            if line.startswith("data:"):
+                data.append(line[len("data:") :].removeprefix(" "))
+            elif not line and data:
+                messages.append(json.loads("\n".join(data)))
+                data = []
+        return messages
     assert kind == "application/json", f"{response.status_code} as {kind!r}: {response.text[:300]}"
     body = json.loads(response.content)
     return body if isinstance(body, list) else [body]
