@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RUST_LIB_BACKTRACE := 0
 
-.PHONY: run test lint format check policy-test bench clean system-deps mcp-inspector
+.PHONY: run test fuzz lint format check policy-test bench clean system-deps mcp-inspector
 
 $(VENV)/.base: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ mcp-inspector:
 ## Set up and run the whole test suite.
 test: $(VENV)/.dev system-deps mcp-inspector
 	$(BIN)/python -m pytest -W error
+
+## The fuzzers and security corpora alone (docs/security.md, "Tested, not promised"); in
+## `make test` they run bounded. FUZZ_SCALE=20 draws twenty times the examples.
+FUZZ_SCALE ?= 1
+fuzz: $(VENV)/.dev
+	TOOLGATE_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -W error -s tests/fuzz tests/security
 
 ## Benchmarks (not part of `make test`): the gateway against a bare Starlette app in one run;
 ## prints the table and writes bench/results/<date>.json, docs/performance.md and .png.

@@ -68,15 +68,18 @@ def confine(workspace: Workspace, raw: object, argument: str = "path") -> Resolv
         raise ValidationError(f"argument '{argument}' contains a NUL byte", code="invalid_path")
     if len(raw) > MAX_PATH_LENGTH:
         raise ValidationError(f"argument '{argument}' is too long", code="invalid_path")
-    if raw.startswith(("/", "\\")) or (len(raw) > 1 and raw[1] == ":"):
+    # The parts PurePosixPath would give (empty and "." segments dropped), on strings: the
+    # pathlib version of this function cost twice as much, and it runs several times a call.
+    parts = [p for p in raw.replace("\\", "/").split("/") if p and p != "."]
+    # A drive ("C:", "C:x") is judged on the first part, not the raw text: "./C:x" must be
+    # refused like "C:x", or its confined form ("C:x") would be refused when the adapter
+    # confines it again, after policy and approval passed it.
+    if raw.startswith(("/", "\\")) or (parts and len(parts[0]) > 1 and parts[0][1] == ":"):
         raise ValidationError(
             f"argument '{argument}' is absolute ({raw!r}); paths are relative to the "
             "workspace root",
             code="path_escape",
         )
-    # The parts PurePosixPath would give (empty and "." segments dropped), on strings: the
-    # pathlib version of this function cost twice as much, and it runs several times a call.
-    parts = [p for p in raw.replace("\\", "/").split("/") if p and p != "."]
     if ".." in parts:
         raise ValidationError(
             f"argument '{argument}' ({raw!r}) uses '..'; paths must stay inside the workspace",

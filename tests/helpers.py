@@ -11,6 +11,9 @@ REPO = Path(__file__).resolve().parent.parent
 PG_HOST = os.environ.get("TOOLGATE_TEST_PG_HOST", "127.0.0.1")
 PG_USER = os.environ.get("TOOLGATE_TEST_PG_USER", "postgres")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+FUZZ_SCALE = max(1, int(os.environ.get("TOOLGATE_FUZZ_SCALE", "1") or "1"))
+"""Multiplies the examples of the fuzzers and property tests (tests/fuzz, tests/security):
+1 in the suite and CI (bounded), more for a longer run (``make fuzz FUZZ_SCALE=20``)."""
 
 ALICE = "tg_dev_alice"
 BOB = "tg_dev_bob"

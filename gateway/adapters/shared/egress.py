@@ -213,10 +213,15 @@ async def resolve(
 ) -> tuple[IPAddress, ...]:
     """The addresses of ``host``, each allowed by ``policy``; refuses if any one is not."""
     name = host[1:-1] if host.startswith("[") else host
+    # A trailing dot names the same host: "169.254.169.254." is that address (curl and
+    # browsers connect to it), and "localhost." is localhost (RFC 6761: so is any name under
+    # it). Judged here, not left to whether the resolver knows the spelling.
+    bare = name.rstrip(".").lower() or name
     try:
-        addresses: tuple[IPAddress, ...] = (ipaddress.ip_address(name),)
+        addresses: tuple[IPAddress, ...] = (ipaddress.ip_address(bare),)
     except ValueError:
-        addresses = await (lookup or _lookup)(name, port)
+        local = bare == "localhost" or bare.endswith(".localhost")
+        addresses = await (lookup or _lookup)("localhost" if local else name, port)
     for ip in addresses:
         kind = refusal(ip, policy)
         if kind is not None:
