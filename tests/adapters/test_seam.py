@@ -105,13 +105,21 @@ def test_specs_live_in_the_spec_modules() -> None:
 
 
 def counting_yaml(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
-    """Count every YAML file parse (the loaders' one entry point, ``load_yaml``)."""
+    """Count every YAML file parse: ``load_yaml`` (a file), and the declarations loader's
+    ``parse_yaml`` of a text it read itself (it digests the same bytes for the revision)."""
     parses: collections.Counter[str] = collections.Counter()
     real = yamlsrc.load_yaml
+    real_text = yamlsrc.parse_yaml
 
     def counted(path: Path) -> Any:
         parses[str(path)] += 1
         return real(path)
+
+    def counted_text(text: str, name: str) -> Any:
+        parses[name] += 1
+        return real_text(text, name)
+
+    monkeypatch.setattr(loader, "parse_yaml", counted_text)
 
     for module in (yamlsrc, loader, sys.modules["gateway.settings"]):
         monkeypatch.setattr(module, "load_yaml", counted)
