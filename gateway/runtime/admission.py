@@ -130,54 +130,29 @@ class Admission:
     __slots__ = ("executions", "sessions", "streams", "waiters")
 
     def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
-        s, mcp = settings, settings.mcp
         counted = None if metrics is None else metrics.refused
-        self.executions = Gauge(
-            Bound(
-                what="executions running",
-                code="too_many_executions",
-                share_setting="max_executions_per_principal",
-                share=s.max_executions_per_principal,
-                total_setting="max_executions_total",
-                total=s.max_executions_total,
-            ),
-            counted,
-        )
-        self.waiters = Gauge(
-            Bound(
-                what="long-polls open",
-                code="too_many_waiters",
-                share_setting="max_waiters_per_principal",
-                share=s.max_waiters_per_principal,
-                total_setting="max_waiters_total",
-                total=s.max_waiters_total,
-            ),
-            counted,
-        )
-        self.streams = Gauge(
-            Bound(
-                what="event streams open",
-                code="too_many_streams",
-                share_setting="max_streams_per_principal",
-                share=s.max_streams_per_principal,
-                total_setting="max_streams_total",
-                total=s.max_streams_total,
-                retry_after=5,
-            ),
-            counted,
-        )
-        self.sessions = Gauge(
-            Bound(
-                what="MCP sessions open",
-                code="too_many_sessions",
-                share_setting="mcp.max_sessions_per_principal",
-                share=mcp.max_sessions_per_principal,
-                total_setting="mcp.max_sessions_total",
-                total=mcp.max_sessions_total,
-                retry_after=5,
-            ),
-            counted,
-        )
+
+        def gauge(key: str, what: str, retry_after: int = 1, section: str = "") -> Gauge:
+            """The gauge bounded by ``max_<key>_per_principal`` and ``max_<key>_total`` (of
+            the ``section`` of the settings, e.g. ``mcp``)."""
+            where = getattr(settings, section) if section else settings
+            prefix = f"{section}." if section else ""
+            share, total = f"max_{key}_per_principal", f"max_{key}_total"
+            bound = Bound(
+                what=what,
+                code=f"too_many_{key}",
+                share_setting=prefix + share,
+                share=getattr(where, share),
+                total_setting=prefix + total,
+                total=getattr(where, total),
+                retry_after=retry_after,
+            )
+            return Gauge(bound, counted)
+
+        self.executions = gauge("executions", "executions running")
+        self.waiters = gauge("waiters", "long-polls open")
+        self.streams = gauge("streams", "event streams open", retry_after=5)
+        self.sessions = gauge("sessions", "MCP sessions open", retry_after=5, section="mcp")
 
 
 QUEUED_RETRY_S = 5
