@@ -26,12 +26,8 @@ from starlette.testclient import TestClient
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.adapters.process import junit, sandbox
-from gateway.adapters.process.adapter import (
-    Capture,
-    ProcessAdapter,
-    create,
-    split_budget,
-)
+from gateway.adapters.process.adapter import ProcessAdapter, create
+from gateway.adapters.process.capture import Capture, split_budget
 from gateway.adapters.process.junit import JUnitError, parse_report, read_report
 from gateway.adapters.process.proctree import MARKER_ENV
 from gateway.adapters.process.spec import ProcessOptions
