@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.listen_fd is None
         else {"fd": args.listen_fd}  # a worker of `serve --workers N`: the parent's socket
     )
-    from gateway.http.limits import serve_options
+    from gateway.http.server import serve_options
 
     uvicorn.run(
         app,

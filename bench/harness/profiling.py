@@ -87,8 +87,8 @@ def analyse_collapsed(text: str, top: int = 15) -> dict[str, Any]:
 BUCKETS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # (name, the stack contains one of these, and none of these) on "file.py:function" names
     (
-        "HTTP and ASGI around the route (uvicorn, h11, starlette)",
-        ("uvicorn/", "h11/", "starlette/"),
+        "HTTP and ASGI around the route (uvicorn, httptools or h11, starlette)",
+        ("uvicorn/", "h11/", "httptools/", "gateway/http/server.py", "starlette/"),
         ("routes.py:create_execution", "Pool._in_transaction", "SqliteTransactor._run_batch"),
     ),
     ("route create_execution (main thread)", ("routes.py:create_execution",), ()),

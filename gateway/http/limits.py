@@ -6,7 +6,7 @@ the page are bounded alike, before authentication:
 
 - header names and values over ``max_header_bytes``: 431 ``headers_too_large``. The HTTP
   server itself closes a connection whose request head passes that by more than
-  ``HEAD_SLACK`` bytes (``serve_options``), so no request head is ever held whole in memory
+  ``HEAD_SLACK`` bytes (``gateway/http/server.py``), so no request head is ever held whole in memory
   beyond that;
 - a ``Content-Length`` over ``max_body_bytes``: 413 ``payload_too_large`` before a byte of the
   body is read;
@@ -19,23 +19,11 @@ check it too; this is the ceiling.
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import PayloadTooLarge
 from gateway.http.problems import problem
 from gateway.settings import Settings
-
-HEAD_SLACK = 8 * 1024
-"""What the HTTP server allows a request head beyond ``max_header_bytes`` (the request line,
-the separators), so that a head just over the bound still gets a 431 that says why."""
-
-
-def serve_options(settings: Settings) -> dict[str, Any]:
-    """The options of ``uvicorn.run`` that bound a request head at the server (h11, whose
-    bound is configurable, whichever HTTP implementations are installed)."""
-    return {"http": "h11", "h11_max_incomplete_event_size": settings.max_header_bytes + HEAD_SLACK}
 
 
 class RequestBounds:

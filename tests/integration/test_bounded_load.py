@@ -10,6 +10,8 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import json
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -417,6 +419,65 @@ def test_headers_over_the_bound_are_431_and_far_over_it_the_server_closes(gw: Gw
         assert huge.status_code in (400, 431), huge.text
         assert huge.headers.get("content-type") != "application/problem+json"
     assert httpx.get(gw.url + "/healthz", timeout=30).status_code == 200
+
+
+def _raw(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    conn = socket.create_connection((host, int(port)), timeout=30)
+    return conn
+
+
+def _read_all(conn: socket.socket) -> bytes:
+    chunks = []
+    while chunk := conn.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_head_that_never_ends_is_refused_by_the_server_before_it_is_whole(gw: Gw) -> None:
+    """One header value sent in pieces without its line end: the server answers 431 and
+    closes once the head passes the bound (2 KiB + 8 KiB slack), without waiting for it to end,
+    whichever HTTP parser runs (httptools buffers such a value whole if nothing stops it)."""
+    answer, reset = b"", False
+    with _raw(gw.url) as conn:
+        conn.settimeout(10)  # a server still buffering the head would leave recv waiting: fail
+        conn.sendall(b"GET /v1/tools HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+        try:
+            for _ in range(64):  # 64 KiB at most, far past the bound
+                conn.sendall(b"a" * 1024)
+                time.sleep(0.005)
+        except (BrokenPipeError, ConnectionResetError):
+            reset = True  # the server closed the connection while we were still sending
+        try:
+            answer = _read_all(conn)
+        except ConnectionResetError:
+            reset = True  # a reset after the close may lose the refusal itself
+    assert answer or reset, "the server neither answered nor closed the connection"
+    if answer:
+        status = answer.split(b"\r\n", 1)[0]
+        assert status.split(b" ")[1] in (b"400", b"431"), answer[:200]
+    assert httpx.get(gw.url + "/healthz", timeout=30).status_code == 200
+
+
+def test_a_body_is_not_counted_as_head_and_keep_alive_goes_on(gw: Gw) -> None:
+    """Only the head is bounded by the server: a 48 KiB body (under ``max_body_bytes``) on a
+    kept-alive connection, then a second request on the same connection, both answered."""
+    body = json.dumps({"pad": "a" * 48 * 1024}).encode()
+    with _raw(gw.url) as conn:
+        head = (
+            b"POST /v1/plans HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + ALICE.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+        )
+        second = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        conn.sendall(head + body + second)
+        answer = _read_all(conn)
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
+    assert len(statuses) == 2, answer[:400]
+    assert statuses[0] == b"400" and b"problem+json" in answer, answer[:400]  # the app judged it
+    assert statuses[1] == b"200"
 
 
 def test_the_refusals_are_counted_by_the_setting_that_refused(gw: Gw) -> None:
