@@ -3,12 +3,17 @@ store's own chaining (``rows.chained_rows``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from itertools import pairwise
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.audit.chains import check_chain, row_hash
 from gateway.events.chain import GENESIS, encoding, event_hash
 from gateway.events.model import make_event
+from gateway.jsontext import canonical
 from gateway.store.audit import ChainRow
 from gateway.store.rows import chained_rows
 
@@ -41,6 +46,33 @@ def test_the_encoding_is_the_documented_json_array() -> None:
     assert event_hash(GENESIS, "ex_1", 3, "ev_1", "tool.output", 1, 42, "{}") != event_hash(
         GENESIS, "ex_1", 4, "ev_1", "tool.output", 1, 42, "{}"
     )
+
+
+@given(
+    st.text(),
+    st.text(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.text(),
+    st.text(),
+    st.integers(),
+    st.integers(),
+    st.text(),
+)
+def test_the_fast_encoding_is_the_canonical_array_for_any_strings_and_ints(
+    prev: str, xid: str, seq: int, eid: str, type_: str, version: int, at: int, data: str
+) -> None:
+    """Quotes, backslashes, control characters, non-ASCII and lone surrogates included: the
+    field-by-field text is exactly ``canonical`` of the array (what a verifier recomputes)."""
+    row = ["toolgate.event.v1", prev, xid, seq, eid, type_, version, at, data]
+
+    def outcome(make: Callable[[], bytes]) -> bytes | str:
+        try:
+            return make()
+        except UnicodeEncodeError:  # a lone surrogate: UTF-8 cannot carry it, either way
+            return "unencodable"
+
+    fast = outcome(lambda: encoding(prev, xid, seq, eid, type_, version, at, data))
+    assert fast == outcome(lambda: canonical(row).encode("utf-8"))
 
 
 def test_an_edited_row_is_named() -> None:
