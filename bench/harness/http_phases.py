@@ -270,6 +270,8 @@ def _rss_mb(pid: int | None) -> float:
 
 S7 = "s7_read_2_workers"
 S7_TITLE = "7. fs.read_file 1 KiB, 2 workers (gateway --workers 2, bare app 2 workers)"
+S7W = "s7_write_2_workers"
+S7W_TITLE = "7w. fs.write_file 1 KiB, 64 files, 2 workers (SQLite's one writer across processes)"
 
 
 def http_workers_phase(
@@ -277,8 +279,10 @@ def http_workers_phase(
 ) -> None:
     """Scenario 1 on ``toolgate serve --workers 2`` (SQLite) against the bare app on two
     uvicorn workers: what a second process buys on this machine (CPU per call summed over
-    every process of each side)."""
+    every process of each side); and scenario 4a the same way, where the two processes' group
+    commits contend for SQLite's one writer."""
     s1 = replace(scenarios("unused")["s1_read"], key=S7, title=S7_TITLE)
+    s4 = replace(scenarios("unused")["s4_write_64_files"], key=S7W, title=S7W_TITLE)
     root = work / "workers"
     config = make_project(root, sqlite_url(root))
     seed_workspace(config)
@@ -292,5 +296,5 @@ def http_workers_phase(
         gw = Server(base, gateway_pid(base))
         with bare_server(size or len(r.content), work, workers=2) as bare:
             results["http"]["scenarios"].update(
-                ab_rounds(plan, wrk, bare, s1.template, {S7: (gw, s1)})
+                ab_rounds(plan, wrk, bare, s1.template, {S7: (gw, s1), S7W: (gw, s4)})
             )
