@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import ToolgateError, Unauthenticated
-from gateway.http.jwks import KeySet
-from gateway.http.oidc import TokenVerifier, looks_like_jwt
 from gateway.settings import ApiKey, Settings, hash_key
 from gateway.store.store import Store
+
+if TYPE_CHECKING:  # PyJWT and httpx (~20 MB) load only where JWTs are configured
+    from gateway.http.oidc import TokenVerifier
 
 IDENTITY_SCOPE_KEY = "toolgate.identity"
 
@@ -47,6 +49,11 @@ class Identity:
     """When the credential stops being accepted (None: never)."""
 
 
+def looks_like_jwt(credential: str) -> bool:
+    """A compact JWS (three base64url parts); an API key never has two dots."""
+    return credential.count(".") == 2 and credential.startswith("ey")
+
+
 class Authenticator:
     """Turns a bearer credential into an identity, for every door alike."""
 
@@ -59,6 +66,9 @@ class Authenticator:
         }
         self.tokens: TokenVerifier | None = None
         if settings.jwt is not None:
+            from gateway.http.jwks import KeySet
+            from gateway.http.oidc import TokenVerifier
+
             jwt = settings.jwt
             keyset = KeySet(
                 file=settings.path(jwt.jwks_file) if jwt.jwks_file is not None else None,

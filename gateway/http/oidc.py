@@ -32,11 +32,6 @@ class InvalidToken(Unauthenticated):
     code = "invalid_token"
 
 
-def looks_like_jwt(credential: str) -> bool:
-    """A compact JWS (three base64url parts); an API key never has two dots."""
-    return credential.count(".") == 2 and credential.startswith("ey")
-
-
 class TokenVerifier:
     """Checks tokens of one provider against its key set."""
 

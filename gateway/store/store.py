@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
-from typing import cast
 
 import anyio
 import sqlalchemy as sa
@@ -51,19 +50,7 @@ from gateway.store.records import (
 )
 from gateway.store.sql import Db, Sql
 from gateway.store.sqlite import SqliteTransactor
-from gateway.store.tables import (
-    SCHEMA_VERSION,
-    ApprovalRow,
-    AuditCheckpointRow,
-    EventRow,
-    ExecutionRow,
-    IdempotencyRow,
-    LockFenceRow,
-    LockRow,
-    ReplicaRow,
-    RevokedKeyRow,
-    SchemaVersionRow,
-)
+from gateway.store.tables import SCHEMA_VERSION, TABLES
 from gateway.store.transactor import Observer, Transactor
 from gateway.types import Status
 
@@ -80,21 +67,6 @@ __all__ = [
     "call_identity",
 ]
 
-_TABLES = [
-    cast(sa.Table, row.__table__)  # type: ignore[union-attr]
-    for row in (
-        ExecutionRow,
-        EventRow,
-        IdempotencyRow,
-        LockRow,
-        LockFenceRow,
-        ApprovalRow,
-        RevokedKeyRow,
-        ReplicaRow,
-        SchemaVersionRow,
-        AuditCheckpointRow,
-    )
-]
 SCHEMA_VERSION_ROW = Sql("SELECT version FROM schema_version WHERE id = 1")
 INSERT_SCHEMA_VERSION = Sql("INSERT INTO schema_version (id, version) VALUES (1, ?)")
 UPDATE_SCHEMA_VERSION = Sql("UPDATE schema_version SET version = ? WHERE id = 1")
@@ -170,7 +142,7 @@ class Store:
     def open_sync(self) -> None:
         """Create the schema if missing and check its version."""
         try:
-            SQLModel.metadata.create_all(self.engine, tables=_TABLES)
+            SQLModel.metadata.create_all(self.engine, tables=list(TABLES))
             self._tx(_check_version, True)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open the store at {self.safe_url}: {exc}") from exc

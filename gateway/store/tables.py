@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+import sqlalchemy as sa
 from sqlalchemy import BigInteger, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -165,3 +168,22 @@ class ReplicaRow(SQLModel, table=True):
     started_ms: int = Field(sa_type=BigInteger)
     heartbeat_ms: int = Field(sa_type=BigInteger)
     lease_until_ms: int = Field(sa_type=BigInteger, index=True)
+
+
+TABLES: tuple[sa.Table, ...] = tuple(
+    cast(sa.Table, row.__table__)  # type: ignore[union-attr]
+    for row in (
+        ExecutionRow,
+        EventRow,
+        IdempotencyRow,
+        LockRow,
+        LockFenceRow,
+        ApprovalRow,
+        RevokedKeyRow,
+        ReplicaRow,
+        SchemaVersionRow,
+        AuditCheckpointRow,
+    )
+)
+"""Every table, in the order ``create_all`` is given them (``tests/store/schema.sql`` records
+their DDL)."""

@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import anyio
-import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -40,11 +39,23 @@ from gateway.ui import session as sessions
 from gateway.ui.session import Session
 
 HERE = Path(__file__).resolve().parent
-TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(HERE / "templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-)
+_TEMPLATES: list[Any] = []
+
+
+def templates() -> Any:
+    """The pages' jinja2 environment, made on the first page: jinja2 (~9 MB) is not loaded
+    by a gateway whose page nobody opens."""
+    if not _TEMPLATES:
+        import jinja2
+
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        env.filters["when"] = _when
+        _TEMPLATES.append(env)
+    return _TEMPLATES[0]
 
 
 def _when(ms: int) -> str:
@@ -53,7 +64,6 @@ def _when(ms: int) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
 
 
-TEMPLATES.filters["when"] = _when
 FORM_LIMIT = 16 * 1024
 COMMENT_LIMIT = 2000
 LIST_LIMIT = 200
@@ -78,7 +88,7 @@ def _key(request: Request) -> bytes:
 
 def page(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
     context.setdefault("session", getattr(request.state, "session", None))
-    html = TEMPLATES.get_template(name).render(request=request, now_ms=now_ms(), **context)
+    html = templates().get_template(name).render(request=request, now_ms=now_ms(), **context)
     headers = {
         "Cache-Control": "no-store",
         "X-Content-Type-Options": "nosniff",
@@ -424,7 +434,7 @@ async def timeline(request: Request) -> Response:
     )
     slots = services.admission.streams
     slots.take(principal)
-    row = TEMPLATES.get_template("_event.html")
+    row = templates().get_template("_event.html")
 
     def render(event: Event) -> str:
         return " ".join(row.render(event=event).split("\n"))
