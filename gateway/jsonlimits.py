@@ -51,20 +51,22 @@ def check(value: Any, limits: JsonLimits, where: str = "body") -> Shape:
     ``json_too_deep``, ``json_too_many_values`` or ``malformed_json``. Stops as soon as a
     bound is passed, so the work is at most ``max_values`` steps."""
     values = depth = chars = 0
-    stack: list[tuple[Any, int, str]] = [(value, 1, where)]
+    # A node's path is built only for a message: (parent, key) links, rendered by _where.
+    stack: list[tuple[Any, int, Any]] = [(value, 1, where)]
     while stack:
-        node, level, path = stack.pop()
+        node, level, at = stack.pop()
         if type(node) is dict:
             members: Any = node.items()
         elif type(node) is list:
             members = enumerate(node)
         else:
-            chars += _scalar(node, path)
+            chars += _scalar(node, at)
             continue
         if level > limits.max_depth:
             raise JsonLimitError(
                 "json_too_deep",
-                f"{path} is nested deeper than {limits.max_depth} levels of objects and arrays",
+                f"{_where(at)} is nested deeper than {limits.max_depth} levels of objects and "
+                "arrays",
             )
         depth = max(depth, level)
         values += len(node)
@@ -76,32 +78,41 @@ def check(value: Any, limits: JsonLimits, where: str = "body") -> Shape:
             )
         for key, member in members:
             if type(key) is str:
-                chars += _text(key, path)
+                chars += _text(key, at)
             kind = type(member)
             if kind is dict or kind is list:
-                stack.append((member, level + 1, f"{path}.{key}"))
+                stack.append((member, level + 1, (at, key)))
             elif kind is str:
-                chars += _text(member, f"{path}.{key}")
-            else:
-                _scalar(member, f"{path}.{key}")
+                chars += _text(member, (at, key))
+            elif kind is float:
+                _scalar(member, (at, key))
     return Shape(values, depth, chars)
 
 
-def _scalar(value: Any, path: str) -> int:
+def _where(at: Any) -> str:
+    """The dotted path of a (parent, key) chain: ``body.arguments.path``."""
+    keys: list[str] = []
+    while type(at) is tuple:
+        at, key = at
+        keys.append(str(key))
+    return ".".join([at, *reversed(keys)])
+
+
+def _scalar(value: Any, at: Any) -> int:
     if type(value) is str:
-        return _text(value, path)
+        return _text(value, at)
     if type(value) is float and not math.isfinite(value):
         raise JsonLimitError(
-            "malformed_json", f"{path} is a number out of range ({value!r} is not JSON)"
+            "malformed_json", f"{_where(at)} is a number out of range ({value!r} is not JSON)"
         )
     return 0
 
 
-def _text(text: str, path: str) -> int:
+def _text(text: str, at: Any) -> int:
     if not text.isascii() and _SURROGATE.search(text) is not None:
         raise JsonLimitError(
             "malformed_json",
-            f"{path} has a lone UTF-16 surrogate (such as \\ud800): not valid Unicode",
+            f"{_where(at)} has a lone UTF-16 surrogate (such as \\ud800): not valid Unicode",
         )
     return len(text)
 
