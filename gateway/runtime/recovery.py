@@ -38,7 +38,7 @@ import anyio
 
 from gateway.adapters.base import Recovering, SideEffectReport
 from gateway.errors import ExecutionError, StoreError, ToolgateError
-from gateway.events.model import make_event
+from gateway.events.model import Event, make_event
 from gateway.instance import INSTANCE_ID, NODE, owner_is_gone, process_is_gone
 from gateway.pipeline.probes import run_probes
 from gateway.pipeline.reconcile import WRITES, with_retryable
@@ -90,6 +90,9 @@ def takeover(
     return Takeover("heartbeat_stale", False) if now_ms - record.updated_ms > stale_ms else None
 
 
+DECIDING = ("tool.started", "state.checkpointed")
+"""The events of an execution's log recovery decides by (whether it started; the adapter
+states it recorded)."""
 RECOVERY_CONCURRENCY = 16
 """Executions read, probed and settled at once: each waits on the store or a probe."""
 
@@ -98,7 +101,8 @@ async def recover(services: Services) -> list[ExecutionRecord]:
     """Settle every abandoned execution; returns their new states.
 
     In three steps, on the newest generation of the runtime (held until the pass is done):
-    each execution's log is read (one never started is queued again, here); then what the
+    the events that decide are read for every execution at once, and each one that never
+    started is queued again; then what the
     started ones left running is stopped, all of an adapter's at once (a hundred process
     trees share one look at the machine's processes a round, and their grace periods run
     side by side, not one after another); then each is probed and committed. Nothing is
@@ -109,8 +113,9 @@ async def recover(services: Services) -> list[ExecutionRecord]:
     taken = [(r, why) for r in candidates if (why := takeover(services, r, replicas, now))]
     if not taken:
         return []
+    logs = await services.store.events_of_types([r.id for r, _ in taken], DECIDING)
     with services.lease() as latest:
-        prepared = await _each(taken, lambda r, why: _prepare(latest, r, why))
+        prepared = await _each(taken, lambda r, why: _prepare(latest, r, why, logs[r.id]))
         settling = [p for p in prepared if isinstance(p, Settling)]
         await _stop_leftovers(latest, settling)
         done = [p for p in prepared if not isinstance(p, Settling)]
@@ -170,11 +175,11 @@ def _note(record: ExecutionRecord, why: Takeover, status: str) -> dict[str, Any]
 
 
 async def _prepare(
-    services: Services, record: ExecutionRecord, why: Takeover
+    services: Services, record: ExecutionRecord, why: Takeover, events: list[Event]
 ) -> ExecutionRecord | Settling:
     """Queue ``record`` again if it never started (its new state); else what settling it
-    needs: the call rebuilt and the adapter states its log recorded."""
-    events = await services.store.events(record.id)
+    needs: the call rebuilt and the adapter states its log recorded (``events``: its
+    ``DECIDING`` events)."""
     started = any(e.type == "tool.started" for e in events)
     if not started:
         note = make_event(record.id, 0, "state.checkpointed", _note(record, why, "queued"))

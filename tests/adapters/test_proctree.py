@@ -270,7 +270,21 @@ def test_kill_recorded_with_only_a_marker_stops_marked_processes() -> None:
         proc.wait()
 
 
-IGNORES_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+IGNORES_TERM = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "open(sys.argv[1], 'w').close()\n"
+    "time.sleep(60)\n"
+)
+
+
+def _stubborn(ready: Path) -> subprocess.Popen[bytes]:
+    """A process that ignores SIGTERM, once it does (``ready`` exists)."""
+    proc = subprocess.Popen([sys.executable, "-c", IGNORES_TERM, str(ready)])
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
 
 
 def test_kill_all_recorded_stops_each_recorded_tree_and_nothing_else(tmp_path: Path) -> None:
@@ -289,14 +303,13 @@ def test_kill_all_recorded_stops_each_recorded_tree_and_nothing_else(tmp_path: P
     orphan = identify(read_pids(pidfile, 1)[0].pid)
     root.wait()
     plain = _sleeper()
-    stubborn = subprocess.Popen([sys.executable, "-c", IGNORES_TERM])
+    stubborn = _stubborn(tmp_path / "ready")
     other = _sleeper(env={**os.environ, MARKER_ENV: "ex_other"})
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     dead = identify(gone.pid)
     gone.wait()
     try:
         _wait_for_environ(other.pid, MARKER_ENV)
-        time.sleep(0.3)  # the stubborn one has installed its handler
         b, c = identify(plain.pid), identify(stubborn.pid)
         states: list[dict[str, object]] = [
             {"pid": root_a.pid, "create_time": root_a.create_time, "marker": "ex_a"},
@@ -316,10 +329,10 @@ def test_kill_all_recorded_stops_each_recorded_tree_and_nothing_else(tmp_path: P
 
 
 def test_a_forest_looks_at_the_machine_once_a_round_for_all_its_trees(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # Stopping trees one by one scanned every process once per tree and round.
-    procs = [subprocess.Popen([sys.executable, "-c", IGNORES_TERM]) for _ in range(4)]
+    procs = [_stubborn(tmp_path / f"ready{i}") for i in range(4)]
     scans = 0
     real_iter = psutil.process_iter
 
@@ -329,7 +342,6 @@ def test_a_forest_looks_at_the_machine_once_a_round_for_all_its_trees(
         return real_iter(*args, **kw)  # type: ignore[arg-type]
 
     try:
-        time.sleep(0.3)
         trees = [(ProcessTree(identify(p.pid), f"ex_{p.pid}", scan_all=True), 0.2) for p in procs]
         forest = proctree.Forest(trees)
         monkeypatch.setattr(proctree.psutil, "process_iter", counting_iter)
