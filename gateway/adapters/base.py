@@ -14,7 +14,7 @@ the loader, in ``gateway.declarations.spec``, and is importable from here.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -139,6 +139,7 @@ class Previewing(Protocol):
 class Recovering(Protocol):
     """An adapter that can stop what a call left running when its gateway died."""
 
-    async def recover(self, state: Mapping[str, JSON]) -> None:
-        """Stop what one ``state.checkpointed`` adapter state names (e.g. a process tree)."""
+    async def recover(self, states: Sequence[Mapping[str, JSON]]) -> None:
+        """Stop what ``state.checkpointed`` adapter states name (e.g. process trees): every
+        state a recovery pass found for this adapter at once, so that they stop together."""
         ...

@@ -14,8 +14,9 @@ For each it:
 - never re-runs a side effect: one that never reached ``tool.started`` is queued again
   (nothing was attempted, so running it is safe); one that started is settled;
 - stops what the adapter left behind only when its pids are provably of this node (the
-  adapter's ``recover(state)`` gets each ``state.checkpointed`` adapter state, e.g. pid +
-  start time); another node's processes are never signalled;
+  adapter's ``recover(states)`` gets every ``state.checkpointed`` adapter state of the pass
+  at once, e.g. pid + start time, so that a hundred trees stop together); another node's
+  processes are never signalled;
 - asks the tool's reconcile probes whether the side effect is in place, and commits
   ``succeeded``, ``failed`` or, when nobody can tell, ``unknown`` (a probe that finds
   nothing proves nothing while another node's processes may still be running: ``unknown``).
@@ -29,15 +30,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
 from gateway.adapters.base import Recovering, SideEffectReport
 from gateway.errors import ExecutionError, StoreError, ToolgateError
-from gateway.events.model import make_event
+from gateway.events.model import Event, make_event
 from gateway.instance import INSTANCE_ID, NODE, owner_is_gone, process_is_gone
 from gateway.pipeline.probes import run_probes
 from gateway.pipeline.reconcile import WRITES, with_retryable
@@ -89,33 +90,68 @@ def takeover(
     return Takeover("heartbeat_stale", False) if now_ms - record.updated_ms > stale_ms else None
 
 
+DECIDING = ("tool.started", "state.checkpointed")
+"""The events of an execution's log recovery decides by (whether it started; the adapter
+states it recorded)."""
 RECOVERY_CONCURRENCY = 16
-"""Executions settled at once: stopping process trees and probing wait on I/O."""
+"""Executions read, probed and settled at once: each waits on the store or a probe."""
 
 
 async def recover(services: Services) -> list[ExecutionRecord]:
-    """Settle every abandoned execution, several at a time; returns their new states."""
-    settled: list[ExecutionRecord] = []
+    """Settle every abandoned execution; returns their new states.
+
+    In three steps, on the newest generation of the runtime (held until the pass is done):
+    the events that decide are read for every execution at once, and each one that never
+    started is queued again; then what the
+    started ones left running is stopped, all of an adapter's at once (a hundred process
+    trees share one look at the machine's processes a round, and their grace periods run
+    side by side, not one after another); then each is probed and committed. Nothing is
+    probed before its leftovers were stopped."""
+    candidates = await services.store.unfinished([Status.RUNNING, Status.CANCELLING])
+    replicas = await services.store.replicas() if candidates else {}
+    now = int(time.time() * 1000)
+    taken = [(r, why) for r in candidates if (why := takeover(services, r, replicas, now))]
+    if not taken:
+        return []
+    logs = await services.store.events_of_types([r.id for r, _ in taken], DECIDING)
+    with services.lease() as latest:
+        prepared = await _each(taken, lambda r, why: _prepare(latest, r, why, logs[r.id]))
+        settling = [p for p in prepared if isinstance(p, Settling)]
+        await _stop_leftovers(latest, settling)
+        done = [p for p in prepared if not isinstance(p, Settling)]
+        done += await _each([(s.record, s) for s in settling], lambda _, s: _settle(latest, s))
+    if (metrics := services.telemetry.metrics) is not None:
+        for record in done:
+            metrics.recovered("requeued" if not record.terminal else f"settled_{record.outcome}")
+    return done
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+async def _each(
+    items: list[tuple[ExecutionRecord, T]],
+    step: Callable[[ExecutionRecord, T], Awaitable[R]],
+) -> list[R]:
+    """``step`` for each execution, several at a time; one that fails is left for the next
+    pass (logged) and does not stop the others."""
+    out: list[R] = []
     limiter = anyio.CapacityLimiter(RECOVERY_CONCURRENCY)
 
-    async def one(record: ExecutionRecord, why: Takeover) -> None:
+    async def one(record: ExecutionRecord, item: T) -> None:
         async with limiter:
             try:
-                settled.append(await recover_one(services, record, why))
+                out.append(await step(record, item))
             except ToolgateError as exc:
                 log.warning("could not recover %s yet: %s", record.id, exc)
             except Exception:  # one execution's failure must not stop the others
                 log.exception("could not recover %s yet", record.id)
 
-    candidates = await services.store.unfinished([Status.RUNNING, Status.CANCELLING])
-    replicas = await services.store.replicas() if candidates else {}
-    now = int(time.time() * 1000)
     async with anyio.create_task_group() as tg:
-        for record in candidates:
-            why = takeover(services, record, replicas, now)
-            if why is not None:
-                tg.start_soon(one, record, why)
-    return settled
+        for record, item in items:
+            tg.start_soon(one, record, item)
+    return out
 
 
 async def unresumed(services: Services) -> list[ApprovalRecord]:
@@ -125,18 +161,6 @@ async def unresumed(services: Services) -> list[ApprovalRecord]:
     decided_before = int((time.time() - services.settings.lock_lease) * 1000)
     found = await services.store.unresumed_approvals(decided_before)
     return [a for a in found if a.execution_id not in services.active]
-
-
-async def recover_one(
-    services: Services, record: ExecutionRecord, why: Takeover
-) -> ExecutionRecord:
-    """Settle (or requeue) one execution a crash left, on the newest generation of the
-    runtime (held until it is settled); counted by what was done."""
-    with services.lease() as services:
-        settled = await _recover_one(services, record, why)
-    if (metrics := services.telemetry.metrics) is not None:
-        metrics.recovered("requeued" if not settled.terminal else f"settled_{settled.outcome}")
-    return settled
 
 
 def _note(record: ExecutionRecord, why: Takeover, status: str) -> dict[str, Any]:
@@ -150,10 +174,12 @@ def _note(record: ExecutionRecord, why: Takeover, status: str) -> dict[str, Any]
     }
 
 
-async def _recover_one(
-    services: Services, record: ExecutionRecord, why: Takeover
-) -> ExecutionRecord:
-    events = await services.store.events(record.id)
+async def _prepare(
+    services: Services, record: ExecutionRecord, why: Takeover, events: list[Event]
+) -> ExecutionRecord | Settling:
+    """Queue ``record`` again if it never started (its new state); else what settling it
+    needs: the call rebuilt and the adapter states its log recorded (``events``: its
+    ``DECIDING`` events)."""
     started = any(e.type == "tool.started" for e in events)
     if not started:
         note = make_event(record.id, 0, "state.checkpointed", _note(record, why, "queued"))
@@ -170,36 +196,66 @@ async def _recover_one(
     if not states:  # crashed between starting and checkpointing: find it by its marker
         began = next(e.at_ms for e in events if e.type == "tool.started")
         states = [{"marker": record.id, "not_before": began / 1000 - 1}]
-    settling = Settling(record, why, _note(record, why, "settling"))
-    try:
-        return await _settle_started(services, settling, states)
-    except StoreError:
-        raise  # nothing can be recorded now: the next pass tries again
-    except Exception:  # no exception leaves a started execution unsettled
-        log.exception("recovering %s failed; settling it unknown", record.id)
-        return await _close_unknown(services, settling, "recovering it failed", ())
+    return Settling(
+        record, why, _note(record, why, "settling"), await _rebuild(services, record), states
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Settling:
-    """A started execution recovery settles, and the note its log gets first."""
+    """A started execution recovery settles: the note its log gets first, its call (None
+    when it cannot be rebuilt) and the adapter states it recorded."""
 
     record: ExecutionRecord
     why: Takeover
     note: dict[str, Any]
+    call: Call | None
+    states: list[Any]
 
 
-async def _settle_started(
-    services: Services, settling: Settling, states: list[Any]
-) -> ExecutionRecord:
-    record = settling.record
-    call = await _rebuild(services, record)
+async def _stop_leftovers(services: Services, settling: list[Settling]) -> None:
+    """Stop what the started executions left running, where their pids are provably of
+    this node: one ``recover`` per adapter with every state of this pass, the adapters side
+    by side. A failure is logged; the probes then decide as before."""
+    by_adapter: dict[str, tuple[Recovering, list[Settling]]] = {}
+    for s in settling:
+        if s.call is None or not s.why.local:
+            continue
+        adapter = services.adapters.get(s.call.tool.adapter)
+        if isinstance(adapter, Recovering):
+            by_adapter.setdefault(s.call.tool.adapter, (adapter, []))[1].append(s)
+    async with anyio.create_task_group() as tg:
+        for recovering, group in by_adapter.values():
+            tg.start_soon(_stop_group, recovering, group)
+
+
+async def _stop_group(adapter: Recovering, group: list[Settling]) -> None:
+    ids = ", ".join(s.record.id for s in group)
+    try:
+        await adapter.recover([state for s in group for state in s.states])
+    except ToolgateError as exc:
+        log.warning("could not stop what %s left running: %s", ids, exc)
+    except Exception:
+        log.exception("could not stop what %s left running", ids)
+
+
+async def _settle(services: Services, settling: Settling) -> ExecutionRecord:
+    """Probe and commit one started execution, its leftovers stopped; never left unsettled
+    unless nothing can be recorded (a ``StoreError``: the next pass tries again)."""
+    try:
+        return await _settle_started(services, settling)
+    except StoreError:
+        raise
+    except Exception:  # no exception leaves a started execution unsettled
+        log.exception("recovering %s failed; settling it unknown", settling.record.id)
+        return await _close_unknown(services, settling, "recovering it failed", ())
+
+
+async def _settle_started(services: Services, settling: Settling) -> ExecutionRecord:
+    record, call = settling.record, settling.call
     if call is None:
         return await _close_unknown(services, settling, "the tool or workspace is gone", ())
-    adapter = services.adapters.get(call.tool.adapter)
-    leftovers = isinstance(adapter, Recovering)  # it may have left processes running
-    if isinstance(adapter, Recovering) and settling.why.local:
-        await _stop_leftovers(adapter, call, states)
+    leftovers = isinstance(services.adapters.get(call.tool.adapter), Recovering)
     cancelling = record.status is Status.CANCELLING
     error = ExecutionError(
         "the gateway stopped while this call was running"
@@ -269,13 +325,3 @@ async def _rebuild(services: Services, record: ExecutionRecord) -> Call | None:
     except Exception:
         log.exception("cannot rebuild %s for recovery", record.id)
         return None
-
-
-async def _stop_leftovers(adapter: Recovering, call: Call, states: list[Any]) -> None:
-    for state in states:
-        try:
-            await adapter.recover(state)
-        except ToolgateError as exc:
-            log.warning("could not stop what %s left running: %s", call.execution_id, exc)
-        except Exception:
-            log.exception("could not stop what %s left running", call.execution_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -55,9 +56,11 @@ def create_app(
         signalled = reloader.install_signal()
         try:
             await replicas.join(app.state.services)  # a lease before it owns anything
+            began = time.monotonic()
             settled = await recover(app.state.services)
             if settled:
-                log.warning("recovered %d interrupted executions", len(settled))
+                took = time.monotonic() - began
+                log.warning("recovered %d interrupted executions in %.2f s", len(settled), took)
             sessions = app.state.services.admission.sessions
             async with anyio.create_task_group() as tasks, mcp.run(sessions):
                 app.state.tasks = tasks

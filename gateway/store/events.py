@@ -87,3 +87,29 @@ def page(db: Db, execution_id: str, after_seq: int, limit: int) -> list[Event]:
 
 def after(db: Db, execution_id: str, after_seq: int) -> list[Event]:
     return [rows.event(r) for r in db.all(EVENTS_AFTER, (execution_id, after_seq))]
+
+
+BY_TYPE_CHUNK = 500
+"""Executions per statement of ``of_types`` (within every backend's bound on parameters)."""
+
+
+@cache
+def _of_types(executions: int, types: int) -> Sql:
+    return Sql(
+        f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE execution_id IN "
+        f"({placeholders(executions)}) AND type IN ({placeholders(types)}) "
+        "ORDER BY execution_id, seq"
+    )
+
+
+def of_types(db: Db, execution_ids: Sequence[str], types: Sequence[str]) -> dict[str, list[Event]]:
+    """The events of these types of each execution, in order: a few statements for many
+    executions, without their other events (``tool.output`` can number thousands)."""
+    found: dict[str, list[Event]] = {id: [] for id in execution_ids}
+    ids = list(found)
+    for start in range(0, len(ids), BY_TYPE_CHUNK):
+        chunk = ids[start : start + BY_TYPE_CHUNK]
+        for row in db.all(_of_types(len(chunk), len(types)), (*chunk, *types)):
+            event = rows.event(row)
+            found[event.execution_id].append(event)
+    return found

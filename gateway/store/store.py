@@ -275,6 +275,13 @@ class Store:
     async def events(self, execution_id: str, after_seq: int = -1) -> list[Event]:
         return await self._read(event_log.after, execution_id, after_seq)
 
+    async def events_of_types(
+        self, execution_ids: Sequence[str], types: Sequence[str]
+    ) -> dict[str, list[Event]]:
+        """The events of ``types`` of each execution, in order (recovery reads a pass's
+        executions at once)."""
+        return await self._read(event_log.of_types, execution_ids, tuple(types))
+
     async def events_page(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
         """At most ``limit`` events after ``after_seq`` (one poll of a live stream)."""
         return await self._read(event_log.page, execution_id, after_seq, limit)

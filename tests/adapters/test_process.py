@@ -643,7 +643,7 @@ async def test_recover_stops_a_tree_left_by_an_earlier_gateway(
             "marker": "ex_crashed",
             "kill_grace": 0.2,
         }
-        await adapter.recover(state)
+        await adapter.recover([state])
         assert root.wait(timeout=5) == -signal.SIGTERM
         assert wait_gone(identities[1:], timeout=1.0) == []
     finally:
@@ -657,7 +657,7 @@ async def test_recover_leaves_a_process_that_is_not_ours(
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         started = psutil.Process(proc.pid).create_time()
-        await adapter.recover({"pid": proc.pid, "create_time": started - 3, "marker": "ex_x"})
+        await adapter.recover([{"pid": proc.pid, "create_time": started - 3, "marker": "ex_x"}])
         assert proc.poll() is None
     finally:
         proc.kill()

@@ -20,6 +20,7 @@ from gateway.adapters.process.proctree import (
     ProcessTree,
     become_subreaper,
     identify,
+    kill_all_recorded,
     kill_if_ours,
     kill_recorded,
 )
@@ -267,6 +268,93 @@ def test_kill_recorded_with_only_a_marker_stops_marked_processes() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+IGNORES_TERM = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "open(sys.argv[1], 'w').close()\n"
+    "time.sleep(60)\n"
+)
+
+
+def _stubborn(ready: Path) -> subprocess.Popen[bytes]:
+    """A process that ignores SIGTERM, once it does (``ready`` exists)."""
+    proc = subprocess.Popen([sys.executable, "-c", IGNORES_TERM, str(ready)])
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
+
+
+def test_kill_all_recorded_stops_each_recorded_tree_and_nothing_else(tmp_path: Path) -> None:
+    """A restart's trees in one forest: an orphan found by its marker, a plain child, one
+    that ignores SIGTERM (killed after its own grace), a gone root; an unrelated marked
+    process lives on."""
+    become_subreaper()
+    pidfile = tmp_path / "pids"
+    code = (
+        f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {ORPHAN!r}, sys.argv[1]])"
+    )
+    root = subprocess.Popen(
+        [sys.executable, "-c", code, str(pidfile)], env={**os.environ, MARKER_ENV: "ex_a"}
+    )
+    root_a = identify(root.pid)
+    orphan = identify(read_pids(pidfile, 1)[0].pid)
+    root.wait()
+    plain = _sleeper()
+    stubborn = _stubborn(tmp_path / "ready")
+    other = _sleeper(env={**os.environ, MARKER_ENV: "ex_other"})
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = identify(gone.pid)
+    gone.wait()
+    try:
+        _wait_for_environ(other.pid, MARKER_ENV)
+        b, c = identify(plain.pid), identify(stubborn.pid)
+        states: list[dict[str, object]] = [
+            {"pid": root_a.pid, "create_time": root_a.create_time, "marker": "ex_a"},
+            {"pid": b.pid, "create_time": b.create_time, "marker": "ex_b", "kill_grace": 5},
+            {"pid": c.pid, "create_time": c.create_time, "marker": "ex_c", "kill_grace": 0.3},
+            {"pid": dead.pid, "create_time": dead.create_time},
+        ]
+        assert kill_all_recorded(states) == [True, True, True, False]
+        assert wait_gone([orphan]) == []
+        assert plain.wait(timeout=5) == -signal.SIGTERM
+        assert stubborn.wait(timeout=5) == -signal.SIGKILL
+        assert other.poll() is None  # its marker is no recorded execution's
+    finally:
+        for proc in (plain, stubborn, other):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_forest_looks_at_the_machine_once_a_round_for_all_its_trees(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Stopping trees one by one scanned every process once per tree and round.
+    procs = [_stubborn(tmp_path / f"ready{i}") for i in range(4)]
+    scans = 0
+    real_iter = psutil.process_iter
+
+    def counting_iter(*args: object, **kw: object) -> Iterator[psutil.Process]:
+        nonlocal scans
+        scans += 1
+        return real_iter(*args, **kw)  # type: ignore[arg-type]
+
+    try:
+        trees = [(ProcessTree(identify(p.pid), f"ex_{p.pid}", scan_all=True), 0.2) for p in procs]
+        forest = proctree.Forest(trees)
+        monkeypatch.setattr(proctree.psutil, "process_iter", counting_iter)
+        rounds = 1
+        for delay in forest.stopping():
+            time.sleep(delay)
+            rounds += 1
+        assert scans == rounds
+        assert all(p.wait(timeout=5) == -signal.SIGKILL for p in procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.parametrize(

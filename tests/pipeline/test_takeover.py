@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
+from gateway.adapters.base import AdapterCall
 from gateway.declarations.catalogue import Catalogue
 from gateway.events.model import make_event
 from gateway.instance import HOST, INSTANCE_ID, NODE
@@ -97,14 +98,21 @@ async def test_each_owner_is_taken_over_by_its_rule(services: Services) -> None:
 
 
 class RecoveringAdapter(FunctionAdapter):
-    """A fake adapter that left processes behind: ``recover`` records what it was asked."""
+    """A fake adapter that left processes behind: ``recover`` records what it was asked
+    (``recovered``: every state; ``steps``: each ``recover`` and probe, in order)."""
 
     def __init__(self, probe_value: str | None) -> None:
         super().__init__(ok, sha_probe(probe_value))
         self.recovered: list[Mapping[str, JSON]] = []
+        self.steps: list[str] = []
 
-    async def recover(self, state: Mapping[str, JSON]) -> None:
-        self.recovered.append(state)
+    async def recover(self, states: Sequence[Mapping[str, JSON]]) -> None:
+        self.recovered.extend(states)
+        self.steps.append(f"recover {len(states)}")
+
+    async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
+        self.steps.append(f"probe {call.execution_id}")
+        return await super().probe(name, params, call)
 
 
 async def _started_by(store: Store, services: Services, owner: str, id: str) -> ExecutionRecord:
@@ -145,6 +153,27 @@ async def test_only_a_local_owner_has_its_processes_stopped(
         assert adapter.recovered == []
         assert note["because"] == "lease_expired" and settled.outcome == "unknown"
         assert "another node" in settled.result["error"]["message"]
+
+
+async def test_every_leftover_of_a_pass_is_stopped_in_one_call_before_any_probe(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    # A hundred trees stopped one recover() each waited for each other's grace periods; the
+    # adapter now gets every state of the pass at once, and no probe runs before it returns.
+    adapter = RecoveringAdapter(probe_value="not-the-content")
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    owner = _dead_local_owner()
+    ids = [f"ex_left{i}" for i in range(5)]
+    for id in ids:
+        await _started_by(store, services, owner, id)
+    await store.beat_replica(_replica(owner, NODE, 0), lease_s=-60)
+    adapter.steps.clear()  # the seed calls' own probes
+    settled = await recover(services)
+    assert sorted(r.id for r in settled) == ids
+    assert {r.outcome for r in settled} == {"failed"}  # stopped here, so the probe is believed
+    assert adapter.steps[0] == "recover 5"
+    assert sorted(adapter.steps[1:]) == [f"probe {id}" for id in ids]
+    assert adapter.recovered == [{"pid": 1, "create_time": 1.0}] * 5
 
 
 async def test_an_approved_call_left_parked_is_resumed_once(

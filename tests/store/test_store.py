@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from gateway.events.model import make_event
+from gateway.store import events as event_log
 from gateway.store.records import (
     ApprovalRecord,
     ExecutionRecord,
@@ -82,6 +83,33 @@ async def test_events_applied_twice_change_nothing(store: Store) -> None:
     await store.append("ex1", [event])
     await store.append("ex1", [event])
     assert len(await store.events("ex1")) == 1
+
+
+async def test_events_of_types_reads_many_executions_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(event_log, "BY_TYPE_CHUNK", 2)  # three executions: two statements
+    for ex_id, call_id in (("ex1", "c1"), ("ex2", "c2"), ("ex3", "c3")):
+        events = [
+            make_event(ex_id, 0, "tool.requested", {}),
+            make_event(ex_id, 1, "tool.started", {}),
+            make_event(ex_id, 2, "tool.output", {"text": "x"}),
+            make_event(ex_id, 3, "state.checkpointed", {"adapter": {"pid": 1}}),
+        ]
+        await store.reserve(
+            record(ex_id, call_id=call_id), events[: 4 if ex_id != "ex3" else 1], None
+        )
+    found = await store.events_of_types(
+        ["ex1", "ex2", "ex3", "ex_none"], ("tool.started", "state.checkpointed")
+    )
+    assert list(found) == ["ex1", "ex2", "ex3", "ex_none"]
+    for ex_id in ("ex1", "ex2"):
+        assert [(e.seq, e.type, e.execution_id) for e in found[ex_id]] == [
+            (1, "tool.started", ex_id),
+            (3, "state.checkpointed", ex_id),
+        ]
+        assert found[ex_id][1].data == {"adapter": {"pid": 1}}
+    assert found["ex3"] == [] and found["ex_none"] == []
 
 
 async def test_same_call_is_found(store: Store) -> None:

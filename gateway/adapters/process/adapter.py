@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -44,7 +44,7 @@ from gateway.adapters.process.proctree import (
     ProcessTree,
     become_subreaper,
     identify,
-    kill_recorded,
+    kill_all_recorded,
 )
 from gateway.adapters.process.spec import ProcessOptions, ProcessSettings
 from gateway.adapters.shared.fileio import file_sha256
@@ -180,18 +180,21 @@ class ProcessAdapter:
             return await anyio.to_thread.run_sync(target.exists)
         return await anyio.to_thread.run_sync(file_sha256, target)
 
-    async def recover(self, state: Mapping[str, JSON]) -> None:
-        """After a restart: stop the tree a ``state.checkpointed`` event recorded, if it is
-        provably still the one this adapter started (pid + start time, or its marker)."""
+    async def recover(self, states: Sequence[Mapping[str, JSON]]) -> None:
+        """After a restart: stop the trees ``state.checkpointed`` events recorded, each only
+        if it is provably still the one this adapter started (pid + start time, or its
+        marker); all of them at once, their grace periods side by side."""
         try:
-            stopped = await anyio.to_thread.run_sync(kill_recorded, state)
+            stopped = await anyio.to_thread.run_sync(kill_all_recorded, states)
         except (psutil.Error, OSError) as exc:
+            pids = sorted({str(state.get("pid")) for state in states})
             raise ExecutionError(
-                f"cannot stop the recorded process {state.get('pid')}: {exc}",
+                f"cannot stop the recorded processes {', '.join(pids)}: {exc}",
                 code="interrupted",
             ) from exc
-        if stopped:
-            log.warning("stopped the leftover process tree of %s", state.get("marker"))
+        for state, signalled in zip(states, stopped, strict=True):
+            if signalled:
+                log.warning("stopped the leftover process tree of %s", state.get("marker"))
 
     async def aclose(self) -> None:
         return None

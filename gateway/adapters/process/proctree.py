@@ -16,7 +16,9 @@ SIGKILL until none is left; zombies the gateway adopted are reaped. A pid alone 
 identifies a process (pids are reused): it always goes with its ``create_time``.
 
 After a gateway restart, ``kill_recorded(state)`` (or ``kill_if_ours``) stops a tree recorded
-in a ``state.checkpointed`` event only if the process there is still the one recorded.
+in a ``state.checkpointed`` event only if the process there is still the one recorded;
+``kill_all_recorded(states)`` stops every tree a crash left at once (a ``Forest``): one look
+at the machine's processes a round for all of them, and the grace periods run side by side.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -139,22 +141,32 @@ class ProcessTree:
         """Remember the root's current descendants (cheap; called periodically)."""
         root = self.root.process()
         if root is not None:
-            self._remember(_descendants(root))
+            self.remember(_descendants(root))
 
     def members(self) -> list[psutil.Process]:
         """Live processes of the tree now: root, descendants and adopted strays."""
+        found = self.rooted()
+        for stray in self._strays(skip=set(found)):
+            found.setdefault(stray.pid, stray)
+            found.update((p.pid, p) for p in _descendants(stray))
+        self.remember(p for p in found.values() if p.pid != self.root.pid)
+        return [p for p in found.values() if _alive(p)]
+
+    def rooted(self) -> dict[int, psutil.Process]:
+        """The root (while it is the recorded process) and its descendants, by pid."""
         found: dict[int, psutil.Process] = {}
         root = self.root.process()
         if root is not None:
             found[root.pid] = root
             found.update((p.pid, p) for p in _descendants(root))
-        for stray in self._strays(skip=set(found)):
-            found.setdefault(stray.pid, stray)
-            found.update((p.pid, p) for p in _descendants(stray))
-        self._remember(p for p in found.values() if p.pid != self.root.pid)
-        return [p for p in found.values() if _alive(p)]
+        return found
 
-    def _remember(self, procs: Iterable[psutil.Process]) -> None:
+    @property
+    def seen(self) -> Mapping[int, float]:
+        """Every descendant seen so far: pid to start time."""
+        return self._seen
+
+    def remember(self, procs: Iterable[psutil.Process]) -> None:
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 self._seen.setdefault(proc.pid, proc.create_time())
@@ -303,14 +315,139 @@ def kill_recorded(state: Mapping[str, object], grace: float | None = None) -> bo
     """``kill_if_ours`` from the adapter state of a ``state.checkpointed`` event (``pid``,
     ``create_time``, ``marker``, ``kill_grace``); with only ``marker`` and ``not_before``,
     ``kill_marked``. False for a state that names no process. Blocking."""
+    return kill_all_recorded([state], grace)[0]
+
+
+def kill_all_recorded(
+    states: Sequence[Mapping[str, object]], grace: float | None = None
+) -> list[bool]:
+    """``kill_recorded`` for every state at once, each tree with its own grace period but all
+    of them in one ``Forest``: True for each state whose tree had something to signal."""
+    recorded = [_recorded(state, grace) for state in states]
+    forest = Forest([r for r in recorded if r is not None])
+    for delay in forest.stopping():
+        time.sleep(delay)
+    return [r is not None and bool(r[0].signalled) for r in recorded]
+
+
+def _recorded(state: Mapping[str, object], grace: float | None) -> tuple[ProcessTree, float] | None:
+    """The tree a state names and its grace period; None for a state that names no process,
+    or a root that is gone (or whose pid was reused) and no marker to find the rest by."""
     pid, started, marker = state.get("pid"), state.get("create_time"), state.get("marker")
     recorded_grace = state.get("kill_grace")
     if grace is None:
         grace = float(recorded_grace) if isinstance(recorded_grace, int | float) else 2.0
     marker = marker if isinstance(marker, str) and marker else None
     if isinstance(pid, int) and isinstance(started, int | float):
-        return kill_if_ours(pid, float(started), marker=marker, grace=grace)
+        identity = ProcessIdentity(pid, float(started))
+        if marker is None and identity.process() is None:
+            return None
+        return ProcessTree(identity, marker, scan_all=True), grace
     not_before = state.get("not_before")
     if marker is not None and isinstance(not_before, int | float):
-        return kill_marked(marker, float(not_before), grace=grace)
-    return False
+        return ProcessTree(ProcessIdentity(0, float(not_before)), marker, scan_all=True), grace
+    return None
+
+
+class Forest:
+    """Trees an earlier gateway started, stopped together after a restart.
+
+    Each round looks at the machine's processes once for every tree (stopping a hundred
+    trees one by one looked at them a hundred times a round, and each root's grace period
+    came after the one before). Which process is whose is decided as a lone ``ProcessTree``
+    decides it: its root and their descendants, a process seen in it before, or one carrying
+    its marker that started no earlier than its root. Each tree gets SIGTERM, then SIGKILL
+    once its own grace period is over.
+    """
+
+    def __init__(self, trees: Sequence[tuple[ProcessTree, float]]) -> None:
+        self.trees = [tree for tree, _ in trees]
+        self._grace = {id(tree): grace for tree, grace in trees}
+        self._by_marker: dict[str, list[ProcessTree]] = {}
+        for tree in self.trees:
+            if tree.marker is not None:
+                self._by_marker.setdefault(tree.marker, []).append(tree)
+        marked = [t.root.create_time for ts in self._by_marker.values() for t in ts]
+        self._earliest = min(marked, default=float("inf"))
+
+    def members(self) -> dict[int, list[psutil.Process]]:
+        """The live processes of each tree now (by ``id`` of the tree)."""
+        found: dict[int, dict[int, psutil.Process]] = {}
+        claimed: set[int] = set()
+        for tree in self.trees:
+            own = found[id(tree)] = tree.rooted()
+            claimed.update(own)
+        roots = {tree.root.pid for tree in self.trees}
+        if self._by_marker or any(tree.seen for tree in self.trees):
+            seen = {pid: (t, at) for t in self.trees for pid, at in t.seen.items()}
+            for proc in psutil.process_iter():
+                if proc.pid in claimed or proc.pid in roots:
+                    continue
+                owner = self._owner(proc, seen)
+                if owner is not None:
+                    own = found[id(owner)]
+                    own.setdefault(proc.pid, proc)
+                    own.update((p.pid, p) for p in _descendants(proc))
+        out: dict[int, list[psutil.Process]] = {}
+        for tree in self.trees:
+            own = found[id(tree)]
+            tree.remember(p for p in own.values() if p.pid != tree.root.pid)
+            out[id(tree)] = [p for p in own.values() if _alive(p)]
+        return out
+
+    def _owner(
+        self, proc: psutil.Process, seen: Mapping[int, tuple[ProcessTree, float]]
+    ) -> ProcessTree | None:
+        try:
+            started = proc.create_time()
+        except psutil.Error:
+            return None
+        known = seen.get(proc.pid)
+        if known is not None and _same_time(known[1], started):
+            return known[0]
+        if started + CREATE_TIME_TOLERANCE < self._earliest:
+            return None  # older than every marked root: reading its environment is wasted
+        for tree in self._by_marker.get(_marker(proc) or "", ()):
+            if started + CREATE_TIME_TOLERANCE >= tree.root.create_time:
+                return tree
+        return None
+
+    def stopping(self) -> Iterator[float]:
+        """Stop every tree; yields how long to wait before the next step."""
+        trees = {id(tree): tree for tree in self.trees}
+        members = self.members()
+        for key, procs in members.items():
+            trees[key].send(procs, signal.SIGTERM)
+        start = time.monotonic()
+        deadline = {key: start + grace for key, grace in self._grace.items()}
+        kills = dict.fromkeys(deadline, 0)
+        given_up: set[int] = set()
+        while any(members.values()):
+            now, killing = time.monotonic(), False
+            for key, procs in members.items():
+                if not procs or now < deadline[key]:
+                    continue
+                if kills[key] == KILL_ROUNDS:
+                    log.error("processes %s survived SIGKILL", sorted(p.pid for p in procs))
+                    given_up.add(key)
+                    members[key] = []
+                    continue
+                trees[key].send(procs, signal.SIGKILL)
+                kills[key] += 1
+                killing = True
+            waits = [
+                deadline[k] - now for k, procs in members.items() if procs and now < deadline[k]
+            ]
+            if not any(members.values()):
+                break
+            yield POLL / 5 if killing else max(min([POLL, *waits]), 0.0)
+            members = self.members()
+            now = time.monotonic()
+            for key, procs in members.items():
+                if key in given_up:
+                    members[key] = []
+                elif now < deadline[key]:  # new members while the grace period runs: SIGTERM
+                    tree = trees[key]
+                    tree.send((p for p in procs if p.pid not in tree.signalled), signal.SIGTERM)
+        for tree in self.trees:
+            tree.reap()
