@@ -3,9 +3,11 @@ disturb. Wall-clock and CPU-time figures move 10-20 % with the load of other pro
 number of instructions a request executes does not (within ~0.1 % run to run).
 
     .venv/bin/python bench/instructions.py [--rev REV ...] [--calls 200] [--concurrency 16]
+                                           [--postgres]
 
 For each revision (default: the working tree), a gateway app of that tree on a temporary
-project (SQLite, the shipped tools.d) answers ``--calls`` ``POST /v1/executions`` of
+project (SQLite, or with ``--postgres`` a fresh database of its own on 127.0.0.1:5432; the
+shipped tools.d) answers ``--calls`` ``POST /v1/executions`` of
 fs.read_file 1 KiB (scenario 1) in-process through httpx's ASGI transport, ``--concurrency``
 at a time, after a warm-up of 500; callgrind counts only the measured calls (instrumentation
 is switched on and off around them with ``callgrind_control``). Prints Ir (instructions) per
@@ -33,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def child(tree: Path, calls: int, concurrency: int, flag_dir: Path) -> None:
+def child(tree: Path, calls: int, concurrency: int, flag_dir: Path, url: str | None) -> None:
     """Runs inside valgrind: the app of ``tree``, the warm-up, then the measured calls."""
     sys.path.insert(0, str(tree))
     import httpx
@@ -44,7 +46,7 @@ def child(tree: Path, calls: int, concurrency: int, flag_dir: Path) -> None:
         if (tree / name).is_dir():
             shutil.copytree(tree / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     config = yaml.safe_load((tree / "toolgate.yaml").read_text())
-    config["database_url"] = f"sqlite:///{root}/toolgate.db"
+    config["database_url"] = url or f"sqlite:///{root}/toolgate.db"
     config["approval_secret"] = "s" * 40
     (root / "toolgate.yaml").write_text(yaml.safe_dump(config))
     rules = root / "policies" / "rules.yaml"
@@ -105,7 +107,26 @@ def child(tree: Path, calls: int, concurrency: int, flag_dir: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def count(tree: Path, calls: int, concurrency: int, scratch: Path) -> int:
+def count(tree: Path, calls: int, concurrency: int, scratch: Path, postgres: bool) -> int:
+    """Instructions of ``calls`` calls on ``tree``'s gateway (all its threads: on PostgreSQL
+    the store's lanes and the driver too; the database server is not counted)."""
+    if not postgres:
+        return _count(tree, calls, concurrency, scratch, None)
+    import psycopg
+
+    admin = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "dbname": "postgres"}
+    name = f"toolgate_instructions_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(**admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        return _count(tree, calls, concurrency, scratch, url)
+    finally:
+        with psycopg.connect(**admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _count(tree: Path, calls: int, concurrency: int, scratch: Path, url: str | None) -> int:
     flags = Path(tempfile.mkdtemp(dir=scratch))
     out = flags / "callgrind.out"
     cmd = [
@@ -123,6 +144,7 @@ def count(tree: Path, calls: int, concurrency: int, scratch: Path) -> int:
         str(concurrency),
         "--flags",
         str(flags),
+        *(("--database-url", url) if url else ()),
     ]
     log = (flags / "log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -170,12 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--postgres", action="store_true", help="the store on PostgreSQL (127.0.0.1:5432)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--database-url", help=argparse.SUPPRESS)
     parser.add_argument("--flags", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
     if args.child:
-        child(Path(args.child), args.calls, args.concurrency, Path(args.flags))
+        child(Path(args.child), args.calls, args.concurrency, Path(args.flags), args.database_url)
         return 0
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print(
@@ -190,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         trees = [tree_of(rev, scratch) for rev in revs]
         figures = []
         for rev, tree in zip(revs, trees, strict=True):
-            total = count(tree, args.calls, args.concurrency, scratch)
+            total = count(tree, args.calls, args.concurrency, scratch, args.postgres)
             per = total / args.calls
             figures.append({"rev": rev or "working tree", "ir_per_call": round(per)})
             first = figures[0]["ir_per_call"]
@@ -212,7 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     path = out / f"instructions-{time.strftime('%Y-%m-%dT%H%M%S')}.json"
     path.write_text(
         json.dumps(
-            {"calls": args.calls, "concurrency": args.concurrency, "figures": figures}, indent=1
+            {
+                "calls": args.calls,
+                "concurrency": args.concurrency,
+                "store": "postgresql" if args.postgres else "sqlite",
+                "figures": figures,
+            },
+            indent=1,
         )
     )
     print(f"written {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")

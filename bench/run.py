@@ -11,9 +11,11 @@ What it measures, in one run on this machine (docs/performance.md explains each 
   gateway (``toolgate serve``, SQLite, embedded policy) in scenarios 1-4, scenario 1 over MCP
   (6: ``tools/call``, 2026-07-28) and with metrics off and tracing on (phase ``s1-4``), the
   gateway on PostgreSQL in scenario 5, and ``serve --workers 2`` against the bare app on two
-  workers in scenario 7. Every gateway run follows its own bare run (A B A B ..., at least
-  three rounds); a scenario's ratio is the median over rounds of gateway / adjacent bare
-  throughput, so slow drifts of the machine's load cancel out.
+  workers in scenario 7. Phase ``s5r``: scenario 5 on two replicas (two gateway processes
+  on one PostgreSQL database, the load split across them) against one, alternated over the
+  rounds, with the same connections in total. Every gateway run follows its own bare run
+  (A B A B ..., at least three rounds); a scenario's ratio is the median over rounds of
+  gateway / adjacent bare throughput, so slow drifts of the machine's load cancel out.
 - Latency at half of scenario 1's maximum rate, open loop (bench/openloop.py; wrk2 is not
   packaged by Debian); one call at a time over MCP and over REST (median, p90); the gateway's
   RSS idle and after the scenarios.
@@ -156,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         if "s5" in only:
             log("HTTP scenario 5 (PostgreSQL)")
             http_phases.http_pg_phase(plan, wrk, work, size, results)
+        if "s5r" in only:
+            log("HTTP scenario 5 on two replicas against one (PostgreSQL)")
+            http_phases.http_replicas_phase(plan, wrk, work, results)
         if "s7" in only:
             log("HTTP scenario 7 (2 workers, SQLite)")
             http_phases.http_workers_phase(plan, wrk, work, size, results)
@@ -184,10 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-PHASES = ("micro", "store", "catalogue", "s1-4", "s5", "s7", "events")
+PHASES = ("micro", "store", "catalogue", "s1-4", "s5", "s5r", "s7", "events")
 """The phases in the order they run: policy, validation and the pipeline in-process; the
 store's transactions; the 1,000-tool catalogue; HTTP scenarios 1-4 (SQLite, with the open-loop
-latency and the profile); scenario 5 (PostgreSQL); scenario 1 on a store of 1,000,000 events."""
+latency and the profile); scenario 5 (PostgreSQL); scenario 5 on two replicas against one;
+scenario 7 (``serve --workers 2``); scenario 1 on a store of 1,000,000 events."""
 
 
 def _phases(text: str) -> set[str]:

@@ -3,8 +3,8 @@
 Not a benchmark (the durations are far too short for the figures to mean anything): it checks
 that every phase runs against real processes and that the results file has every scenario
 with positive numbers. Needs Debian's ``wrk``: skipped with the reason when it is missing,
-except in CI (``CI=true``), where that is a failure. Scenario 5 needs PostgreSQL on
-127.0.0.1:5432 under the same rule.
+except in CI (``CI=true``), where that is a failure. Scenario 5 and its two-replica phase
+need PostgreSQL on 127.0.0.1:5432 under the same rule.
 """
 
 from __future__ import annotations
@@ -86,6 +86,13 @@ def test_every_http_scenario_has_positive_figures(results: dict[str, Any]) -> No
     else:
         positive("s5_read_postgres", pg, "ratio", "gateway_rps", "bare_rps", "gateway_p99_ms")
         assert pg["bad"] == 0, pg["runs"]
+    replicas = results["http"]["replicas"]
+    if "skipped" in replicas:
+        assert not IN_CI, f"the replicas phase was skipped in CI: {replicas['skipped']}"
+    else:
+        positive("replicas", replicas, "ratio", "one_rps", "two_rps", "two_cpu_us_per_call")
+        assert replicas["bad"] == 0, replicas["runs"]
+        assert "2 replicas / 1" in results["_stdout"]
     half = results["http"]["s1_half_rate_latency"]
     positive("s1_half_rate_latency", half, "rate")
     positive("s1_half_rate_latency.gateway", half["gateway"], "achieved_rate", "p50_ms", "p99_ms")

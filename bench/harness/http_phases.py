@@ -1,5 +1,6 @@
 """The HTTP phases: scenarios 1-4 on SQLite (with the open-loop latency and the profile),
-scenario 5 on PostgreSQL, each gateway run after its own bare run."""
+scenario 5 on PostgreSQL, each gateway run after its own bare run; scenario 5 on two
+replicas against one; scenario 7 (``serve --workers 2``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import statistics
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -298,3 +300,106 @@ def http_workers_phase(
             results["http"]["scenarios"].update(
                 ab_rounds(plan, wrk, bare, s1.template, {S7: (gw, s1), S7W: (gw, s4)})
             )
+
+
+REPLICAS_TITLE = "5r. fs.read_file 1 KiB on PostgreSQL, 2 replicas / 1 (same connections)"
+
+
+def http_replicas_phase(plan: Plan, wrk: Wrk, work: Path, results: dict[str, Any]) -> None:
+    """Scenario 5 on one gateway, then on two gateway processes (replicas, each on its own
+    port, as tests/integration/test_replicas.py starts them) sharing one PostgreSQL
+    database, the load split evenly across them (a wrk on each at once, half the
+    connections each): what a second replica buys on this machine. The two runs alternate
+    over the rounds (one first in odd rounds, two first in even ones)."""
+    ok, why = pg_available()
+    if not ok:
+        results["http"]["replicas"] = {"title": REPLICAS_TITLE, "skipped": why}
+        log(f"replicas skipped: {why}")
+        return
+    s1 = scenarios("unused")["s1_read"]
+    with pg_database() as url:
+        config = make_project(work / "replicas", url)
+        seed_workspace(config)
+        # The first creates the schema; the second starts once it is there.
+        with gateway(config) as first, gateway(config) as second:
+            with httpx.Client(timeout=30) as client:
+                for base in (first, second):
+                    r = post(
+                        client,
+                        base + "/v1/executions",
+                        json.loads(s1.template.replace("@CALL@", f"check-{base[-5:]}")),
+                    )
+                    check(
+                        r.status_code == 200 and r.json()["result"]["outcome"] == "succeeded",
+                        "a replica does not read the file",
+                        r,
+                    )
+            pair = [Server(base, gateway_pid(base)) for base in (first, second)]
+            results["http"]["replicas"] = {
+                "title": REPLICAS_TITLE,
+                **_replica_rounds(plan, wrk, pair, s1),
+            }
+
+
+def _replica_rounds(plan: Plan, wrk: Wrk, pair: list[Server], s1: Scenario) -> dict[str, Any]:
+    half = max(plan.connections // 2, 1)
+
+    def one() -> dict[str, Any]:
+        gw = pair[0]
+        return wrk.run(gw.url + s1.path, s1.template, s1.marker, pid=gw.pid)
+
+    def two() -> dict[str, Any]:
+        with ThreadPoolExecutor(2) as pool:
+            futures = [
+                pool.submit(
+                    wrk.run, gw.url + s1.path, s1.template, s1.marker, connections=half, pid=gw.pid
+                )
+                for gw in pair
+            ]
+            runs = [f.result() for f in futures]
+        ok = sum(r["ok"] for r in runs)
+        cpu_us = sum(r.get("cpu_us_per_ok", 0) * r["ok"] for r in runs)
+        return {
+            "rps": round(sum(r["rps"] for r in runs), 1),
+            "ok": ok,
+            "bad": sum(r["bad"] for r in runs),
+            "p50_ms": max(r["p50_ms"] for r in runs),
+            "p99_ms": max(r["p99_ms"] for r in runs),
+            "cpu_us_per_ok": round(cpu_us / ok, 1) if ok else 0.0,
+            "replicas": runs,
+        }
+
+    if plan.warmup:
+        for gw in pair:
+            wrk.run(gw.url + s1.path, s1.template, s1.marker, duration=plan.warmup)
+    ones: list[dict[str, Any]] = []
+    twos: list[dict[str, Any]] = []
+    for r in range(plan.rounds):
+        order = (one, two) if r % 2 == 0 else (two, one)
+        for run in order:
+            (ones if run is one else twos).append(run())
+        a, b = ones[-1], twos[-1]
+        log(
+            f"round {r + 1}/{plan.rounds} replicas: one {a['rps']:.0f}/s, two "
+            f"{b['rps']:.0f}/s ({b['rps'] / max(a['rps'], 1e-9):.3f}x); cpu/call "
+            f"{a.get('cpu_us_per_ok', 0):.0f} / {b['cpu_us_per_ok']:.0f} µs; load {loadavg()[0]}"
+        )
+    ratios = [b["rps"] / a["rps"] for a, b in zip(ones, twos, strict=True) if a["rps"] > 0]
+
+    def med(runs: list[dict[str, Any]], key: str) -> float:
+        return round(statistics.median(r.get(key, 0) for r in runs), 3)
+
+    return {
+        "ratio": round(statistics.median(ratios), 4) if ratios else 0.0,
+        "ratios": [round(x, 4) for x in ratios],
+        "one_rps": med(ones, "rps"),
+        "two_rps": med(twos, "rps"),
+        "one_p99_ms": med(ones, "p99_ms"),
+        "two_p99_ms": med(twos, "p99_ms"),
+        "one_cpu_us_per_call": med(ones, "cpu_us_per_ok"),
+        "two_cpu_us_per_call": med(twos, "cpu_us_per_ok"),
+        "connections": plan.connections,
+        "bad": sum(r["bad"] for r in ones + twos),
+        "rounds": len(ones),
+        "runs": {"one": ones, "two": twos},
+    }

@@ -106,6 +106,11 @@ ratios, measured in one run with A/B alternation, are what to compare.
   store's transactions (an empty write transaction, inline on SQLite and through a writer
   thread on PostgreSQL; `reserve` + `commit` of one execution), and
   `gateway.pipeline.runner.run_call` with the real runtime (`open_runtime`).
+- **Replicas** (phase `s5r`): scenario 5 on one gateway, then on two gateway processes on
+  one PostgreSQL database (each its own replica on its own port), a wrk on each at once with
+  half the connections, so the total load is the same; the two runs alternate over the rounds
+  and the ratio is the median of per-round two / one throughput. CPU per call is summed over
+  both processes.
 - **Growth**: a catalogue of {tools} generated declarations (clones of the shipped ones under
   new names) loaded with `load_catalogue`; scenario 1 against a store preloaded with
   {events} events (bulk SQL into `events`) vs an empty store, alternated.

@@ -114,6 +114,7 @@ def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
                 cpu_ratio,
             ]
         )
+    rows.extend(replica_rows(results["http"].get("replicas")))
     half = results["http"].get("s1_half_rate_latency")
     if half:
         g, b = half["gateway"], half["bare"]
@@ -289,6 +290,27 @@ def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
         out.append("")
     out.extend(("- " if markdown else "") + e for e in extra)
     return out
+
+
+def replica_rows(rep: dict[str, Any] | None) -> list[list[str]]:
+    """Scenario 5 on two replicas against one (phase ``s5r``): the gateway columns hold two
+    replicas, the bare ones one replica."""
+    if not rep:
+        return []
+    if "skipped" in rep:
+        return [[rep["title"], "skipped", "", "", rep["skipped"][:60], "", "", ""]]
+    return [
+        [
+            rep["title"],
+            f"{rep['two_rps']:.0f}/s",
+            f"{rep['one_rps']:.0f}/s (one)",
+            f"{rep['ratio']:.3f}x",
+            "",
+            f"{rep['two_p99_ms']:.2f} / {rep['one_p99_ms']:.2f} (one)",
+            f"{rep['two_cpu_us_per_call']:.0f} / {rep['one_cpu_us_per_call']:.0f} (one)",
+            "",
+        ]
+    ]
 
 
 def render(rows: list[list[str]], markdown: bool) -> list[str]:

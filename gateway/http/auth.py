@@ -3,8 +3,9 @@
 Two kinds of credential, one header (``Authorization: Bearer ...``):
 
 - an **API key** of ``principals`` (compared by its sha256, never stored plain): refused
-  once past its ``expires``, or when its key id is in the store's ``revoked_keys`` (read on
-  every request, so a revocation holds on every replica as soon as it commits);
+  once past its ``expires``, or when its key id is in the store's ``revoked_keys`` (read for
+  every request, by a read that begins after it arrives, so a revocation holds on every
+  replica as soon as it commits);
 - a **JWT** from the OpenID Connect provider of ``jwt`` (gateway/http/oidc.py): the principal
   and the roles come from its claims.
 

@@ -10,7 +10,7 @@ from gateway.events.model import Event
 from gateway.store import events as event_log
 from gateway.store import idempotency, rows
 from gateway.store.approvals import spend
-from gateway.store.locks import release_locks
+from gateway.store.locks import RELEASE_LOCKS, release_locks
 from gateway.store.records import (
     ApprovalUnavailable,
     CallIdentity,
@@ -27,6 +27,14 @@ from gateway.types import Status
 INSERT_EXECUTION = Sql(
     f"INSERT INTO executions ({rows.EX_COLS}) VALUES ({placeholders(len(rows.EXECUTION_COLUMNS))})"
 )
+INSERT_EXECUTION_IF_NEW = Sql(
+    f"{INSERT_EXECUTION.qmark} ON CONFLICT (principal, run_id, call_id) DO NOTHING"
+)
+"""Nothing inserted (no row changed) when the call (principal, run_id, call_id) is stored."""
+RELEASE_AND_INSERT_IF_NEW = Sql(
+    f"WITH released AS ({RELEASE_LOCKS.qmark}) {INSERT_EXECUTION_IF_NEW.qmark}"
+)
+"""The same, releasing the locks of its holder (the execution's id) in the same statement."""
 EXECUTION_BY_ID = Sql(f"{rows.SELECT_EXECUTION} WHERE id = ?")
 EXECUTION_BY_CALL = Sql(
     f"{rows.SELECT_EXECUTION} WHERE principal = ? AND run_id = ? AND call_id = ?"
@@ -100,10 +108,20 @@ def same_call(
 
 
 def insert_completed(db: Db, record: ExecutionRecord, events: Sequence[Event]) -> ReserveResult:
-    existing = same_call(db, *call_identity(record))
-    if existing is None:
-        db.run(INSERT_EXECUTION, rows.execution_row(record))
-    release_locks(db, record.id)
+    # The insert first: the same call already stored is the rare case, and a statement (a
+    # round trip on PostgreSQL) is saved in the common one; where a WITH may write, the
+    # release of the call's locks goes with it.
+    row = rows.execution_row(record)
+    if db.dialect.writing_ctes:
+        inserted = db.run(RELEASE_AND_INSERT_IF_NEW, (record.id, *row))
+    else:
+        inserted = db.run(INSERT_EXECUTION_IF_NEW, row)
+        release_locks(db, record.id)
+    existing = None
+    if not inserted:
+        existing = same_call(db, *call_identity(record))
+        if existing is None:
+            raise StoreError("the execution conflicted with its call but none was found")
     if existing is not None:
         return existing
     event_log.insert(db, events, fresh=True)

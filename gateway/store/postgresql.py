@@ -227,6 +227,7 @@ class PostgresTransactor:
             advisory_lock="SELECT pg_advisory_xact_lock(%s)",
             try_advisory_lock="SELECT pg_try_advisory_xact_lock(%s)",
             skip_locked=" FOR UPDATE SKIP LOCKED",
+            writing_ctes=True,
         )
         self._pool = Pool(self.engine, self.dialect, begin=(None, None))
         self.observer: Observer | None = None

@@ -53,6 +53,9 @@ class Dialect:
     """Appended to a SELECT of rows to claim, so that concurrent claimers skip each other's."""
     try_advisory_lock: str | None
     """The same lock without waiting: one row, true when it was taken."""
+    writing_ctes: bool
+    """A ``WITH`` may hold an INSERT or a DELETE (PostgreSQL; not SQLite): two statements
+    that would each cost a round trip are sent as one."""
     integrity_error: type[Exception]
     """The driver's exception for a violated constraint (a lost race to insert)."""
     driver_error: type[Exception]
@@ -70,6 +73,7 @@ class Dialect:
         advisory_lock: str | None = None,
         skip_locked: str = "",
         try_advisory_lock: str | None = None,
+        writing_ctes: bool = False,
     ) -> Dialect:
         """The dialect of a driver module ``dbapi`` (its error classes)."""
         return cls(
@@ -78,6 +82,7 @@ class Dialect:
             advisory_lock,
             skip_locked,
             try_advisory_lock,
+            writing_ctes,
             dbapi.IntegrityError,
             dbapi.Error,
             attrgetter(paramstyle),

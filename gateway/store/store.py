@@ -122,6 +122,7 @@ class Store:
         self._read = self.transactor.read
         self._read_quick = self.transactor.read_quick
         self._tx = self.transactor.transaction
+        self._revocations = keys.Revocations(self._revoked_among)
 
     def observe(self, hook: Observer | None) -> None:
         """Time every transaction: ``hook(name, wall_s, thread_cpu_s)`` is called after each,
@@ -400,8 +401,12 @@ class Store:
     # -- revoked API keys -----------------------------------------------------------------
 
     async def is_revoked(self, key_id: str) -> bool:
-        """Whether the API key ``key_id`` is revoked (read on every authenticated request)."""
-        return await self._read_quick(keys.is_revoked, key_id)
+        """Whether the API key ``key_id`` is revoked: read for every authenticated request,
+        by a read that begins after the question (concurrent checks share one read)."""
+        return await self._revocations.revoked(key_id)
+
+    async def _revoked_among(self, key_ids: Sequence[str]) -> set[str]:
+        return await self._read_quick(keys.revoked_among, key_ids)
 
     async def revoke_key(self, key_id: str, by: str = "", reason: str = "") -> bool:
         """Revoke ``key_id`` for every replica; False if it already was."""

@@ -1,0 +1,84 @@
+"""Statements per transaction on the path of every read call (scenario 1): each is a round
+trip on PostgreSQL, so the lock's grant and the completed call's record are counted here, on
+both backends, with the locks' and the calls' semantics checked alongside."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.store import executions, locks
+from gateway.store.records import Existing, LockBusy, LockRequest, Reserved
+from gateway.store.sql import Db
+from gateway.store.store import Store
+from gateway.types import LockMode
+from tests.store.test_store import record
+
+pytestmark = pytest.mark.anyio
+
+
+class Counting:
+    """A driver connection (or a lane's session) that keeps the statements it runs."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.statements: list[str] = []
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self.statements.append(sql)
+        return self.raw.execute(sql, params)
+
+    def cursor(self) -> Any:
+        self.statements.append("(many)")
+        return self.raw.cursor()
+
+
+def counted(fn: Callable[..., Any], into: list[Counting]) -> Callable[..., Any]:
+    def run(db: Db, *args: Any) -> Any:
+        counting = Counting(db.raw)
+        into.append(counting)
+        return fn(Db(counting, db.dialect), *args)
+
+    return run
+
+
+async def test_a_grant_takes_three_statements_on_postgresql(store: Store) -> None:
+    """The advisory lock, the expiry with the conflict check, the fence with the grant
+    (SQLite, serial and without writing WITHs: four, and no advisory lock)."""
+    seen: list[Counting] = []
+    grant = counted(locks.try_acquire, seen)
+    shared = [LockRequest("k", LockMode.SHARED)]
+    exclusive = [LockRequest("k", LockMode.EXCLUSIVE)]
+    assert await store._write(grant, "ex1", "c1", shared, 1.0) == {"k": 1}
+    assert len(seen[-1].statements) == (3 if store.dialect.writing_ctes else 4)
+    assert await store._write(grant, "ex2", "c2", shared, 30) == {"k": 2}  # shared: together
+    busy = await store._write(grant, "ex3", "c3", exclusive, 30)
+    assert isinstance(busy, LockBusy) and busy.holder in {"ex1", "ex2"}
+    await store.release_locks("ex2")
+    await anyio.sleep(1.1)  # ex1's lease has run out: its row is no conflict, and is removed
+    assert await store._write(grant, "ex3", "c3", exclusive, 30) == {"k": 3}
+    rows = await store._read(lambda db: db.all('SELECT holder FROM locks WHERE "key" = ?', ("k",)))
+    assert [r[0] for r in rows] == ["ex3"]
+    again = await store._write(grant, "ex3", "c3", exclusive, 30)  # the holder renews its grant
+    assert again == {"k": 4}
+
+
+async def test_a_completed_call_is_inserted_first_and_answers_as_before(store: Store) -> None:
+    """A new call: the insert and the release of its locks (one statement on PostgreSQL),
+    no read before. The same call again: nothing inserted, the stored one answers."""
+    seen: list[Counting] = []
+    insert = counted(executions.insert_completed, seen)
+    assert await store.try_acquire("ex1", "c1", [LockRequest("k", LockMode.EXCLUSIVE)], 30)
+    assert isinstance(await store._write(insert, record("ex1"), []), Reserved)
+    assert len(seen[-1].statements) == (1 if store.dialect.writing_ctes else 2)
+    free = await store.try_acquire("ex9", "c9", [LockRequest("k", LockMode.EXCLUSIVE)], 30)
+    assert not isinstance(free, LockBusy)  # ex1's lock went with its record
+    await store.release_locks("ex9")
+    again = await store._write(insert, record("ex2"), [])
+    assert isinstance(again, Existing) and again.record.id == "ex1" and again.same_payload
+    other = await store._write(insert, record("ex3", payload="p2"), [])
+    assert isinstance(other, Existing) and not other.same_payload
+    assert await store.get_execution("ex2") is None
