@@ -39,17 +39,6 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     at_least("scenario 4b throughput / bare (one lock key)", ratio("s4_write_shared_file"), 0.10)
     at_least("scenario 5 throughput / bare (PostgreSQL)", ratio("s5_read_postgres"), 0.20)
     at_least("scenario 6 throughput / bare (MCP tools/call)", ratio("s6_mcp_read"), 0.25)
-    # What a second worker process buys (issue 19): same-run ratios to the bare app on two
-    # workers, and the gateway's own throughput on two workers against one (scenarios 1, 4a).
-    for key, one, name in (
-        ("s7_read_2_workers", "s1_read", "scenario 7 (reads, 2 workers)"),
-        ("s7_write_2_workers", "s4_write_64_files", "scenario 7w (writes, 2 workers)"),
-    ):
-        if ratio(key) is not None:
-            add(f"{name} throughput / bare on 2 workers", ratio(key), "(measured)", None)
-        two, single = http.get(key, {}).get("gateway_rps"), http.get(one, {}).get("gateway_rps")
-        if two and single:
-            add(f"{name}: gateway 2 workers / 1 worker", round(two / single, 2), "(measured)", None)
     rss = results["http"].get("rss_mb", {})
     at_most("gateway memory idle (MB)", rss.get("idle"), 100)
     pol = results["micro"].get("policy_decision_allow", {}).get("median_us")
@@ -115,6 +104,7 @@ def table_lines(results: dict[str, Any], markdown: bool) -> list[str]:
             ]
         )
     rows.extend(replica_rows(results["http"].get("replicas")))
+    rows.extend(worker_rows(results["http"]["scenarios"]))
     half = results["http"].get("s1_half_rate_latency")
     if half:
         g, b = half["gateway"], half["bare"]
@@ -311,6 +301,32 @@ def replica_rows(rep: dict[str, Any] | None) -> list[list[str]]:
             "",
         ]
     ]
+
+
+def worker_rows(scenarios: dict[str, Any]) -> list[list[str]]:
+    """What a second worker process buys (issue 19): the gateway's throughput on ``serve
+    --workers 2`` (scenarios 7, 7w) against one process (scenarios 1, 4a) of the same run."""
+    rows = []
+    for two, one, name in (
+        ("s7_read_2_workers", "s1_read", "7 / 1. reads: gateway on 2 workers / 1"),
+        ("s7_write_2_workers", "s4_write_64_files", "7w / 4a. writes: gateway on 2 workers / 1"),
+    ):
+        a, b = scenarios.get(two, {}), scenarios.get(one, {})
+        if a.get("gateway_rps") and b.get("gateway_rps"):
+            ratio = a["gateway_rps"] / b["gateway_rps"]
+            rows.append(
+                [
+                    name,
+                    f"{a['gateway_rps']:.0f}/s",
+                    f"{b['gateway_rps']:.0f}/s (1 worker)",
+                    f"{ratio:.3f}x",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+    return rows
 
 
 def render(rows: list[list[str]], markdown: bool) -> list[str]:
