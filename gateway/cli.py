@@ -46,6 +46,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import anyio
     import uvicorn
 
+    from gateway.allocator import limit_arenas
+
+    limit_arenas()  # before any thread: bursts on the store's threads reuse the same arenas
     from gateway.runtime.bootstrap import check_adapters, load_sources
     from gateway.server.app import create_app
 
