@@ -1,8 +1,8 @@
 """The C allocator under the gateway: fewer malloc arenas, and free memory given back.
 
-glibc's malloc gives a thread that finds the arenas busy an arena of its own, up to eight
-per core, and an arena keeps the pages of what it once held: freed memory is reused by
-that arena only, and given back to the system only from its top. The store's reads run
+glibc's malloc gives each new thread an arena of its own, up to eight per core (then they
+share), and an arena keeps the pages of what it once held: freed memory is reused by that
+arena only, and given back to the system only from its top. The store's reads run
 on a pool of worker threads, so a burst of memory once a minute (an audit checkpoint's
 heads, a connection's page cache filled by a range of events) lands on one arena after
 another, and the process's resident memory steps up each time although nothing is held
@@ -19,8 +19,8 @@ import os
 from typing import Any
 
 ARENAS = 2
-"""Arenas for the whole process: the event loop's and one for the threads (the GIL lets
-one thread at a time run Python; what they allocate without it is SQLite's, briefly)."""
+"""Arenas for the whole process, which its threads share (the GIL lets one thread at a time
+run Python; what threads allocate without it is SQLite's, briefly)."""
 _M_ARENA_MAX = -8
 """``mallopt`` parameter number, from glibc's ``malloc.h``."""
 

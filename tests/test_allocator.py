@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from gateway import allocator
+from gateway.cli import main
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.skipif(allocator._glibc() is None, reason="glibc's malloc only")
@@ -97,3 +99,13 @@ def test_trim_gives_back_freed_memory_the_heap_could_not() -> None:
     assert proc.returncode == 0, proc.stderr
     trimmed, given_back = proc.stdout.split()
     assert trimmed == "True" and int(given_back) > 10_000_000
+
+
+def test_serve_limits_the_arenas_before_anything_else(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(allocator, "limit_arenas", lambda: calls.append(1) or True)
+    # --workers 0 is refused right after the settings are read: nothing starts.
+    assert main(["--config", str(project / "toolgate.yaml"), "serve", "--workers", "0"]) == 2
+    assert calls == [1] and "--workers must be at least 1" in capsys.readouterr().err
