@@ -46,9 +46,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import anyio
     import uvicorn
 
+    from gateway.allocator import limit_arenas
     from gateway.runtime.bootstrap import check_adapters, load_sources
     from gateway.server.app import create_app
 
+    limit_arenas()  # before any thread: bursts on the store's threads reuse the same arenas
     config = Path(args.config) if args.config else None
     settings = load_settings(config, host=args.host, port=args.port)
     if args.workers < 1:

@@ -41,6 +41,16 @@ class CheckpointRecord:
     writer: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointLink:
+    """What the next checkpoint follows: the last one's number, time and digest, without its
+    heads (about 100 bytes a head: a megabyte and more in a busy minute)."""
+
+    seq: int
+    at_ms: int
+    digest: str
+
+
 CHECKPOINT_COLUMNS = "seq, at_ms, prev, heads_json, digest, key_id, signature, writer"
 
 CHAIN_PAGE = Sql(
@@ -64,6 +74,7 @@ once under a busy minute, an RSS step at each checkpoint)."""
 LAST_CHECKPOINT = Sql(
     f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints ORDER BY seq DESC LIMIT 1"
 )
+LAST_LINK = Sql("SELECT seq, at_ms, digest FROM audit_checkpoints ORDER BY seq DESC LIMIT 1")
 CHECKPOINTS_AFTER = Sql(
     f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE seq > ? ORDER BY seq LIMIT ?"
 )
@@ -110,6 +121,11 @@ def last_checkpoint(db: Db) -> CheckpointRecord | None:
     return CheckpointRecord(*row) if row else None
 
 
+def last_link(db: Db) -> CheckpointLink | None:
+    row = db.one(LAST_LINK)
+    return CheckpointLink(int(row[0]), int(row[1]), str(row[2])) if row else None
+
+
 def checkpoints_after(db: Db, after_seq: int, limit: int) -> list[CheckpointRecord]:
     return [CheckpointRecord(*row) for row in db.all(CHECKPOINTS_AFTER, (after_seq, int(limit)))]
 
@@ -123,7 +139,7 @@ def add_checkpoint(db: Db, record: CheckpointRecord) -> bool:
     """Insert ``record`` if it still follows the last checkpoint (another replica may have
     written one since it was made): False, and nothing written, if not."""
     db.advisory_lock("toolgate:audit-checkpoint")
-    last = last_checkpoint(db)
+    last = last_link(db)
     if last is None:
         follows = record.seq == 1
     else:

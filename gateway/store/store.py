@@ -441,6 +441,10 @@ class Store:
     async def audit_last_checkpoint(self) -> audit.CheckpointRecord | None:
         return await self._read(audit.last_checkpoint)
 
+    async def audit_last_link(self) -> audit.CheckpointLink | None:
+        """The last checkpoint's number, time and digest (not its heads)."""
+        return await self._read(audit.last_link)
+
     async def audit_checkpoints(self, after_seq: int, limit: int) -> list[audit.CheckpointRecord]:
         return await self._read(audit.checkpoints_after, after_seq, limit)
 

@@ -7,13 +7,23 @@ from pathlib import Path
 import anyio
 import pytest
 
+from gateway.audit import checkpoints
 from gateway.audit.chains import check_chain
-from gateway.audit.checkpoints import checkpoint_periodically, heads_of, make_checkpoint
+from gateway.audit.checkpoints import (
+    GENESIS,
+    body,
+    body_of,
+    checkpoint_periodically,
+    heads_of,
+    make_checkpoint,
+)
 from gateway.audit.keys import Verifier, load_signer
 from gateway.audit.verify import verify
 from gateway.errors import ConfigError
 from gateway.events.model import make_event
+from gateway.jsontext import canonical
 from gateway.settings import load_settings
+from gateway.store.audit import CheckpointLink
 from gateway.store.store import Store
 from tests.audit.helpers import fill, toolgate_here
 
@@ -116,3 +126,38 @@ async def test_two_replicas_appending_to_one_execution_extend_one_chain(database
     finally:
         for store in replicas:
             await store.aclose()
+
+
+def test_the_signed_body_made_from_the_heads_json_is_the_body_verify_rebuilds() -> None:
+    heads = [("ex_a", 3, "f" * 64), ("ex_b", 12, "0" * 64)]
+    heads_json = canonical([list(h) for h in heads])
+    assert body_of(7, 1_700_000_000_000, GENESIS, heads_json) == body(
+        7, 1_700_000_000_000, GENESIS, heads
+    )
+
+
+@pytest.mark.anyio
+async def test_the_last_link_is_read_without_the_heads_and_a_checkpoint_is_then_trimmed(
+    project: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The periodic writer asks only whether the last checkpoint is fresh (its heads are a
+    megabyte a busy minute), and gives the memory a checkpoint freed back (allocator.trim)."""
+    settings = load_settings(project / "toolgate.yaml", env={}, database_url=database_url)
+    signer = load_signer(settings)
+    trims: list[int] = []
+    monkeypatch.setattr(checkpoints, "trim", lambda: trims.append(1) or True)
+    store = Store(database_url)
+    await store.open()
+    try:
+        assert await store.audit_last_link() is None
+        await fill(store, ["ex_a", "ex_b"])
+        written = (await make_checkpoint(store, signer)).record
+        assert written is not None
+        link = await store.audit_last_link()
+        assert link == CheckpointLink(written.seq, written.at_ms, written.digest)
+        assert not hasattr(link, "heads_json")
+        with anyio.move_on_after(0.5):
+            await checkpoint_periodically(store, signer, 0.05)
+        assert trims  # after each pass, written or not
+    finally:
+        await store.aclose()
