@@ -25,10 +25,12 @@ from pydantic import ValidationError as PydanticValidationError
 
 from gateway.errors import ConfigError
 from gateway.jsonlimits import JsonLimits
-from gateway.units import parse_duration, parse_size
+from gateway.units import parse_duration, parse_duration_or_zero, parse_size
 from gateway.yamlsrc import Lines, load_yaml, pydantic_problems
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
+"""A duration where 0 is meaningful (never, no skew, no wait)."""
 Size = Annotated[int, BeforeValidator(parse_size)]
 
 
@@ -128,7 +130,7 @@ class JwtSettings(_Frozen):
     jwks_timeout: Duration = Field(default=3.0, gt=0, le=30)
     algorithms: tuple[Algorithm, ...] = ("RS256", "ES256")
     """The ``alg`` values accepted (asymmetric only)."""
-    leeway: Duration = Field(default=30.0, ge=0, le=300)
+    leeway: DurationOrZero = Field(default=30.0, ge=0, le=300)
     """Clock skew allowed on ``exp``, ``nbf`` and ``iat``."""
     principal_claim: ClaimPath = "sub"
     """The claim (dotted path) whose value is the principal id."""
@@ -205,7 +207,7 @@ class McpSettings(_Frozen):
     """``Origin`` values accepted when a request carries one (a browser's)."""
     workspace: str | None = None
     """The workspace of a call that names none in ``_meta`` (``io.toolgate/workspace``)."""
-    task_wait: Duration = Field(default=2.0, ge=0, le=60)
+    task_wait: DurationOrZero = Field(default=2.0, ge=0, le=60)
     """How long ``tools/call`` waits for a call before answering a task-capable client with a
     task instead of the result."""
     max_sessions_per_principal: int = Field(default=32, ge=1, le=100_000)
@@ -221,7 +223,7 @@ class McpSettings(_Frozen):
 class AuditSettings(_Frozen):
     """The audit trail's signed checkpoints (docs/security.md#audit-trail)."""
 
-    checkpoint_interval: Duration = Field(default=60.0, ge=0)
+    checkpoint_interval: DurationOrZero = Field(default=60.0, ge=0)
     """How often a gateway signs a checkpoint of the event chains that moved (one replica
     does it; the others see it done and skip); 0: never by itself, only on demand
     (``toolgate audit checkpoint``)."""

@@ -19,21 +19,26 @@ _SIZE_FACTORS = {
 }
 
 
-def parse_duration(value: object) -> float:
-    """Seconds from ``10``, ``10s``, ``250ms``, ``5m``, ``24h``, ``1d``."""
+def parse_duration(value: object, *, zero: bool = False) -> float:
+    """Seconds from ``10``, ``10s``, ``250ms``, ``5m``, ``24h``, ``1d``; positive, or also
+    ``0`` with ``zero`` (a setting where 0 means "never" or "not at all")."""
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '10s'")
     if isinstance(value, int | float):
-        if value <= 0:
-            raise ValueError("a duration must be positive")
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a duration (examples: 250ms, 10s, 5m, 24h)")
-    seconds = float(match.group(1)) * _DURATION_FACTORS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError("a duration must be positive")
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration (examples: 250ms, 10s, 5m, 24h)")
+        seconds = float(match.group(1)) * _DURATION_FACTORS[match.group(2)]
+    if seconds < 0 or (seconds == 0 and not zero) or seconds != seconds:
+        raise ValueError("a duration must be positive" + (" or 0" if zero else ""))
     return seconds
+
+
+def parse_duration_or_zero(value: object) -> float:
+    """:func:`parse_duration` where ``0`` is allowed."""
+    return parse_duration(value, zero=True)
 
 
 def parse_size(value: object) -> int:
