@@ -3,17 +3,20 @@ disturb. Wall-clock and CPU-time figures move 10-20 % with the load of other pro
 number of instructions a request executes does not (within ~0.1 % run to run).
 
     .venv/bin/python bench/instructions.py [--rev REV ...] [--calls 200] [--concurrency 16]
-                                           [--postgres]
+        [--scenario rest|mcp] [--client httpx|asgi] [--postgres]
 
 For each revision (default: the working tree), a gateway app of that tree on a temporary
 project (SQLite, or with ``--postgres`` a fresh database of its own on 127.0.0.1:5432; the
 shipped tools.d) answers ``--calls`` ``POST /v1/executions`` of
-fs.read_file 1 KiB (scenario 1) in-process through httpx's ASGI transport, ``--concurrency``
-at a time, after a warm-up of 500; callgrind counts only the measured calls (instrumentation
-is switched on and off around them with ``callgrind_control``). Prints Ir (instructions) per
-call for each revision and the ratio to the first; writes
+fs.read_file 1 KiB (scenario 1; ``--scenario mcp``: the same call as scenario 6's stateless
+2026-07-28 ``tools/call`` on ``/mcp``) in-process through httpx's ASGI transport,
+``--concurrency`` at a time, after a warm-up of 500; callgrind counts only the measured calls
+(instrumentation is switched on and off around them with ``callgrind_control``). Prints Ir
+(instructions) per call for each revision and the ratio to the first; writes
 ``bench/results/instructions-<date>.json``. The count includes the client's side (httpx) and
-excludes uvicorn's, the same code in every revision. About 3 minutes a revision on 2 cores.
+excludes uvicorn's, the same code in every revision; with ``--client asgi`` the calls go
+straight to the ASGI app and only the gateway is counted (to compare scenarios whose
+requests and answers differ, as MCP's and REST's do). About 3 minutes a revision on 2 cores.
 Needs Debian's ``valgrind`` (``apt-get install -y valgrind``).
 """
 
@@ -35,7 +38,82 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def child(tree: Path, calls: int, concurrency: int, flag_dir: Path, url: str | None) -> None:
+MCP_ERA = "2026-07-28"
+MCP_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": MCP_ERA,
+    "Mcp-Method": "tools/call",
+    "Mcp-Name": "fs.read_file",
+}
+"""Scenario 6's headers (bench/harness/plan.py), here so that any revision can be measured."""
+
+
+def mcp_body(call_id: str) -> bytes:
+    """Scenario 6's ``tools/call`` (bench/harness/plan.py's ``mcp_read``)."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MCP_ERA,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.toolgate/run_id": "bench",
+        "io.toolgate/call_id": call_id,
+        "io.toolgate/agent_id": "bench",
+    }
+    params = {"name": "fs.read_file", "arguments": {"path": "one-kib.txt"}, "_meta": meta}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+async def asgi_post(app: Any, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    """One POST straight to the ASGI app, with the least a client can do (``--client asgi``):
+    what is counted is then the gateway's alone, whatever the scenario's headers and answer."""
+    sent = [(b"host", b"127.0.0.1:8000"), (b"authorization", b"Bearer tg_dev_alice")]
+    sent += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    sent.append((b"content-length", str(len(body)).encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": sent,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    pending, ended = [{"type": "http.request", "body": body, "more_body": False}], asyncio.Event()
+    status, parts = 0, []
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        await ended.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            parts.append(message.get("body", b""))
+            if not message.get("more_body"):
+                ended.set()
+
+    await app(scope, receive, send)
+    return status, b"".join(parts).decode()
+
+
+def child(
+    tree: Path,
+    calls: int,
+    concurrency: int,
+    flag_dir: Path,
+    scenario: str,
+    raw: bool,
+    url: str | None = None,
+) -> None:
     """Runs inside valgrind: the app of ``tree``, the warm-up, then the measured calls."""
     sys.path.insert(0, str(tree))
     import httpx
@@ -79,15 +157,30 @@ def child(tree: Path, calls: int, concurrency: int, flag_dir: Path, url: str | N
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             headers = {"Authorization": "Bearer tg_dev_alice"}
+            # The MCP endpoint's DNS-rebinding check allows the loopback hosts only.
             async with httpx.AsyncClient(
-                transport=transport, base_url="http://gateway", headers=headers
+                transport=transport, base_url="http://127.0.0.1:8000", headers=headers
             ) as client:
+
+                async def call() -> tuple[int, str]:
+                    if scenario == "mcp":
+                        content = mcp_body(uuid.uuid4().hex)
+                        if raw:
+                            return await asgi_post(app, "/mcp", content, MCP_HEADERS)
+                        r = await client.post("/mcp", content=content, headers=MCP_HEADERS)
+                    elif raw:
+                        content = json.dumps(body()).encode()
+                        json_headers = {"Content-Type": "application/json"}
+                        return await asgi_post(app, "/v1/executions", content, json_headers)
+                    else:
+                        r = await client.post("/v1/executions", json=body())
+                    return r.status_code, r.text
 
                 async def worker(k: int) -> None:
                     for _ in range(k):
-                        r = await client.post("/v1/executions", json=body())
-                        if r.status_code != 200 or '"succeeded"' not in r.text:
-                            raise SystemExit(f"call failed: {r.status_code} {r.text[:300]}")
+                        status, text = await call()
+                        if status != 200 or '"succeeded"' not in text:
+                            raise SystemExit(f"call failed: {status} {text[:300]}")
 
                 async def batch(total: int) -> None:
                     await asyncio.gather(
@@ -107,11 +200,19 @@ def child(tree: Path, calls: int, concurrency: int, flag_dir: Path, url: str | N
     shutil.rmtree(root, ignore_errors=True)
 
 
-def count(tree: Path, calls: int, concurrency: int, scratch: Path, postgres: bool) -> int:
+def count(
+    tree: Path,
+    calls: int,
+    concurrency: int,
+    scratch: Path,
+    scenario: str,
+    client: str,
+    postgres: bool = False,
+) -> int:
     """Instructions of ``calls`` calls on ``tree``'s gateway (all its threads: on PostgreSQL
     the store's lanes and the driver too; the database server is not counted)."""
     if not postgres:
-        return _count(tree, calls, concurrency, scratch, None)
+        return _count(tree, calls, concurrency, scratch, scenario, client, None)
     import psycopg
 
     admin = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "dbname": "postgres"}
@@ -120,13 +221,21 @@ def count(tree: Path, calls: int, concurrency: int, scratch: Path, postgres: boo
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-        return _count(tree, calls, concurrency, scratch, url)
+        return _count(tree, calls, concurrency, scratch, scenario, client, url)
     finally:
         with psycopg.connect(**admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _count(tree: Path, calls: int, concurrency: int, scratch: Path, url: str | None) -> int:
+def _count(
+    tree: Path,
+    calls: int,
+    concurrency: int,
+    scratch: Path,
+    scenario: str,
+    client: str,
+    url: str | None,
+) -> int:
     flags = Path(tempfile.mkdtemp(dir=scratch))
     out = flags / "callgrind.out"
     cmd = [
@@ -144,6 +253,10 @@ def _count(tree: Path, calls: int, concurrency: int, scratch: Path, url: str | N
         str(concurrency),
         "--flags",
         str(flags),
+        "--scenario",
+        scenario,
+        "--client",
+        client,
         *(("--database-url", url) if url else ()),
     ]
     log = (flags / "log").open("wb")
@@ -192,6 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--scenario", choices=("rest", "mcp"), default="rest")
+    parser.add_argument(
+        "--client",
+        choices=("httpx", "asgi"),
+        default="httpx",
+        help="asgi: the least of clients, so that only the gateway is counted",
+    )
     parser.add_argument(
         "--postgres", action="store_true", help="the store on PostgreSQL (127.0.0.1:5432)"
     )
@@ -201,7 +321,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
     if args.child:
-        child(Path(args.child), args.calls, args.concurrency, Path(args.flags), args.database_url)
+        raw = args.client == "asgi"
+        child(
+            Path(args.child),
+            args.calls,
+            args.concurrency,
+            Path(args.flags),
+            args.scenario,
+            raw,
+            args.database_url,
+        )
         return 0
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print(
@@ -216,7 +345,15 @@ def main(argv: list[str] | None = None) -> int:
         trees = [tree_of(rev, scratch) for rev in revs]
         figures = []
         for rev, tree in zip(revs, trees, strict=True):
-            total = count(tree, args.calls, args.concurrency, scratch, args.postgres)
+            total = count(
+                tree,
+                args.calls,
+                args.concurrency,
+                scratch,
+                args.scenario,
+                args.client,
+                args.postgres,
+            )
             per = total / args.calls
             figures.append({"rev": rev or "working tree", "ir_per_call": round(per)})
             first = figures[0]["ir_per_call"]
@@ -239,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(
         json.dumps(
             {
+                "scenario": args.scenario,
+                "client": args.client,
                 "calls": args.calls,
                 "concurrency": args.concurrency,
                 "store": "postgresql" if args.postgres else "sqlite",

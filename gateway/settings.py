@@ -218,6 +218,9 @@ class McpSettings(_Frozen):
     session_idle_timeout: Duration = Field(default=1800.0, gt=0)
     """A 2025-11-25 session with no request in flight for this long is closed (its slot
     is given back)."""
+    fast_calls: bool = True
+    """Answer the plain ``tools/call`` requests of 2026-07-28 without the SDK's transport
+    (the same answers for less CPU: gateway/mcp/stateless.py); false: the SDK answers all."""
 
 
 class AuditSettings(_Frozen):

@@ -3,7 +3,8 @@
 A call runs in the gateway's own task group, never in the request's: the request waits for
 it, and when the request goes away (``notifications/cancelled`` in 2025-11-25, a closed
 stream in 2026-07-28) the execution is cancelled through ``gateway.runtime.cancellation`` like a
-REST cancel, so the pipeline always ends with a truthful outcome.
+REST cancel, so the pipeline always ends with a truthful outcome. ``plain_call`` is the same
+``tools/call`` for gateway/mcp/stateless.py, which waits for the run itself.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -42,6 +43,7 @@ AUTH_METHOD_SCOPE_KEY = "toolgate.auth_method"
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 PROGRESS_POLL_S = 0.2
 TASK_RESULT_WAIT_S = 30.0
+_T = TypeVar("_T")
 LIMIT_EXCEEDED = -32029
 """The JSON-RPC error code of a request refused by a bound on load (a server-defined code;
 ``data`` is the error with its ``code``, ``retry_after`` and ``setting``): ``tasks/result``."""
@@ -63,8 +65,14 @@ class Door:
     @classmethod
     def of(cls, ctx: ServerRequestContext[Any, Any]) -> Door:
         request = ctx.request
-        principal = request.scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(request, Request) else None
-        if not isinstance(request, Request) or not isinstance(principal, str):
+        if not isinstance(request, Request):
+            raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
+        return cls.of_request(request)
+
+    @classmethod
+    def of_request(cls, request: Request) -> Door:
+        principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
+        if not isinstance(principal, str):
             raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
         app = request.app
         return cls(
@@ -72,11 +80,30 @@ class Door:
             principal=principal,
             roles=tuple(request.scope.get(ROLES_SCOPE_KEY, ())),
             auth_method=str(request.scope.get(AUTH_METHOD_SCOPE_KEY, "")),
-            base_url=str(request.base_url).rstrip("/"),
+            base_url=_base_url(request),
             tasks=app.state.tasks,
             headers=request.headers,
             session_id=request.headers.get("mcp-session-id"),
         )
+
+
+_BASE_URLS: dict[tuple[Any, ...], str] = {}
+"""Starlette's ``base_url`` by what it is made of (building it is a good part of a call's
+time at this door); a few entries, forgotten all at once when there are too many."""
+
+
+def _base_url(request: Request) -> str:
+    scope = request.scope
+    host = next((value for name, value in scope["headers"] if name == b"host"), None)
+    server = scope.get("server")
+    root = scope.get("app_root_path", scope.get("root_path", ""))
+    key = (scope.get("scheme"), tuple(server) if server else None, host, root)
+    found = _BASE_URLS.get(key)
+    if found is None:
+        if len(_BASE_URLS) >= 64:
+            _BASE_URLS.clear()
+        found = _BASE_URLS[key] = str(request.base_url).rstrip("/")
+    return found
 
 
 def _raw_meta(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
@@ -142,21 +169,64 @@ async def call_tool(
     """``tools/call``; never raises (an exception would reach the client as a bare
     internal error): every failure is an ``isError`` result."""
     door = Door.of(ctx)
-    try:
-        if params.name == results.STATUS_TOOL:
-            out = await _status_tool(door, params.arguments or {})
-        else:
-            out = await _call(door, ctx, params)
-    except ToolgateError as exc:
-        out = results.refused(exc)
-    except MCPError:
-        raise
-    except Exception:
-        log.exception("tools/call of %s failed", params.name)
-        out = results.internal("tools/call failed")
+    if params.name == results.STATUS_TOOL:
+        work = _status_tool(door, params.arguments or {})
+    else:
+        work = _call(door, ctx, params)
+    out = await _answered(work, params.name)
     if _modern(ctx):
         out.setdefault("resultType", "complete")
     return out
+
+
+async def _answered(work: Awaitable[_T], name: str) -> _T | dict[str, Any]:
+    """What ``work`` answers, a refusal as an ``isError`` result, or an internal error's."""
+    try:
+        return await work
+    except ToolgateError as exc:
+        return results.refused(exc)
+    except MCPError:
+        raise
+    except Exception:
+        log.exception("tools/call of %s failed", name)
+        return results.internal("tools/call failed")
+
+
+@dataclass(frozen=True, slots=True)
+class PlainCall:
+    """A 2026-07-28 ``tools/call`` of a catalogue tool that asks for no plan, no task and no
+    progress: what ``gateway.mcp.stateless`` serves without the SDK's transport."""
+
+    request_id: str | int
+    name: str
+    arguments: Mapping[str, Any] | None
+    meta: dict[str, Any]
+    client_name: str
+
+
+Waiter = Callable[["Run"], Awaitable[bool]]
+"""Waits until the run is done (True) or the client went away (False)."""
+
+
+async def plain_call(door: Door, call: PlainCall, wait: Waiter) -> dict[str, Any] | None:
+    """The result of ``call`` as ``call_tool`` answers it, or None when the client went away
+    before the end (the execution is then cancelled, as when the SDK cancels a handler)."""
+    out = await _answered(_plain(door, call, wait), call.name)
+    if out is not None:
+        out.setdefault("resultType", "complete")
+    return out
+
+
+async def _plain(door: Door, call: PlainCall, wait: Waiter) -> dict[str, Any] | None:
+    request = _execution_request(
+        door, call.meta, call.name, call.arguments, call.request_id, call.client_name
+    )
+    run = _start(door, request)
+    if not await wait(run):
+        with anyio.CancelScope(shield=True):
+            await _cancel_abandoned(door, run)
+        return None
+    return await _answer(door, run)
 
 
 def wants_task(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> bool:
@@ -173,41 +243,65 @@ async def _call(
 ) -> dict[str, Any]:
     raw = _raw_meta(ctx)
     client = ctx.session.client_params
-    origin = meta.CallOrigin(
-        principal=door.principal,
-        session_id=door.session_id,
-        request_id=ctx.request_id,
-        client_name=client.client_info.name if client is not None else "mcp",
-        default_workspace=door.services.settings.mcp.workspace,
+    client_name = client.client_info.name if client is not None else "mcp"
+    request = _execution_request(
+        door, raw, params.name, params.arguments, ctx.request_id, client_name
     )
-    body = meta.execution_body(params.name, params.arguments, raw, origin)
-    request = parse_request(body, door.principal, roles=door.roles, auth_method=door.auth_method)
-    request = _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
-    running = door.services.admission.executions
     if meta.dry_run(raw):
-        with running.hold(door.principal):
+        with door.services.admission.executions.hold(door.principal):
             return results.plan_result(await plan_call(door.services, request))
-    running.take(door.principal)  # given back when the call ends (_Run.drive), not the request
-    run = _Run(door.services, request)
-    try:
-        door.tasks.start_soon(run.drive)
-    except BaseException:
-        running.give_back(door.principal)
-        raise
+    run = _start(door, request)
     if wants_task(ctx, params):
         return await _answer_with_task(door, ctx, run)
     progress = raw.get("progressToken")
     try:
-        async with anyio.create_task_group() as group:
-            if progress is not None:
-                group.start_soon(_forward_output, ctx, run, progress)
+        if progress is None:
             await run.done.wait()
-            group.cancel_scope.cancel()
+        else:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_forward_output, ctx, run, progress)
+                await run.done.wait()
+                group.cancel_scope.cancel()
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
             await _cancel_abandoned(door, run)
         raise
     return await _answer(door, run)
+
+
+def _execution_request(
+    door: Door,
+    raw: Mapping[str, Any],
+    name: str,
+    arguments: Mapping[str, Any] | None,
+    request_id: str | int | None,
+    client_name: str,
+) -> ToolExecutionRequest:
+    """The call as ``POST /v1/executions`` would take it, checked the same way."""
+    origin = meta.CallOrigin(
+        principal=door.principal,
+        session_id=door.session_id,
+        request_id=request_id,
+        client_name=client_name,
+        default_workspace=door.services.settings.mcp.workspace,
+    )
+    body = meta.execution_body(name, arguments, raw, origin)
+    request = parse_request(body, door.principal, roles=door.roles, auth_method=door.auth_method)
+    return _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
+
+
+def _start(door: Door, request: ToolExecutionRequest) -> Run:
+    """The call running in the gateway's task group, holding one of its principal's
+    execution slots until its execution ends (``Run.drive``), not until the request does."""
+    running = door.services.admission.executions
+    running.take(door.principal)
+    run = Run(door.services, request)
+    try:
+        door.tasks.start_soon(run.drive)
+    except BaseException:
+        running.give_back(door.principal)
+        raise
+    return run
 
 
 def _with_trace(request: ToolExecutionRequest, traceparent: Any) -> ToolExecutionRequest:
@@ -222,7 +316,7 @@ def _with_trace(request: ToolExecutionRequest, traceparent: Any) -> ToolExecutio
 
 
 @dataclass
-class _Run:
+class Run:
     """One call running in the gateway's task group; the request only waits for it."""
 
     services: Runtime
@@ -230,6 +324,9 @@ class _Run:
     done: anyio.Event = field(default_factory=anyio.Event)
     record: ExecutionRecord | None = None
     error: ToolgateError | None = None
+    waiter: anyio.CancelScope | None = None
+    """Cancelled when the run is done: how a request that waits on something else (its
+    client's disconnect: ``gateway.mcp.stateless``) learns of the end."""
 
     async def drive(self) -> None:
         """Run the call, which holds its principal's execution slot (taken by ``_call``)."""
@@ -243,6 +340,8 @@ class _Run:
         finally:
             self.services.admission.executions.give_back(self.request.principal)
             self.done.set()
+            if self.waiter is not None:
+                self.waiter.cancel()
 
     async def find(self) -> ExecutionRecord | None:
         """The execution, once reserved (it is durable from then on)."""
@@ -253,7 +352,7 @@ class _Run:
         return found[0] if found else None
 
 
-async def _answer(door: Door, run: _Run) -> dict[str, Any]:
+async def _answer(door: Door, run: Run) -> dict[str, Any]:
     if run.error is not None:
         return results.refused(run.error)
     assert run.record is not None
@@ -270,7 +369,7 @@ async def _approval(door: Door, record: ExecutionRecord) -> ApprovalRecord | Non
 
 
 async def _answer_with_task(
-    door: Door, ctx: ServerRequestContext[Any, Any], run: _Run
+    door: Door, ctx: ServerRequestContext[Any, Any], run: Run
 ) -> dict[str, Any]:
     """Wait up to ``mcp.task_wait``; a call finished by then is answered as usual, one that
     is parked or still running as a task (its execution record is already durable)."""
@@ -297,7 +396,7 @@ async def _answer_with_task(
     }
 
 
-async def _forward_output(ctx: ServerRequestContext[Any, Any], run: _Run, token: Any) -> None:
+async def _forward_output(ctx: ServerRequestContext[Any, Any], run: Run, token: Any) -> None:
     """``tool.output`` events → ``notifications/progress`` (the client gave a token)."""
     seq, count = -1, 0
     while True:
@@ -319,7 +418,7 @@ async def _forward_output(ctx: ServerRequestContext[Any, Any], run: _Run, token:
             await ctx.session.send_notification(note, related_request_id=ctx.request_id)
 
 
-async def _cancel_abandoned(door: Door, run: _Run) -> None:
+async def _cancel_abandoned(door: Door, run: Run) -> None:
     """The client gave up on the call: cancel its execution (the pipeline settles it)."""
     with anyio.move_on_after(5):
         record = await run.find()

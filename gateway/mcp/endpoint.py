@@ -5,8 +5,10 @@ caller authenticated exactly as for the REST door (401 with ``WWW-Authenticate``
 naming the resource metadata when JWTs are configured: gateway/mcp/oauth.py), records the
 principal and its roles in the request scope and hands the request to the SDK's
 streamable-HTTP session manager, which serves both eras: 2025-11-25 sessions (the
-``initialize`` handshake) and 2026-07-28's self-contained requests. ``run()`` is the session
-manager's lifespan; the host app enters it in its own (Starlette runs no mounted lifespan).
+``initialize`` handshake) and 2026-07-28's self-contained requests, but for a plain
+2026-07-28 ``tools/call``, which gateway/mcp/stateless.py answers as the SDK would.
+``run()`` is the session manager's lifespan; the host app enters it in its own (Starlette
+runs no mounted lifespan).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from gateway.errors import ToolgateError
 from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
 from gateway.http.problems import problem
 from gateway.mcp import calls, oauth
+from gateway.mcp.stateless import StatelessCalls
 from gateway.runtime.admission import Gauge
 from gateway.settings import Settings
 
@@ -85,6 +88,12 @@ async def _legacy_task_call(
     return await calls.call_tool(ctx, typed)
 
 
+def _no_param_headers(name: str) -> None:
+    """Mcp-Param-* header checks: the published schemas declare no ``x-mcp-header``, so
+    there is nothing to check (and no need to list the tools on every call)."""
+    return None
+
+
 def build_server() -> Server[Any]:
     server = _ToolgateServer(
         "toolgate",
@@ -93,9 +102,7 @@ def build_server() -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=calls.list_tools,  # type: ignore[arg-type]
         on_call_tool=calls.call_tool,  # type: ignore[arg-type]
-        # Mcp-Param-* header checks: the published schemas declare no x-mcp-header, so
-        # there is nothing to check (and no need to list the tools on every call).
-        get_tool_input_schema=lambda name: None,
+        get_tool_input_schema=_no_param_headers,
         # What a principal may see changes with the policy: never serve a cached listing.
         cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
     )
@@ -105,6 +112,22 @@ def build_server() -> Server[Any]:
     server.extensions = {calls.TASKS_EXTENSION: {}}
     server.middleware.append(_legacy_task_call)
     return server
+
+
+def serves_plain_calls(server: Server[Any]) -> bool:
+    """Whether ``gateway.mcp.stateless`` answers a plain call of ``server`` exactly as the
+    SDK would: nothing between the SDK's transport and ``calls.call_tool`` acts on one
+    but the SDK's own span (its default middleware, which records to the process-global
+    tracer provider: the gateway's spans have their own) and ``_legacy_task_call`` (which
+    passes a 2026-07-28 call through); no ``Mcp-Param-*`` check, no cache hint."""
+    *sdk, ours = server.middleware
+    return (
+        ours is _legacy_task_call
+        and [type(m).__name__ for m in sdk] == ["OpenTelemetryMiddleware"]
+        and server.get_tool_input_schema is _no_param_headers
+        and "tools/call" not in server.cache_hints
+        and server.get_request_handler("tools/call") is not None
+    )
 
 
 class McpEndpoint:
@@ -120,6 +143,11 @@ class McpEndpoint:
         )
         self._security = security
         self.manager: StreamableHTTPSessionManager | None = None
+        self.stateless: StatelessCalls | None = None
+        """The plain calls of the 2026-07-28 era, answered without the SDK's transport
+        (None: every request goes to the SDK)."""
+        if settings.mcp.fast_calls and serves_plain_calls(self.server):
+            self.stateless = StatelessCalls(self.server, security)
 
     @contextlib.asynccontextmanager
     async def run(self, sessions: Gauge) -> AsyncIterator[None]:
@@ -133,6 +161,7 @@ class McpEndpoint:
             session_idle_timeout=mcp.session_idle_timeout,
             max_sessions=mcp.max_sessions_total,
             sessions=sessions,
+            endpoint=self,
         )
         async with manager.run():
             self.manager = manager
@@ -164,9 +193,10 @@ class McpEndpoint:
         scope[calls.PRINCIPAL_SCOPE_KEY] = principal
         scope[calls.ROLES_SCOPE_KEY] = identity.roles
         scope[calls.AUTH_METHOD_SCOPE_KEY] = identity.method
-        # The session manager binds a 2025-11-25 session to the credential that opened it.
-        token = AccessToken(token="", client_id=principal, scopes=[], subject=principal)
-        scope["user"] = AuthenticatedUser(token)
+        if not _modern(scope):
+            # The session manager binds a 2025-11-25 session to the credential that opened it.
+            token = AccessToken(token="", client_id=principal, scopes=[], subject=principal)
+            scope["user"] = AuthenticatedUser(token)
         if self.manager is None:
             await problem(503, "not_ready", "the MCP endpoint is not running")(scope, receive, send)
             return
@@ -189,6 +219,13 @@ def _opens_session(request: Request) -> bool:
     )
 
 
+def _modern(scope: Scope) -> bool:
+    """The request goes to the SDK's 2026-07-28 entry (``_handle_request``'s test)."""
+    header = b"mcp-protocol-version"
+    version = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
+    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
 _OPENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcp_opener", default=None)
 """The principal of the request being handed to the session manager (it admits a session
 within that call, on the same task)."""
@@ -203,10 +240,22 @@ class _BoundedSessions(StreamableHTTPSessionManager):
     ``Retry-After``); a session that races past that check is refused here, and the SDK
     answers it 503."""
 
-    def __init__(self, *args: Any, sessions: Gauge, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, sessions: Gauge, endpoint: McpEndpoint, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._gauge = sessions
         self._opened_by: dict[str, str] = {}
+        self._endpoint = endpoint
+
+    async def _handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Past the SDK's body bound, as the SDK routes eras (by the header): a plain call
+        of 2026-07-28 is answered by ``gateway.mcp.stateless``, the rest by the SDK."""
+        stateless = self._endpoint.stateless
+        if stateless is not None and self._task_group is not None and _modern(scope):
+            replay = await stateless(scope, receive, send)
+            if replay is None:
+                return
+            receive = replay
+        await super()._handle_request(scope, receive, send)
 
     def _admit_session(self, requestor: Any) -> Any:
         principal = _OPENER.get()

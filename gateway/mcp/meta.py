@@ -97,8 +97,10 @@ def execution_body(
     body: dict[str, Any] = {
         key: meta[mkey] for mkey, key in REQUEST_KEYS.items() if meta.get(mkey) is not None
     }
-    body.setdefault("run_id", _default_run_id(origin, meta))
-    body.setdefault("call_id", _default_call_id(origin, name, args))
+    if "run_id" not in body:
+        body["run_id"] = _default_run_id(origin, meta)
+    if "call_id" not in body:
+        body["call_id"] = _default_call_id(origin, name, args)
     body["tool"] = {"name": name}
     if meta.get(REQUESTED_VERSION) is not None:
         body["tool"]["requested_version"] = meta[REQUESTED_VERSION]

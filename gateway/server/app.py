@@ -77,8 +77,9 @@ def create_app(
             if owned:
                 await close_runtime(app.state.services)
 
-    table = [
+    table = [  # the router tries each route in turn: the calls' routes first
         Route("/v1/executions", routes.create_execution, methods=["POST"]),
+        Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
         Route("/v1/executions", routes.list_executions, methods=["GET"]),
         Route("/v1/executions/{execution_id}", routes.get_execution, methods=["GET"]),
         Route("/v1/executions/{execution_id}/events", routes.execution_events, methods=["GET"]),
@@ -100,7 +101,6 @@ def create_app(
         Route("/healthz", routes.healthz, methods=["GET"]),
         Route("/readyz", routes.readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
-        Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
         Route(oauth.WELL_KNOWN, oauth.protected_resource, methods=["GET"]),
         Route(oauth.WELL_KNOWN + "/{path:path}", oauth.protected_resource, methods=["GET"]),
         *UI_ROUTES,
