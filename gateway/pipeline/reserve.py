@@ -69,13 +69,17 @@ async def run(services: Services, state: Authorized) -> Reserved | Ended:
         return built[0]
 
     spend = state.approval.id if state.approval else None
+    trail = state.trail
+    if state.awaiting is not None:  # parked in the reservation itself, with its approval
+        trail = _parked(trail, state.awaiting)
     outcome = await services.store.reserve(
         record_now,
-        state.trail.events,
+        trail.events,
         claim,
         consume_approval=spend,
         on_existing=_replay_note(req.call_id),
         call=identity,
+        approval=state.awaiting,
     )
     if isinstance(outcome, Existing):
         return _existing(outcome)
@@ -85,9 +89,9 @@ async def run(services: Services, state: Authorized) -> Reserved | Ended:
             code="approval_token_used",
         )
     record = record_now()
-    trail = state.trail.drained()
+    trail = trail.drained()
     if state.awaiting is not None:
-        return await _checkpoint(services, record, state.awaiting, trail)
+        return Ended(record)
     if status is Status.QUEUED:
         services.wake_workers()
         return Ended(record)
@@ -165,14 +169,20 @@ def _replay_note(call_id: str) -> Callable[[Existing], list[Event]]:
     return note
 
 
-async def _checkpoint(
-    services: Services, record: ExecutionRecord, approval: ApprovalRecord, trail: Trail
-) -> Ended:
-    trail = trail.emit(
+def _parked(trail: Trail, approval: ApprovalRecord) -> Trail:
+    """The events of a call parked for ``approval``."""
+    return trail.emit(
         "approval.requested",
         approval_id=approval.id,
         reasons=list(approval.reasons),
         expires_at_ms=approval.expires_ms,
     ).emit("state.checkpointed", status=Status.AWAITING_APPROVAL.value)
+
+
+async def _checkpoint(
+    services: Services, record: ExecutionRecord, approval: ApprovalRecord, trail: Trail
+) -> Ended:
+    """Park an execution that exists already (dequeued, and policy now wants a person)."""
+    trail = _parked(trail, approval)
     await services.store.checkpoint_for_approval(approval, trail.events)
     return Ended(replace(record, approval_id=approval.id, status=Status.AWAITING_APPROVAL))

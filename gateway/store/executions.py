@@ -9,9 +9,10 @@ from gateway.errors import StoreError
 from gateway.events.model import Event
 from gateway.store import events as event_log
 from gateway.store import idempotency, rows
-from gateway.store.approvals import spend
+from gateway.store.approvals import INSERT_APPROVAL, spend
 from gateway.store.locks import RELEASE_LOCKS, release_locks
 from gateway.store.records import (
+    ApprovalRecord,
     ApprovalUnavailable,
     CallIdentity,
     ExecutionRecord,
@@ -136,6 +137,7 @@ def reserve(
     claim: IdempotencyClaim | None,
     consume_approval: str | None,
     on_existing: Callable[[Existing], Sequence[Event]] | None,
+    approval: ApprovalRecord | None = None,
 ) -> ReserveResult:
     # Call identity answers first (docs/api.md, "Which answer comes first"): an identical
     # resend gets its own execution as it stands; a reused call_id is refused whatever its
@@ -156,6 +158,8 @@ def reserve(
     db.run(INSERT_EXECUTION, rows.execution_row(record))
     if claim is not None:
         idempotency.insert(db, claim, record.id)
+    if approval is not None:
+        db.run(INSERT_APPROVAL, rows.approval_row(approval))
     event_log.insert(db, events, fresh=True)
     return Reserved()
 

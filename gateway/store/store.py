@@ -194,6 +194,7 @@ class Store:
         consume_approval: str | None = None,
         on_existing: Callable[[Existing], Sequence[Event]] | None = None,
         call: CallIdentity | None = None,
+        approval: ApprovalRecord | None = None,
     ) -> ReserveResult:
         """Write the execution record (and idempotency claim) before any side effect.
 
@@ -209,11 +210,22 @@ class Store:
         ``record`` may be a function that builds it, called only when the key resolved to
         nothing (a replay never needs its own record); it must return the same record each
         time it is called.
+        ``approval``: the approval a new execution waits for, written in the same transaction
+        (the record says ``awaiting_approval`` with its id): no reader ever sees the one
+        without the other, and a crash cannot leave an execution waiting for an approval
+        that was never written.
         """
         identity = call or call_identity(record() if callable(record) else record)
         try:
             return await self._write(
-                executions.reserve, identity, record, events, claim, consume_approval, on_existing
+                executions.reserve,
+                identity,
+                record,
+                events,
+                claim,
+                consume_approval,
+                on_existing,
+                approval,
             )
         except self._integrity_error:
             # Another replica reserved the same key or call between our read and insert.

@@ -3,11 +3,13 @@ parking, resuming."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
 from gateway.declarations.catalogue import Catalogue
+from gateway.errors import StoreError
 from gateway.pipeline.runner import run_call
 from gateway.pipeline.services import Services
 from gateway.store.store import Store
@@ -57,3 +59,37 @@ async def test_a_read_nobody_waits_on_needs_no_reservation(
     durable = await reserve.run(services, Authorized(write.call, None, None, write.trail))
     assert isinstance(durable, Reserved) and durable.record is not None
     assert durable.record.status is Status.RUNNING and durable.trail.events == ()
+
+
+async def test_a_crash_after_the_reservation_never_leaves_a_wait_for_a_missing_approval(
+    tmp_path: Path, store: Store, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reservation of a call that needs approval writes its approval in the same
+    transaction: if the process dies right after it (here: every later write fails), the
+    store holds an execution awaiting an approval that exists, never one without it (which
+    no replica would ever settle, and whose readers saw ``approval: null``)."""
+    policy = FunctionPolicy(lambda d: Decision(DecisionResult.REQUIRE_APPROVAL, ("a person",)))
+    services = make_services(tmp_path, store, catalogue, FunctionAdapter(ok), policy)
+    reserve, write = store.reserve, store._write
+    dead = False
+
+    async def reserve_then_die(*args: object, **kwargs: object) -> object:
+        nonlocal dead
+        outcome = await reserve(*args, **kwargs)  # type: ignore[arg-type]
+        dead = True
+        return outcome
+
+    async def write_unless_dead(*args: object, **kwargs: object) -> object:
+        if dead:
+            raise StoreError("the process died")
+        return await write(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "reserve", reserve_then_die)
+    monkeypatch.setattr(store, "_write", write_unless_dead)
+    with contextlib.suppress(StoreError):  # a later write failed: what the store holds counts
+        await run_call(services, request())
+    [parked] = await store.unfinished([Status.AWAITING_APPROVAL])
+    assert parked.approval_id is not None
+    approval = await store.get_approval(parked.approval_id)
+    assert approval is not None and approval.status == "pending"
+    assert approval.execution_id == parked.id
