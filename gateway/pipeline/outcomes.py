@@ -32,9 +32,17 @@ Before = Working | Started
 """Every record a result can be settled from."""
 NOTHING_ATTEMPTED = SideEffectReport(False, False, "nothing was attempted")
 
+# isinstance against tuples built once: ``A | B`` in a call builds a union object each time,
+# and these run several times per stage of every call.
+_WITH_TICKET = (Requested, Resolved, Settled)
+_WITH_TOOL = (Resolved, Settled)
+_UNRESOLVED = (Requested, Resolved)
+_UNRESERVED = (Prepared, Authorized)
+_STARTED = (Started, Executed, Settled)
+
 
 def ticket_of(state: Before) -> Ticket:
-    if isinstance(state, Requested | Resolved | Settled):
+    if isinstance(state, _WITH_TICKET):
         return state.ticket
     return state.call.ticket
 
@@ -42,23 +50,23 @@ def ticket_of(state: Before) -> Ticket:
 def tool_of(state: Before) -> ToolDeclaration | None:
     if isinstance(state, Requested):
         return None
-    if isinstance(state, Resolved | Settled):
+    if isinstance(state, _WITH_TOOL):
         return state.tool
     return state.call.tool
 
 
 def record_of(state: Before) -> ExecutionRecord | None:
     """The execution as this call knows it to be stored (``None``: not durable yet)."""
-    if isinstance(state, Requested | Resolved):
+    if isinstance(state, _UNRESOLVED):
         return state.ticket.stored
-    if isinstance(state, Prepared | Authorized):
+    if isinstance(state, _UNRESERVED):
         return state.call.ticket.stored
     return state.record
 
 
 def started_ms_of(state: Before) -> int | None:
     """When ``tool.started`` was emitted; ``None`` before (the side effect cannot have begun)."""
-    if isinstance(state, Started | Executed | Settled):
+    if isinstance(state, _STARTED):
         return state.started_ms
     return None
 
@@ -68,7 +76,7 @@ def settled(state: Before, result: ToolResult, trail: Trail | None = None) -> Se
     trail = trail or state.trail
     if isinstance(state, Settled):
         return replace(state, result=result, trail=trail)
-    if isinstance(state, Requested | Resolved):
+    if isinstance(state, _UNRESOLVED):
         ticket = state.ticket
         tool = state.tool if isinstance(state, Resolved) else None
         return Settled(
@@ -77,7 +85,7 @@ def settled(state: Before, result: ToolResult, trail: Trail | None = None) -> Se
     call = state.call
     if isinstance(state, Reserved):
         return _of(call, state.record, state.record is None, NO_LOCKS, None, None, result, trail)
-    if isinstance(state, Prepared | Authorized):  # not reserved yet
+    if isinstance(state, _UNRESERVED):  # not reserved yet
         return _of(call, call.ticket.stored, False, NO_LOCKS, None, None, result, trail)
     record, fencing = state.record, state.fencing
     adapter_returned = isinstance(state, Executed) and not isinstance(state.returned, ToolgateError)

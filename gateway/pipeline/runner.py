@@ -32,6 +32,7 @@ from gateway.errors import (
     ToolgateError,
 )
 from gateway.observability import logs
+from gateway.observability.metrics import Metrics
 from gateway.pipeline import (
     commit,
     execute,
@@ -189,7 +190,9 @@ async def _run_flow(
                 if isinstance(current, Ended):
                     break
                 if isinstance(current, stage.takes):
-                    current = await _run_stage(stage, services, current)
+                    current = await _run_stage(stage, services, current, execution_id)
+        elif telemetry.tracing is None:
+            current = await _run_timed(stages, services, state, telemetry.metrics)
         else:
             current = await _run_observed(stages, services, state)
     finally:
@@ -198,6 +201,37 @@ async def _run_flow(
             await _release(services, execution_id)
     assert isinstance(current, Ended), "the last stage ends every call"
     return current.record
+
+
+async def _run_timed(
+    stages: tuple[Stage[Any], ...], services: Services, state: Requested, metrics: Metrics
+) -> State:
+    """The stage loop with each stage timed and the call's end counted, without tracing:
+    ``_run_observed`` less its span bookkeeping (the common configuration: metrics on)."""
+    execution_id = state.ticket.execution_id
+    current: State = state
+    last: ToolResult | None = None
+    clock = time.perf_counter
+    for stage in stages:
+        if isinstance(current, Ended):
+            break
+        if isinstance(current, stage.takes):
+            start = clock()
+            current = await _run_stage(stage, services, current, execution_id)
+            metrics.stage(stage.name, clock() - start)
+            if isinstance(current, Settled):
+                last = current.result
+    if isinstance(current, Ended) and current.record.id == execution_id:
+        record = current.record  # a replay of an existing execution is not counted again
+        if record.terminal:  # a parked call: when it ends
+            _count_end(metrics, record, last)
+    return current
+
+
+def _count_end(metrics: Metrics, record: ExecutionRecord, last: ToolResult | None) -> None:
+    error = last.error if last is not None else None
+    phase = error.phase.value if error is not None and error.phase else ""
+    metrics.execution(record.tool_name, record.outcome or "", phase)
 
 
 async def _run_observed(
@@ -233,10 +267,12 @@ async def _run_observed(
             if isinstance(current, stage.takes):
                 start = clock()
                 if tracing is None:
-                    current = await _run_stage(stage, services, current)
+                    current = await _run_stage(stage, services, current, ticket.execution_id)
                 else:
                     with tracing.stage(stage.name):
-                        current = await _run_stage(stage, services, current)
+                        current = await _run_stage(
+                            stage, services, current, ticket.execution_id
+                        )
                 if metrics is not None:
                     metrics.stage(stage.name, clock() - start)
                 if isinstance(current, Settled):
@@ -248,16 +284,18 @@ async def _run_observed(
                 shown = record.outcome if record.terminal else str(record.status)
                 tracing.ended(span, shown, error.code if error else None)
             if metrics is not None and record.terminal:  # a parked call: when it ends
-                phase = error.phase.value if error is not None and error.phase else ""
-                metrics.execution(record.tool_name, record.outcome or "", phase)
+                _count_end(metrics, record, last)
     return current
+
+
+_HOLDING = (Locked, Executed, Settled)
 
 
 def _holds_locks(state: State) -> bool:
     """Whether the call holds locks its commit did not release."""
     if isinstance(state, Ended):
         return state.release_locks
-    if isinstance(state, Locked | Executed | Settled):
+    if isinstance(state, _HOLDING):
         record = state.record
         return bool(state.fencing) and (record is None or not record.terminal)
     return False
@@ -271,9 +309,13 @@ FAULT_POINTS: dict[str, tuple[str | None, str | None]] = {
 """Stage → (fault point before it, fault point after it); execute has its own two."""
 
 
-async def _run_stage(stage: Stage[Any], services: Services, state: Working) -> State:
-    before, after = FAULT_POINTS.get(stage.name, (None, None))
-    execution_id = ticket_of(state).execution_id
+_NO_FAULT_POINTS: tuple[str | None, str | None] = (None, None)
+
+
+async def _run_stage(
+    stage: Stage[Any], services: Services, state: Working, execution_id: str
+) -> State:
+    before, after = FAULT_POINTS.get(stage.name, _NO_FAULT_POINTS)
     current: State = state
     try:
         if before:
