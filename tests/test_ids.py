@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 import time
 
 from gateway.ids import sortable_id
@@ -21,3 +23,35 @@ def test_ids_sort_by_creation_time() -> None:
     assert first < second
     millis = int(first[3:15], 16)
     assert abs(millis - time.time() * 1000) < 5_000
+
+
+def test_a_forked_child_never_reuses_the_parents_random_digits() -> None:
+    sortable_id("ev")  # the parent has a pool drawn
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, "".join(sortable_id("ev")[15:] for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        text = pipe.read()
+    os.waitpid(pid, 0)
+    child = {text[i : i + 20] for i in range(0, len(text), 20)}
+    parent = {sortable_id("ev")[15:] for _ in range(50)}
+    assert len(child) == 50
+    assert not child & parent
+
+
+def test_ids_made_on_many_threads_are_unique() -> None:
+    found: list[str] = []
+
+    def make() -> None:
+        found.extend(sortable_id("ev") for _ in range(2_000))
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(found)) == len(found) == 16_000
