@@ -56,6 +56,14 @@ class ResolvedPath:
             object.__setattr__(self, "_absolute", found)
         return found
 
+    @property
+    def location(self) -> str:
+        """``str(self.absolute)`` without making a Path (what a plain ``os`` call takes)."""
+        root = str(self.root)
+        if self.relative == ".":
+            return root
+        return f"{root}{self.relative}" if root.endswith("/") else f"{root}/{self.relative}"
+
     def to_json(self) -> dict[str, object]:
         return {"argument": self.argument, "relative": self.relative, "inside_workspace": True}
 

@@ -106,6 +106,7 @@ __all__ = [
     "AdapterOutcome",
     "AdapterSpec",
     "Evidence",
+    "Immediate",
     "NoOptions",
     "Previewing",
     "Recovering",
@@ -132,6 +133,19 @@ class Previewing(Protocol):
 
     async def preview(self, call: AdapterCall) -> JSON:
         """What the effect would be, without causing it; raises ToolgateError if it cannot tell."""
+        ...
+
+
+@runtime_checkable
+class Immediate(Protocol):
+    """An adapter that can finish some calls at once, on the event loop: work small and
+    bounded enough that a hop to a worker thread, the watchers and the cancel scope a call
+    otherwise gets would cost more than the work (reading a small regular file)."""
+
+    def execute_now(self, call: AdapterCall) -> AdapterOutcome | None:
+        """The outcome of ``call`` when it can be had at once without blocking (bounded
+        work, no waiting), else None: the pipeline then calls ``execute``, as usual. It
+        raises what ``execute`` would (a ToolgateError for a failure)."""
         ...
 
 

@@ -32,6 +32,12 @@ class Catalogue:
             for name, versions in sorted(by_name.items())
         }
         self._validators: dict[str, FastValidator] = {}
+        # What every call asks again, kept once: the tool without a version asked for (the
+        # common call), and each declaration's validator by the declaration's identity
+        # (its ``ref`` is built anew on every read). The catalogue holds its declarations,
+        # so no other object can take one's id while it lives.
+        self._latest: dict[str, ToolDeclaration] = {}
+        self._validator_of: dict[int, FastValidator] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_name.values())
@@ -54,6 +60,14 @@ class Catalogue:
 
     def resolve(self, name: str, requested: str | None = None) -> ToolDeclaration:
         """The newest enabled version of ``name`` matching ``requested`` (any when None)."""
+        if requested is None and (latest := self._latest.get(name)) is not None:
+            return latest
+        found = self._resolve(name, requested)
+        if requested is None:
+            self._latest[name] = found
+        return found
+
+    def _resolve(self, name: str, requested: str | None) -> ToolDeclaration:
         versions = self._by_name.get(name)
         if not versions:
             raise ResolveError(f"no tool named {name!r} is declared", code="tool_not_found")
@@ -84,9 +98,14 @@ class Catalogue:
         It validates and normalises like ``JsonValidator(tool.input, purge_readonly=True)``,
         with a compiled fast path that defers to cerberus (see ``fastvalid``).
         """
+        validator = self._validator_of.get(id(tool))
+        if validator is not None:
+            return validator
         key = tool.ref
         validator = self._validators.get(key)
         if validator is None:
             validator = FastValidator(tool.input, purge_readonly=True)
             self._validators[key] = validator
+        if any(t is tool for t in self._by_name.get(tool.name, ())):
+            self._validator_of[id(tool)] = validator  # one of its own: it lives as long
         return validator

@@ -16,7 +16,7 @@ import time
 
 import anyio
 
-from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome
+from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome, Immediate
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ExecutionError, StoreError, ToolgateError
 from gateway.pipeline.context import adapter_call, adapter_of, deadline_of
@@ -81,20 +81,23 @@ async def _run_adapter(services: Services, state: Started, durable: bool) -> Exe
     if deadline_of(services, call) - _now() < START_FLOOR:
         return _no_time_left(state)  # the last look before the side effect: after the locks
     sink = OutputSink(services.store, call.ticket.execution_id, trail.seq, durable=durable)
-    watch = _Watch(services, state, sink)
+    adapter = adapter_of(services, call)
     try:
-        try:
-            call_input = adapter_call(
-                services,
-                call,
-                state.fencing,
-                watch.cancelled,
-                emit_output=sink.emit,
-                checkpoint=sink.checkpoint,
-            )
-            returned = await _call_adapter(adapter_of(services, call), call_input, watch)
-        finally:
-            await watch.stop()
+        returned = _now_or_never(services, state, adapter, sink)
+        if returned is None:
+            watch = _Watch(services, state, sink)
+            try:
+                call_input = adapter_call(
+                    services,
+                    call,
+                    state.fencing,
+                    watch.cancelled,
+                    emit_output=sink.emit,
+                    checkpoint=sink.checkpoint,
+                )
+                returned = await _call_adapter(adapter, call_input, watch)
+            finally:
+                await watch.stop()
     except StoreError:
         raise
     except Exception as exc:
@@ -226,36 +229,71 @@ def _no_time_left(state: Started) -> Settled:
     return ended_before_start(state, Outcome.FAILED, error)
 
 
+_IMMEDIATE: dict[type, bool] = {}
+"""Whether an adapter class is ``Immediate`` (a Protocol's isinstance is slow: once a class)."""
+
+
+def _now_or_never(
+    services: Services, state: Started, adapter: Adapter, sink: OutputSink
+) -> AdapterOutcome | ToolgateError | None:
+    """The outcome of an ``Immediate`` adapter that finished the call at once, or None (the
+    call then takes the general path). Nothing here waits, so there is nothing for the
+    watchers, the cancel scope or the deadline's timer to interrupt: a cancel or the
+    deadline could not stop a call that never yields to the event loop anyway."""
+    kind = type(adapter)
+    immediate = _IMMEDIATE.get(kind)
+    if immediate is None:
+        immediate = _IMMEDIATE[kind] = isinstance(adapter, Immediate)
+    if not immediate:
+        return None
+    call = adapter_call(
+        services,
+        state.call,
+        state.fencing,
+        emit_output=sink.emit,
+        checkpoint=sink.checkpoint,
+    )
+    try:
+        return adapter.execute_now(call)  # type: ignore[attr-defined]
+    except Exception as exc:
+        return _failure(call, exc)
+
+
 async def _call_adapter(
     adapter: Adapter, call: AdapterCall, watch: _Watch
 ) -> AdapterOutcome | ToolgateError:
     """The adapter's outcome, or its failure translated into the error tree.
 
     The adapter runs in this task, in one cancel scope: its deadline, and the watch's
-    cut-off after a cancel's grace period."""
+    cut-off after a cancel's grace period (the loop's clock is anyio's on asyncio)."""
     tool = call.tool
-    scope = watch.scope = anyio.CancelScope(
-        deadline=anyio.current_time() + max(call.seconds_left(), 0.0)
-    )
+    now = asyncio.get_running_loop().time()
+    scope = watch.scope = anyio.CancelScope(deadline=now + max(call.seconds_left(), 0.0))
     with scope:
         try:
             return await adapter.execute(call)
-        except TimeoutError:
-            return _timeout(tool)
-        except ToolgateError as exc:
-            return exc
         except Exception as exc:
-            log.exception("adapter %s failed in execution %s", tool.adapter, call.execution_id)
-            return ExecutionError(
-                f"the {tool.adapter} adapter failed unexpectedly ({type(exc).__name__}); "
-                f"see the gateway log for execution {call.execution_id}",
-                code="adapter_crashed",
-            )
+            return _failure(call, exc)
     if not watch.cut_off:
         return _timeout(tool)  # the deadline cancelled the scope
     return ExecutionError(
         f"{tool.ref} was cancelled and did not stop within {watch.grace:g} s; it was cut off",
         code="cancelled",
+    )
+
+
+def _failure(call: AdapterCall, exc: Exception) -> ToolgateError:
+    """What an adapter raised, translated into the error tree."""
+    tool = call.tool
+    if isinstance(exc, TimeoutError):
+        return _timeout(tool)
+    if isinstance(exc, ToolgateError):
+        return exc
+    log.exception("adapter %s failed in execution %s", tool.adapter, call.execution_id)
+    return ExecutionError(
+        f"the {tool.adapter} adapter failed unexpectedly ({type(exc).__name__}); "
+        f"see the gateway log for execution {call.execution_id}",
+        code="adapter_crashed",
     )
 
 

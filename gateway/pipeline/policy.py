@@ -34,6 +34,26 @@ def tool_input(tool: ToolDeclaration) -> dict[str, Any]:
     }
 
 
+_TOOL_INPUTS: dict[int, tuple[ToolDeclaration, dict[str, Any]]] = {}
+_TOOL_INPUTS_MAX = 4096
+
+
+def _shared_tool_input(tool: ToolDeclaration) -> dict[str, Any]:
+    """``tool_input(tool)``, made once per declaration (a declaration is immutable) and
+    shared by the documents of its calls, which nothing mutates (the recorded input and
+    the decision log copy what they change). Keyed by identity: the entry holds the
+    declaration, so its id cannot be reused while the entry exists; a catalogue's worth
+    of entries per reload, dropped all at once past ``_TOOL_INPUTS_MAX``."""
+    entry = _TOOL_INPUTS.get(id(tool))
+    if entry is not None and entry[0] is tool:
+        return entry[1]
+    if len(_TOOL_INPUTS) >= _TOOL_INPUTS_MAX:
+        _TOOL_INPUTS.clear()
+    made = tool_input(tool)
+    _TOOL_INPUTS[id(tool)] = (tool, made)
+    return made
+
+
 def credential_input(method: str, roles: tuple[str, ...]) -> dict[str, Any]:
     """``actor.credential`` of the policy input: how the caller authenticated and the roles
     its credential itself carries (a JWT's mapped claims; docs/security.md#identities).
@@ -47,7 +67,7 @@ def policy_input(call: Call, approval: ApprovalRecord | None = None) -> dict[str
     now_ms = int(time.time() * 1000)
     left = None if req.deadline_ms is None else int(req.deadline_ms - now_ms)
     return {
-        "tool": tool_input(tool),
+        "tool": _shared_tool_input(tool),
         "arguments": dict(call.arguments),
         "arguments_sha256": call.arguments_sha256,
         "paths": [p.to_json() for p in call.paths.values()],

@@ -185,14 +185,15 @@ async def _run_flow(
     services.active.add(execution_id)
     current: State = state
     try:
-        if telemetry.metrics is None and telemetry.tracing is None:
+        metrics = telemetry.metrics
+        if metrics is None and telemetry.tracing is None:
             for stage in stages:
                 if isinstance(current, Ended):
                     break
                 if isinstance(current, stage.takes):
                     current = await _run_stage(stage, services, current, execution_id)
-        elif telemetry.tracing is None:
-            current = await _run_timed(stages, services, state, telemetry.metrics)
+        elif metrics is not None and telemetry.tracing is None:
+            current = await _run_timed(stages, services, state, metrics)
         else:
             current = await _run_observed(stages, services, state)
     finally:
@@ -270,9 +271,7 @@ async def _run_observed(
                     current = await _run_stage(stage, services, current, ticket.execution_id)
                 else:
                     with tracing.stage(stage.name):
-                        current = await _run_stage(
-                            stage, services, current, ticket.execution_id
-                        )
+                        current = await _run_stage(stage, services, current, ticket.execution_id)
                 if metrics is not None:
                     metrics.stage(stage.name, clock() - start)
                 if isinstance(current, Settled):

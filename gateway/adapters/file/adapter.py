@@ -52,7 +52,7 @@ there in bounded chunks), anything that is not a regular file (refused there, at
 every write (they fsync) go to a worker thread."""
 
 
-def small_file_bytes(path: Path) -> bytes | None:
+def small_file_bytes(path: Path | str) -> bytes | None:
     """The content of ``path`` when it is a regular file of at most ``INLINE_MAX_BYTES``;
     None otherwise, or on any error (the caller then takes the general path, which reports
     it). Opened without blocking and without following a symlink, and checked on the open
@@ -89,14 +89,21 @@ class FileAdapter:
 
     name: ClassVar[str] = "file"
 
+    def execute_now(self, call: AdapterCall) -> AdapterOutcome | None:
+        """A read of a regular file of at most ``INLINE_MAX_BYTES``, at once (the path
+        confined again first, as every operation does); None for anything else."""
+        if call.tool.operation != "read":
+            return None
+        target = _target(call)
+        raw = small_file_bytes(target.location)
+        if raw is None:
+            return None
+        return _read_outcome(target, Head(raw[: call.output_budget], len(raw), sha256_bytes(raw)))
+
     async def execute(self, call: AdapterCall) -> AdapterOutcome:
         op = _OPERATIONS[call.tool.operation]
-        if op is _read:
-            target = _target(call)
-            raw = small_file_bytes(target.absolute)
-            if raw is not None:
-                head = Head(raw[: call.output_budget], len(raw), sha256_bytes(raw))
-                return _read_outcome(target, head)
+        if op is _read and (done := self.execute_now(call)) is not None:
+            return done
         try:
             return await anyio.to_thread.run_sync(op, call)
         except DeadlinePassed:
@@ -113,7 +120,7 @@ class FileAdapter:
         target = confine(call.workspace, params["path"], "probe path")
         if name == "file_exists":
             return _exists(target)  # one stat, like each step of confine's realpath
-        raw = small_file_bytes(target.absolute)
+        raw = small_file_bytes(target.location)
         if raw is not None:
             return sha256_bytes(raw)
         return await anyio.to_thread.run_sync(
