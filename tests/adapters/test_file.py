@@ -166,3 +166,26 @@ async def test_a_fifo_is_never_read_on_the_loop(ws: Workspace) -> None:
     assert small_file_bytes(ws.root / "pipe") is None  # returns at once: opened non-blocking
     assert small_file_bytes(ws.root) is None
     assert small_file_bytes(ws.root / "missing") is None
+
+
+async def test_execute_now_reads_small_files_only_and_confines_again(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    from gateway.adapters.file import adapter as file_adapter
+
+    adapter = FileAdapter()
+    (ws.root / "small.txt").write_bytes(b"s" * 10)
+    (ws.root / "large.txt").write_bytes(b"L" * (file_adapter.INLINE_MAX_BYTES + 1))
+    done = adapter.execute_now(call(ws, "fs.read_file", path="small.txt"))
+    assert done is not None and done.data["content"] == "s" * 10
+    assert adapter.execute_now(call(ws, "fs.read_file", path="large.txt")) is None
+    assert adapter.execute_now(call(ws, "fs.write_file", path="new.txt", content="x")) is None
+    assert not (ws.root / "new.txt").exists()
+    swapped = call(ws, "fs.read_file", path="small.txt")
+    (tmp_path / "secret.txt").write_text("secret")
+    (ws.root / "small.txt").unlink()
+    (ws.root / "small.txt").symlink_to(tmp_path / "secret.txt")  # after validation
+    with pytest.raises(ValidationError) as caught:
+        adapter.execute_now(swapped)
+    assert caught.value.code == "path_escape"
+    assert done.data["path"] == "small.txt"

@@ -240,3 +240,55 @@ async def test_no_side_effect_starts_once_the_deadline_has_passed(
     monkeypatch.setattr(execute, "_now", time.time, raising=False)
     record = await run_call(services, request(call_id="c3", deadline_ms=deadline))
     assert record.outcome == "succeeded" and len(adapter.calls) == 1
+
+
+class _Immediate(FunctionAdapter):
+    """An adapter that finishes some calls at once (``answer``), the rest as usual."""
+
+    def __init__(self, answer: object) -> None:
+        super().__init__(ok)
+        self.answer, self.awaited = answer, 0
+
+    async def execute(self, call: AdapterCall) -> AdapterOutcome:
+        self.awaited += 1
+        return await super().execute(call)
+
+    def execute_now(self, call: AdapterCall) -> AdapterOutcome | None:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer  # type: ignore[return-value]
+
+
+async def test_an_immediate_outcome_is_the_calls_and_execute_is_not_awaited(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    done = AdapterOutcome(Outcome.SUCCEEDED, data={"at": "once"})
+    adapter = _Immediate(done)
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    record = await run_call(services, request("fs.read_file", arguments={"path": "a.txt"}))
+    assert record.result is not None
+    assert (record.outcome, record.result["data"], adapter.awaited) == (
+        "succeeded",
+        {"at": "once"},
+        0,
+    )
+
+
+async def test_without_an_immediate_outcome_the_call_takes_the_usual_path(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    adapter = _Immediate(None)
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    record = await run_call(services, request("fs.read_file", arguments={"path": "a.txt"}))
+    assert (record.outcome, adapter.awaited) == ("succeeded", 1)
+
+
+async def test_an_immediate_crash_is_translated_like_one_of_execute(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    adapter = _Immediate(RuntimeError("boom"))
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    record = await run_call(services, request("fs.read_file", arguments={"path": "a.txt"}))
+    assert record.outcome == "failed"
+    assert record.result is not None
+    assert "adapter_crashed" in str(record.result["error"])
