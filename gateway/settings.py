@@ -207,6 +207,16 @@ class McpSettings(_Frozen):
     """``Origin`` values accepted when a request carries one (a browser's)."""
     workspace: str | None = None
     """The workspace of a call that names none in ``_meta`` (``io.toolgate/workspace``)."""
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$")
+    """The gateway's URL as people and agents reach it (``https://toolgate.example.com``,
+    behind a proxy): the base of the links in MCP answers (an approval's page, the
+    execution). Unset: the request's own scheme and ``Host`` (one of ``allowed_hosts``)."""
+
+    @field_validator("public_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str | None) -> str | None:
+        return None if value is None else value.rstrip("/")
+
     task_wait: DurationOrZero = Field(default=2.0, ge=0, le=60)
     """How long ``tools/call`` waits for a call before answering a task-capable client with a
     task instead of the result."""

@@ -20,10 +20,11 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
+from gateway import jsonlimits, tracecontext
 from gateway.errors import LimitExceeded, ToolgateError
 from gateway.mcp import meta, results, tools
 from gateway.pipeline.plan import plan_call
@@ -40,7 +41,6 @@ PRINCIPAL_SCOPE_KEY = "toolgate.principal"
 ROLES_SCOPE_KEY = "toolgate.roles"
 """The roles the caller's credential carries (a JWT's), for the policy input."""
 AUTH_METHOD_SCOPE_KEY = "toolgate.auth_method"
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 PROGRESS_POLL_S = 0.2
 TASK_RESULT_WAIT_S = 30.0
 _T = TypeVar("_T")
@@ -75,15 +75,24 @@ class Door:
         if not isinstance(principal, str):
             raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
         app = request.app
+        services = app.state.services.latest
+        headers = request.headers
+        version = headers.get("mcp-protocol-version")
         return cls(
-            services=app.state.services.latest,
+            services=services,
             principal=principal,
             roles=tuple(request.scope.get(ROLES_SCOPE_KEY, ())),
             auth_method=str(request.scope.get(AUTH_METHOD_SCOPE_KEY, "")),
-            base_url=_base_url(request),
+            base_url=services.settings.mcp.public_url or _base_url(request),
             tasks=app.state.tasks,
-            headers=request.headers,
-            session_id=request.headers.get("mcp-session-id"),
+            headers=headers,
+            # Only a 2025-11-25 session is one (the SDK checked it): in 2026-07-28 the
+            # header is the client's say-so and names no run.
+            session_id=(
+                headers.get("mcp-session-id")
+                if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+                else None
+            ),
         )
 
 
@@ -93,6 +102,9 @@ time at this door); a few entries, forgotten all at once when there are too many
 
 
 def _base_url(request: Request) -> str:
+    """The request's scheme, ``Host`` and root path: the ``Host`` is one of
+    ``mcp.allowed_hosts`` (DNS-rebinding protection refused any other before a handler
+    ran); ``mcp.public_url``, when set, is used instead (Door.of_request)."""
     scope = request.scope
     host = next((value for name, value in scope["headers"] if name == b"host"), None)
     server = scope.get("server")
@@ -123,6 +135,11 @@ async def list_tools(
 ) -> dict[str, Any]:
     door = Door.of(ctx)
     workspace = _raw_meta(ctx).get(meta.WORKSPACE, door.services.settings.mcp.workspace)
+    if workspace is not None and not isinstance(workspace, str):
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"_meta[{meta.WORKSPACE!r}] names a workspace by its id, a string",
+        )
     listed = await tools.visible(
         door.services, door.principal, workspace, door.roles, door.auth_method
     )
@@ -131,6 +148,7 @@ async def list_tools(
         return {"tools": listed, "resultType": "complete"}
     for tool in listed:
         tool["execution"] = {"taskSupport": "optional"}
+    listed[-1]["execution"] = {"taskSupport": "forbidden"}  # the status tool answers at once
     return {"tools": listed}
 
 
@@ -170,6 +188,11 @@ async def call_tool(
     internal error): every failure is an ``isError`` result."""
     door = Door.of(ctx)
     if params.name == results.STATUS_TOOL:
+        if _legacy_task(ctx, params):
+            raise MCPError(
+                code=METHOD_NOT_FOUND,
+                message=f"{results.STATUS_TOOL} answers at once: call it without params.task",
+            )
         work = _status_tool(door, params.arguments or {})
     else:
         work = _call(door, ctx, params)
@@ -244,13 +267,23 @@ async def _call(
     raw = _raw_meta(ctx)
     client = ctx.session.client_params
     client_name = client.client_info.name if client is not None else "mcp"
-    request = _execution_request(
-        door, raw, params.name, params.arguments, ctx.request_id, client_name
-    )
-    if meta.dry_run(raw):
-        with door.services.admission.executions.hold(door.principal):
-            return results.plan_result(await plan_call(door.services, request))
-    run = _start(door, request)
+    try:
+        request = _execution_request(
+            door, raw, params.name, params.arguments, ctx.request_id, client_name
+        )
+        if meta.dry_run(raw):
+            if _legacy_task(ctx, params):
+                raise MCPError(
+                    code=INVALID_PARAMS,
+                    message="a dry run answers at once with its plan: send it without params.task",
+                )
+            with door.services.admission.executions.hold(door.principal):
+                return results.plan_result(await plan_call(door.services, request))
+        run = _start(door, request)
+    except ToolgateError as exc:
+        if _legacy_task(ctx, params):
+            raise _task_refused(exc) from None
+        raise
     if wants_task(ctx, params):
         return await _answer_with_task(door, ctx, run)
     progress = raw.get("progressToken")
@@ -285,9 +318,29 @@ def _execution_request(
         client_name=client_name,
         default_workspace=door.services.settings.mcp.workspace,
     )
+    _bounded({"arguments": arguments, "_meta": raw}, door.services.settings.json_limits)
     body = meta.execution_body(name, arguments, raw, origin)
     request = parse_request(body, door.principal, roles=door.roles, auth_method=door.auth_method)
     return _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _bounded(params: dict[str, Any], limits: jsonlimits.JsonLimits) -> None:
+    """Refuse, before anything runs, in the arguments and ``_meta`` what the REST door
+    refuses in a body (400 ``malformed_json``, ``json_too_deep``, ``json_too_many_values``):
+    a lone UTF-16 surrogate (``"\\ud800"``, which no store, hash or answer can encode), a
+    number JSON cannot carry, nesting or size past the bounds (the arguments nest at the
+    level they have in a REST body). A JSON-RPC invalid-params error: the message holds no
+    surrogate of the request (each is written as its escape)."""
+    try:
+        jsonlimits.check(params, limits, "params")
+    except jsonlimits.JsonLimitError as exc:
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", exc.message)
+        raise MCPError(
+            code=INVALID_PARAMS, message=f"{text}; nothing was run", data={"type": exc.code}
+        ) from None
 
 
 def _start(door: Door, request: ToolExecutionRequest) -> Run:
@@ -307,11 +360,12 @@ def _start(door: Door, request: ToolExecutionRequest) -> Run:
 def _with_trace(request: ToolExecutionRequest, traceparent: Any) -> ToolExecutionRequest:
     """Continue the caller's trace: once ``ToolExecutionRequest`` has a ``traceparent``
     field (the REST door's), a valid one from ``_meta`` or the header fills it."""
-    if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent):
+    parsed = tracecontext.parse(traceparent) if isinstance(traceparent, str) else None
+    if parsed is None:
         return request
     if "traceparent" not in {f.name for f in fields(request)}:
         return request
-    extra: dict[str, Any] = {"traceparent": traceparent}
+    extra: dict[str, Any] = {"traceparent": parsed}
     return replace(request, **extra)
 
 
@@ -368,14 +422,32 @@ async def _approval(door: Door, record: ExecutionRecord) -> ApprovalRecord | Non
     return await door.services.store.get_approval(record.approval_id)
 
 
+def _legacy_task(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> bool:
+    """A 2025-11-25 task-augmented ``tools/call``: answered with a ``CreateTaskResult`` or a
+    JSON-RPC error, nothing else (a spec-following client validates the answer as one)."""
+    return params.task is not None and not _modern(ctx)
+
+
+def _task_refused(exc: ToolgateError) -> MCPError:
+    """A task-augmented call refused before it became an execution (no task to answer)."""
+    code = LIMIT_EXCEEDED if isinstance(exc, LimitExceeded) else INVALID_PARAMS
+    message = f"refused ({exc.code}): {exc.message}"
+    return MCPError(code=code, message=message, data=exc.to_json())
+
+
 async def _answer_with_task(
     door: Door, ctx: ServerRequestContext[Any, Any], run: Run
 ) -> dict[str, Any]:
-    """Wait up to ``mcp.task_wait``; a call finished by then is answered as usual, one that
-    is parked or still running as a task (its execution record is already durable)."""
+    """Wait up to ``mcp.task_wait``; a call finished by then is answered as usual in
+    2026-07-28, one that is parked or still running as a task (its execution record is
+    already durable). 2025-11-25 answers a task however soon the call ended (a client that
+    sent ``params.task`` takes a ``CreateTaskResult`` only), or, for a call refused before
+    it became an execution, a JSON-RPC error."""
+    modern = _modern(ctx)
     with anyio.move_on_after(door.services.settings.mcp.task_wait):
         await run.done.wait()
-    if run.done.is_set() and (run.error is not None or (run.record and run.record.terminal)):
+    finished = run.done.is_set() and (run.error is not None or (run.record and run.record.terminal))
+    if finished and modern:
         return await _answer(door, run)
     record = await run.find()
     while record is None and not run.done.is_set():
@@ -383,10 +455,12 @@ async def _answer_with_task(
             await run.done.wait()
         record = await run.find()
     if record is None:
-        return await _answer(door, run)
+        if modern:
+            return await _answer(door, run)
+        raise _task_refused(run.error or ToolgateError("the call ended before it ran"))
     latest = await door.services.store.get_execution(record.id) or record
     found = results.task(latest, await _approval(door, latest), door.base_url)
-    if _modern(ctx):
+    if modern:
         return {"resultType": "task", **found}
     # 2025-11-25's CreateTaskResult; the text block is for clients that do not read `task`.
     return {
@@ -447,7 +521,10 @@ async def _status_tool(door: Door, arguments: Mapping[str, Any]) -> dict[str, An
         return results.refused(
             ToolgateError("execution_id is a string and wait_s 0 to 60", code="invalid_arguments")
         )
-    record = await _own_execution(door, execution_id)
+    found = await _find_own(door, execution_id)
+    if found is None:
+        return results.not_found(execution_id)
+    record = found
     if wait > 0 and not record.terminal:
         with door.services.admission.waiters.hold(door.principal):
             record = await _wait_for_end(door, record, float(wait))
@@ -465,9 +542,21 @@ async def _wait_for_end(door: Door, record: ExecutionRecord, wait: float) -> Exe
     return record
 
 
-async def _own_execution(door: Door, execution_id: str) -> ExecutionRecord:
+async def _find_own(door: Door, execution_id: str) -> ExecutionRecord | None:
+    """The caller's execution ``execution_id``; None when it is unknown or another
+    principal's (told apart from nothing). Ids are ASCII: any other text names none (and
+    is not sent to the store, which could not encode a lone surrogate)."""
+    if not execution_id.isascii():
+        return None
     record = await door.services.store.get_execution(execution_id)
     if record is None or record.principal != door.principal:
+        return None
+    return record
+
+
+async def _own_execution(door: Door, execution_id: str) -> ExecutionRecord:
+    record = await _find_own(door, execution_id)
+    if record is None:
         raise MCPError(code=INVALID_PARAMS, message=f"no task or execution {execution_id!r}")
     return record
 

@@ -74,6 +74,9 @@ WRITTEN_KEYS = (
     DRY_RUN,
 )
 
+STATELESS_RUN = "mcp-calls"
+"""The run of 2026-07-28 calls that name their call id but no run id (per principal)."""
+
 TRACEPARENT = "traceparent"
 """W3C trace context in ``_meta`` (2026-07-28); the HTTP header of the same name otherwise."""
 
@@ -100,7 +103,7 @@ def execution_body(
     if "run_id" not in body:
         body["run_id"] = _default_run_id(origin, meta)
     if "call_id" not in body:
-        body["call_id"] = _default_call_id(origin, name, args)
+        body["call_id"] = _default_call_id(origin, name, args, meta)
     body["tool"] = {"name": name}
     if meta.get(REQUESTED_VERSION) is not None:
         body["tool"]["requested_version"] = meta[REQUESTED_VERSION]
@@ -129,21 +132,31 @@ def dry_run(meta: Mapping[str, Any]) -> bool:
 
 
 def _default_run_id(origin: CallOrigin, meta: Mapping[str, Any]) -> str:
-    """A session's calls are one run. Without a session (2026-07-28), the trace a retry
-    carries again (``traceparent``) names the run; without either, each call is its own run
-    (send ``io.toolgate/run_id`` or an idempotency key to make a retry the same call)."""
+    """A 2025-11-25 session's calls are one run. Without a session (2026-07-28) a call that
+    names its ``io.toolgate/call_id`` is in the principal's one run of named calls (so that
+    the call id alone names it: a retry is the same call); any other is a run of its own.
+    Nothing else of the request names a run: a trace id is shared by unrelated calls."""
     if origin.session_id:
         return f"mcp-{origin.session_id}"
-    trace = meta.get(TRACEPARENT)
-    if isinstance(trace, str) and trace.count("-") == 3:
-        return f"mcp-trace-{trace.split('-')[1]}"
+    if meta.get(CALL_ID) is not None:
+        return STATELESS_RUN
     return f"mcp-{uuid.uuid4().hex}"
 
 
-def _default_call_id(origin: CallOrigin, name: str, arguments: Mapping[str, Any]) -> str:
-    """The same request sent again (same JSON-RPC id, tool and arguments) is the same call."""
+def _default_call_id(
+    origin: CallOrigin, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
+) -> str:
+    """In a 2025-11-25 session, the same request sent again (the session's JSON-RPC id, the
+    tool, the arguments and the ``io.toolgate/*`` keys) is the same call: a session never
+    reuses an id for another request. Without a session, a new call: clients reuse
+    JSON-RPC ids (many send 1 every time), so an id names no call there (a client that
+    wants a retry to be the same call names ``io.toolgate/call_id`` or an idempotency key)."""
+    if not origin.session_id:
+        return f"mcp-{uuid.uuid4().hex}"
+    contract = {key: value for key, value in meta.items() if key.startswith(PREFIX)}
     try:
-        text = jsontext.canonical([origin.request_id, name, dict(arguments)])
-    except (TypeError, ValueError) as exc:
+        text = jsontext.canonical([origin.request_id, name, dict(arguments), contract])
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise MalformedRequest("the arguments are not JSON", code="invalid_request") from exc
-    return "mcp-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return "mcp-" + digest[:32]

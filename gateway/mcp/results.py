@@ -17,7 +17,7 @@ import datetime
 from typing import Any
 
 from gateway import jsontext
-from gateway.errors import ToolgateError
+from gateway.errors import NotFound, ToolgateError
 from gateway.mcp import meta
 from gateway.pipeline.plan import Plan
 from gateway.store.records import ApprovalRecord, ExecutionRecord
@@ -37,12 +37,18 @@ def _object(data: Any) -> dict[str, Any]:
     return data if isinstance(data, dict) else {"value": data}
 
 
+def approval_page(base_url: str, approval_id: str) -> str:
+    """The approvals page where a person decides ``approval_id`` (gateway/ui/routes.py)."""
+    return f"{base_url}/ui/approvals/{approval_id}"
+
+
 def links(record: ExecutionRecord, base_url: str, approval_id: str | None) -> dict[str, str]:
     out = {
         "execution": f"{base_url}/v1/executions/{record.id}",
         "events": f"{base_url}/v1/executions/{record.id}/events",
     }
     if approval_id is not None:
+        out["approval_page"] = approval_page(base_url, approval_id)
         out["approval"] = f"{base_url}/v1/approvals/{approval_id}"
         out["approve"] = f"{base_url}/v1/approvals/{approval_id}/approve"
     return out
@@ -111,6 +117,12 @@ def refused(exc: ToolgateError) -> dict[str, Any]:
     }
 
 
+def not_found(execution_id: str) -> dict[str, Any]:
+    """The status tool asked about an execution that is not the caller's: unknown, or
+    another principal's (the answer is the same: it tells nothing of others' calls)."""
+    return refused(NotFound(f"no execution {execution_id!r} of yours", code="not_found"))
+
+
 def internal(what: str) -> dict[str, Any]:
     return {
         "content": [_text(f"the gateway failed to answer ({what}); see its log")],
@@ -119,11 +131,12 @@ def internal(what: str) -> dict[str, Any]:
     }
 
 
-def _approval_json(approval: ApprovalRecord | None, record: ExecutionRecord) -> Any:
+def _approval_json(approval: ApprovalRecord | None, base_url: str) -> Any:
     if approval is None:
         return None
     return {
         "id": approval.id,
+        "page": approval_page(base_url, approval.id),
         "status": approval.status,
         "expires_at_ms": approval.expires_ms,
         "reasons": list(approval.reasons),
@@ -135,8 +148,9 @@ def waiting_message(record: ExecutionRecord, approval: ApprovalRecord | None, ba
     if record.status is Status.AWAITING_APPROVAL and approval is not None:
         reasons = "; ".join(approval.reasons) or "the policy asks for it"
         return (
-            f"awaiting approval {approval.id} ({reasons}); an approver decides it at "
-            f"{base_url}/v1/approvals/{approval.id} (POST .../approve or .../deny, or "
+            f"awaiting approval {approval.id} ({reasons}); an approver decides it on the page "
+            f"{approval_page(base_url, approval.id)} (or over the API at "
+            f"{base_url}/v1/approvals/{approval.id}: POST .../approve or .../deny, or "
             f"`toolgate approvals approve {approval.id}`); the gateway then runs the call"
         )
     if record.status is Status.CANCELLING:
@@ -161,7 +175,7 @@ def pending_result(
         "execution_id": record.id,
         "run_id": record.run_id,
         "call_id": record.call_id,
-        "approval": _approval_json(approval, record),
+        "approval": _approval_json(approval, base_url),
         "message": message,
         "how_to_get_the_outcome": later,
         "links": links(record, base_url, record.approval_id),

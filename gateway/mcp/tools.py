@@ -54,9 +54,10 @@ async def visible(
 
 
 async def _could_allow(services: Runtime, workspace_id: str | None, probe: dict[str, Any]) -> bool:
-    workspace = services.workspaces.get(workspace_id or "")
+    if services.workspaces.get(workspace_id or "") is None:
+        return False  # no call could run there: the policy need not be asked
     decision = await services.policy.decide(probe)
-    return workspace is not None and decision.result is not DecisionResult.DENY
+    return decision.result is not DecisionResult.DENY
 
 
 def probe_input(

@@ -5,7 +5,9 @@ and ``tools/call`` of the shipped tools with arbitrary arguments; on both eras' 
 
 No answer may be 5xx. An HTTP-level refusal is ``application/problem+json``; everything else
 is a JSON-RPC message (plain JSON or one SSE event): ``jsonrpc: "2.0"`` and either a
-``result`` or an ``error`` with an integer ``code`` and a string ``message``.
+``result`` or an ``error`` with an integer ``code`` and a string ``message``, never an
+internal error (``-32603``, or the code 0 the SDK gives an exception that escaped a
+handler), never an exception's text (in an error or an ``isError`` result).
 
 Bounded and reproducible like tests/fuzz/test_openapi.py: fixed ``max_examples``,
 derandomized, no deadline, no example database; the volume is in ``VOLUME``."""
@@ -36,6 +38,7 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = 120 * FUZZ_SCALE
 MODERN = "2026-07-28"
+WORKSPACE = "io.toolgate/workspace"
 
 
 METHODS = (
@@ -53,6 +56,13 @@ METHODS = (
     "completion/complete",
     "logging/setLevel",
 )
+INTERNAL_ERROR = -32603
+RAW_EXCEPTION = re.compile(
+    r"Traceback|unhashable type|object has no attribute|is not subscriptable|"
+    r"object is not|takes \d+ positional|unexpected keyword|codec can't|"
+    r"(Type|Key|Value|Attribute|Index|Unicode\w*|Runtime|Assertion)Error\b"
+)
+"""What an exception's text looks like (what must never reach a client)."""
 VOLUME: dict[str, int] = {"requests": 0, "problem": 0, "jsonrpc_error": 0, "jsonrpc_result": 0}
 
 
@@ -199,9 +209,20 @@ def check(response: httpx.Response, sent: object) -> None:
             error = message["error"]
             assert isinstance(error.get("code"), int), where
             assert isinstance(error.get("message"), str), where
+            # The gateway answers every fault it can foresee with a clear error: an internal
+            # error, the SDK's code 0 (an exception that escaped a handler) or an exception's
+            # text is a bug the fuzzer found.
+            assert error["code"] not in (INTERNAL_ERROR, 0), f"{where}: {error}"
+            assert RAW_EXCEPTION.search(error["message"]) is None, f"{where}: {error}"
             VOLUME["jsonrpc_error"] += 1
         else:
             assert "result" in message, f"{where}: {message}"
+            result = message["result"]
+            if isinstance(result, dict) and result.get("isError"):
+                text = json.dumps(result.get("content"))
+                assert RAW_EXCEPTION.search(text) is None, f"{where}: {result}"
+                found = (result.get("_meta") or {}).get("io.toolgate/error") or {}
+                assert found.get("type") != "internal", f"{where}: {result}"
             VOLUME["jsonrpc_result"] += 1
 
 
@@ -250,3 +271,40 @@ RAW_BODIES = (
 def test_raw_bodies_never_5xx(http: httpx.Client, session: str, era: str, body: bytes) -> None:
     headers = _headers(era, {"method": "ping"}, session)
     check(http.post("/mcp", content=body, headers=headers), body.decode("latin-1"))
+
+
+def _known(era: str) -> list[dict[str, Any]]:
+    """Requests that once reached the client as an exception's text or an internal error
+    (issue 14's audit): a workspace that is not a string, a lone UTF-16 surrogate."""
+    envelope = _meta(era)
+    call = {"name": "fs.read_file", "arguments": {"path": "\ud800"}, "_meta": envelope}
+    return [
+        {"method": "tools/list", "params": {"_meta": {**envelope, WORKSPACE: ["demo"]}}},
+        {"method": "tools/list", "params": {"_meta": {**envelope, WORKSPACE: {"id": 1}}}},
+        {"method": "tools/call", "params": call},
+        {
+            "method": "tools/call",
+            "params": {**call, "_meta": {**envelope, "io.toolgate/run_id": "\udc00"}},
+        },
+        {
+            "method": "tools/call",
+            "params": {**call, "_meta": {**envelope, WORKSPACE: ["demo"]}},
+        },
+        {
+            "method": "tools/call",
+            "params": {
+                "name": "toolgate.execution_status",
+                "arguments": {"execution_id": "\ud800"},
+                "_meta": envelope,
+            },
+        },
+        {"method": "tasks/get", "params": {"taskId": "\ud800", "_meta": envelope}},
+    ]
+
+
+@pytest.mark.parametrize("era", [MODERN, "2025-11-25"])
+def test_known_faults_are_answered_cleanly(http: httpx.Client, session: str, era: str) -> None:
+    for number, known in enumerate(_known(era)):
+        envelope = {"jsonrpc": "2.0", "id": number + 1, **known}
+        body = json.dumps(envelope).encode()
+        check(http.post("/mcp", content=body, headers=_headers(era, envelope, session)), envelope)
