@@ -78,8 +78,12 @@ def _prebuilt(encode: Callable[[Any], str]) -> Callable[[Any], str]:
     return prebuilt
 
 
-_data_json = _prebuilt(jsontext.stored)
-"""``jsontext.stored``, for the data of every event the store appends."""
+stored_json = _prebuilt(jsontext.stored)
+"""``jsontext.stored``: the text of every event's data and of a call's result."""
+compact_json = _prebuilt(jsontext.compact)
+"""``jsontext.compact``: a call's request as its execution keeps it."""
+plain_json = _prebuilt(json.JSONEncoder().encode)
+"""``json.dumps(value)`` (a completed call's fencing tokens)."""
 
 
 def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:
@@ -90,7 +94,7 @@ def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any
     same text, checked by tests/store/test_rows.py), with the execution's id escaped once
     for all of its events; anything but plain ints and strs goes through ``event_hash``."""
     found: list[tuple[Any, ...]] = []
-    data_json, q, sha256 = _data_json, encode_basestring, hashlib.sha256
+    data_json, q, sha256 = stored_json, encode_basestring, hashlib.sha256
     xid: Any = None
     xid_json: str | None = None
     for event in events:
