@@ -18,7 +18,8 @@ from gateway.jsontext import canonical
 
 FORMAT = "toolgate.event.v1"
 """The first element of every hashed array: a later encoding gets another name."""
-_FORMAT_JSON = encode_basestring(FORMAT)
+FORMAT_JSON = encode_basestring(FORMAT)
+"""``FORMAT`` as the JSON string the array begins with."""
 GENESIS = "0" * 64
 """The ``prev`` of an execution's first event (seq 0)."""
 
@@ -51,7 +52,7 @@ def encoding(
     ):
         q = encode_basestring
         return (
-            f"[{_FORMAT_JSON},{q(prev)},{q(execution_id)},{seq},{q(event_id)},{q(type_)},"
+            f"[{FORMAT_JSON},{q(prev)},{q(execution_id)},{seq},{q(event_id)},{q(type_)},"
             f"{version},{at_ms},{q(data_json)}]"
         ).encode()
     row = [FORMAT, prev, execution_id, seq, event_id, type_, version, at_ms, data_json]

@@ -53,13 +53,8 @@ class Event:
 
 def make_event(execution_id: str, seq: int, type_: str, data: dict[str, Any]) -> Event:
     """A new event; ``type_`` must be one of EVENT_TYPES."""
+    # positional: a keyword call costs a tenth of the event again (seven a call)
     version = EVENT_TYPES[type_]
     return Event(
-        id=sortable_id("ev"),
-        execution_id=execution_id,
-        seq=seq,
-        type=type_,
-        version=version,
-        at_ms=int(time.time() * 1000),
-        data=data,
+        sortable_id("ev"), execution_id, seq, type_, version, int(time.time() * 1000), data
     )

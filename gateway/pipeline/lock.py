@@ -45,7 +45,7 @@ async def run(services: Services, state: Reserved) -> Locked | Settled:
         return Locked(call, record, NO_LOCKS, state.trail)
     execution_id = call.ticket.execution_id
     if record is None:  # an ephemeral call has no execution anyone could cancel
-        got = await _wait_for_locks(services, call, record, requests, anyio.Event())
+        got = await _wait_for_locks(services, call, record, requests, None)
     else:
         cancelled = services.cancellations.register(execution_id)
         try:
@@ -65,11 +65,12 @@ async def _wait_for_locks(
     call: Call,
     record: ExecutionRecord | None,
     requests: list[LockRequest],
-    cancelled: anyio.Event,
+    cancelled: anyio.Event | None,
 ) -> dict[str, int] | None:
     """The fencing tokens once every lock is held; None when the call was cancelled while
     it waited: by this process's signal (at once), or, from another process, as the store
-    reports with each busy answer."""
+    reports with each busy answer. ``cancelled`` is None for a call nothing can cancel (an
+    ephemeral read: no signal made for every read only to be left unset)."""
     busy_since: float | None = None
     timed_out = False
     try:
@@ -84,7 +85,7 @@ async def _wait_for_locks(
             if not isinstance(got, LockBusy):
                 return got
             busy_since = busy_since or time.monotonic()
-            if got.waiter_cancelled or cancelled.is_set():
+            if got.waiter_cancelled or (cancelled is not None and cancelled.is_set()):
                 return None
             if time.time() + delay >= deadline:
                 timed_out = True
@@ -95,10 +96,13 @@ async def _wait_for_locks(
                     retryable=True,
                     details={"holder_call_id": got.holder_call_id},
                 )
-            with anyio.move_on_after(delay):
-                await cancelled.wait()
-            if cancelled.is_set():
-                return None
+            if cancelled is None:
+                await anyio.sleep(delay)
+            else:
+                with anyio.move_on_after(delay):
+                    await cancelled.wait()
+                if cancelled.is_set():
+                    return None
             delay = min(delay * 2, 0.1)
             if record is not None and time.monotonic() - beat >= services.settings.lock_lease / 3:
                 beat = time.monotonic()

@@ -35,8 +35,9 @@ def insert(db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool
     if not events:
         return
     execution_id = events[0].execution_id
-    if any(e.execution_id != execution_id for e in events):
-        raise ValueError("one append is for one execution")
+    for e in events:
+        if e.execution_id != execution_id:
+            raise ValueError("one append is for one execution")
     if fresh:
         db.many(INSERT_EVENT, rows.chained_rows(events, 0, GENESIS))
         return

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
 from operator import attrgetter
 from typing import Any
 
 from gateway import jsontext
-from gateway.events.chain import event_hash
+from gateway.events.chain import FORMAT_JSON, event_hash
 from gateway.events.model import Event
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Status
@@ -43,17 +49,76 @@ def execution(row: Sequence[Any]) -> ExecutionRecord:
     return ExecutionRecord(*values)
 
 
+def _prebuilt(encode: Callable[[Any], str]) -> Callable[[Any], str]:
+    """``encode`` (a ``JSONEncoder(...).encode``) without the encoder it builds on every call.
+
+    ``JSONEncoder.encode`` makes a new C encoder for each text it writes (about as much work
+    as writing a small event's data); this one is made once, with the same options. It
+    keeps no state between calls (no circular-reference record: event data is a tree, and a
+    cycle still fails, as a RecursionError), so one serves every thread."""
+    encoder = getattr(encode, "__self__", None)
+    if c_make_encoder is None or not isinstance(encoder, json.JSONEncoder) or encoder.indent:
+        return encode
+    make = c_make_encoder(
+        None,
+        encoder.default,
+        encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+    join = "".join
+
+    def prebuilt(value: Any) -> str:
+        return join(make(value, 0))
+
+    return prebuilt
+
+
+stored_json = _prebuilt(jsontext.stored)
+"""``jsontext.stored``: the text of every event's data and of a call's result."""
+compact_json = _prebuilt(jsontext.compact)
+"""``jsontext.compact``: a call's request as its execution keeps it."""
+plain_json = _prebuilt(json.JSONEncoder().encode)
+"""``json.dumps(value)`` (a completed call's fencing tokens)."""
+
+
 def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:
     """Events rows numbered from ``seq``, each linked to the one before (the first to
-    ``prev``) and hashed (``gateway/events/chain.py``)."""
-    found = []
-    stored = jsontext.stored
+    ``prev``) and hashed (``gateway/events/chain.py``).
+
+    The hashed array is written here as ``chain.encoding`` writes it (its fast path: the
+    same text, checked by tests/store/test_rows.py), with the execution's id escaped once
+    for all of its events; anything but plain ints and strs goes through ``event_hash``."""
+    found: list[tuple[Any, ...]] = []
+    data_json, q, sha256 = stored_json, encode_basestring, hashlib.sha256
+    xid: Any = None
+    xid_json: str | None = None
     for event in events:
-        data = stored(event.data)
-        eid, xid, type_, version, at_ms = (
-            event.id, event.execution_id, event.type, event.version, event.at_ms
-        )  # fmt: skip
-        digest = event_hash(prev, xid, seq, eid, type_, version, at_ms, data)
+        data = data_json(event.data)
+        eid, type_, version, at_ms = event.id, event.type, event.version, event.at_ms
+        if event.execution_id is not xid:
+            xid = event.execution_id
+            xid_json = q(xid) if type(xid) is str else None
+        if (
+            xid_json is not None
+            and type(eid) is str
+            and type(type_) is str
+            and type(version) is int
+            and type(at_ms) is int
+            and type(seq) is int
+            and type(prev) is str
+        ):
+            text = (
+                f"[{FORMAT_JSON},{q(prev)},{xid_json},{seq},{q(eid)},{q(type_)},"
+                f"{version},{at_ms},{q(data)}]"
+            )
+            digest = sha256(text.encode()).hexdigest()
+        else:
+            digest = event_hash(prev, xid, seq, eid, type_, version, at_ms, data)
         found.append((eid, xid, seq, type_, version, at_ms, data, prev, digest))
         prev, seq = digest, seq + 1
     return found

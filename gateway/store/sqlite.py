@@ -171,8 +171,8 @@ class SqliteTransactor:
         try:
             try:
                 db = self._inline_connection()
-                raw = db.raw
-                raw.execute("BEGIN IMMEDIATE")
+                raw, steps = db.raw, db.steps
+                steps.execute("BEGIN IMMEDIATE")
             except StoreError as exc:
                 return [("error", exc)] * len(batch)
             except self._driver_error as exc:
@@ -183,21 +183,21 @@ class SqliteTransactor:
             outcomes: list[tuple[str, Any]] = []
             try:
                 for fn, args, _ in batch:
-                    raw.execute("SAVEPOINT w")
+                    steps.execute("SAVEPOINT w")
                     try:
                         outcomes.append(("ok", fn(db, *args)))
                     except Abort as abort:
-                        raw.execute("ROLLBACK TO w")
+                        steps.execute("ROLLBACK TO w")
                         outcomes.append(("ok", abort.value))
                     except self._integrity_error as exc:
-                        raw.execute("ROLLBACK TO w")
+                        steps.execute("ROLLBACK TO w")
                         outcomes.append(("error", exc))
                     except self._driver_error:
                         raise  # the connection may be broken: the whole batch fails
                     except Exception as exc:
-                        raw.execute("ROLLBACK TO w")
+                        steps.execute("ROLLBACK TO w")
                         outcomes.append(("error", exc))
-                    raw.execute("RELEASE w")
+                    steps.execute("RELEASE w")
                 raw.commit()
             except self._driver_error as exc:
                 quietly(raw.rollback)
@@ -238,7 +238,7 @@ class SqliteTransactor:
             raw.execute("PRAGMA busy_timeout=0")
             raw.execute("PRAGMA wal_autocheckpoint=0")  # see _start_checkpoint
             self._inline = raw
-            db = self._inline_db = Db(raw, self.dialect)
+            db = self._inline_db = Db(raw, self.dialect, steps=raw.cursor())
         return db
 
     def _drop_inline(self) -> None:

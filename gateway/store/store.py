@@ -10,7 +10,7 @@ connection pool; the statements themselves are plain SQL (``sql.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
 import anyio
 import sqlalchemy as sa
@@ -101,6 +101,10 @@ def _check_version(db: Db) -> None:
         log.warning("upgrading the store's schema from version %d to %d", row[0], SCHEMA_VERSION)
         migrations.upgrade(db, row[0], SCHEMA_VERSION)
         db.run(UPDATE_SCHEMA_VERSION, (SCHEMA_VERSION,))
+
+
+def _by_key(request: LockRequest) -> str:
+    return request.key
 
 
 def _ping(db: Db) -> None:
@@ -305,7 +309,7 @@ class Store:
         self, holder: str, holder_call_id: str, requests: Sequence[LockRequest], lease_s: float
     ) -> dict[str, int] | LockBusy:
         """Take every lock in ``requests`` (sorted by key) or none; one attempt."""
-        ordered = sorted(requests, key=lambda r: r.key)
+        ordered = requests if len(requests) < 2 else sorted(requests, key=_by_key)
         return await self._write(locks.try_acquire, holder, holder_call_id, ordered, lease_s)
 
     async def renew_locks(self, holder: str, lease_s: float) -> int:
@@ -417,8 +421,9 @@ class Store:
         by a read that begins after the question (concurrent checks share one read)."""
         return await self._revocations.revoked(key_id)
 
-    async def _revoked_among(self, key_ids: Sequence[str]) -> set[str]:
-        return await self._read_quick(keys.revoked_among, key_ids)
+    def _revoked_among(self, key_ids: Sequence[str]) -> Awaitable[set[str]]:
+        # the transactor's read itself (no coroutine of the facade's around it)
+        return self._read_quick(keys.revoked_among, key_ids)
 
     async def revoke_key(self, key_id: str, by: str = "", reason: str = "") -> bool:
         """Revoke ``key_id`` for every replica; False if it already was."""

@@ -114,3 +114,29 @@ async def test_a_lock_wait_and_its_timeout_are_counted(
     assert sum(waited.counts) == 1 and 0.05 < waited.total < 5
     assert metrics.executions.values[("fs.write_file", "failed", "execute")] == 1
     assert sum(metrics.executions.values.values()) == 2
+
+
+async def test_a_call_nothing_can_cancel_waits_for_its_lock_and_gets_it(
+    services: Services, store: Store
+) -> None:
+    """An ephemeral call (no execution to cancel: it has no cancel signal) polls the busy
+    lock until its holder lets go."""
+    from gateway.pipeline import lock
+    from gateway.pipeline.records import Locked, Reserved
+    from gateway.store.records import LockRequest
+    from gateway.types import LockMode
+
+    state = await prepared(services, request())
+    key = [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)]
+    await store.try_acquire("ex_holder", "holder", key, 30)
+
+    async def release_later() -> None:
+        await anyio.sleep(0.1)
+        await store.release_locks("ex_holder")
+
+    start = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(release_later)
+        locked = await lock.run(services, Reserved(state.call, None, state.trail))
+    assert isinstance(locked, Locked) and list(locked.fencing) == [key[0].key]
+    assert time.monotonic() - start >= 0.1

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.events.model import make_event
 from gateway.store import events as event_log
+from gateway.store import keys
 from gateway.store.records import (
     ApprovalRecord,
     ExecutionRecord,
@@ -530,3 +531,27 @@ async def test_pending_approvals_count_only_the_unexpired_ones_of_the_principal(
     assert await store.pending_approvals("alice", now, 1) == 1  # the count stops at its bound
     assert await store.pending_approvals("bob", now, 10) == 1
     assert await store.pending_approvals("carol", now, 10) == 0
+
+
+async def test_the_inline_sqlite_connection_leaves_no_statement_open(tmp_path: Path) -> None:
+    """Writes and whole reads share one kept cursor, but a ``one`` whose statement has rows
+    left unread is not kept open on it: that would hold a read snapshot on the connection
+    (no checkpoint could reset the log past it, and the next write would start on a stale
+    snapshot)."""
+    import sqlite3
+
+    path = tmp_path / "t.db"
+    store = Store(f"sqlite:///{path}")
+    await store.open()
+    for i in range(3):
+        await store.revoke_key(f"k{i}")
+
+    def first(db: Db) -> str:
+        return str(db.one("SELECT key_id FROM revoked_keys ORDER BY key_id")[0])
+
+    assert await store._read_quick(keys.revoked_among, ["k1", "k7"]) == {"k1"}
+    assert await store._read_quick(first) == "k0"  # three rows; one read
+    with sqlite3.connect(path, timeout=0.1) as other:
+        busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    assert busy == 0  # no reader of this process pins the log
+    await store.aclose()
