@@ -20,7 +20,6 @@ from mcp.server import _streamable_http_modern as sdk_modern
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import JSONRPCResponse
 from mcp_types import methods as sdk_methods
-from starlette.datastructures import Headers
 
 from gateway.mcp import calls, results, stateless
 from gateway.mcp.endpoint import build_server, serves_plain_calls
@@ -250,21 +249,25 @@ def test_the_gateways_server_is_one_the_fast_path_may_answer_for() -> None:
     assert not serves_plain_calls(server)
 
 
+def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+
 def _classify(message: Any, **headers: str) -> calls.PlainCall | None:
     server = build_server()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    sent = Headers({**HEADERS, **headers})
+    sent = stateless.Heads.of(_raw({**HEADERS, **headers}))
     found = stateless.StatelessCalls(server, security)._plain(json.dumps(message).encode(), sent)
     return found[0] if found else None
 
 
 def test_a_duplicated_routing_header_is_no_plain_call() -> None:
-    raw = [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
-    headers = Headers(raw=[*raw, (b"mcp-method", b"tools/call")])
+    heads = stateless.Heads.of([*_raw(HEADERS), (b"mcp-method", b"tools/call")])
     server = build_server()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     body = json.dumps(_call("dup")).encode()
-    assert stateless.StatelessCalls(server, security)._plain(body, headers) is None
+    assert heads.duplicated
+    assert stateless.StatelessCalls(server, security)._plain(body, heads) is None
 
 
 def test_the_plain_calls_are_told_apart() -> None:
@@ -318,9 +321,9 @@ def test_a_result_is_written_as_the_sdk_writes_it(out: dict[str, Any], request_i
         expected: str | type[Exception] = _sdk_encoded(request_id, out)
     except Exception as exc:  # the SDK's sieve refuses it: so must the fast path
         expected = type(exc)
-    exchange = stateless._Exchange(build_server().server_info_stamp, {}, None, None)  # type: ignore[arg-type]
+    writer = stateless.Writer(build_server().server_info_stamp)
     try:
-        got: str | type[Exception] = exchange.encoded(request_id, dict(out), MODERN)
+        got: str | type[Exception] = writer.encoded(request_id, dict(out), MODERN)
     except Exception as exc:
         got = type(exc)
     if isinstance(expected, type):
