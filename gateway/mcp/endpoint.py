@@ -173,9 +173,10 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         services = request.app.state.services
+        modern = _modern(scope)
         try:
             identity = identity_of(request)
-            if _opens_session(request):
+            if not modern and _opens_session(request):  # (a modern request never does)
                 services.admission.sessions.check(identity.principal)
         except ToolgateError as exc:
             response = problem(
@@ -192,7 +193,6 @@ class McpEndpoint:
         scope[calls.PRINCIPAL_SCOPE_KEY] = principal
         scope[calls.ROLES_SCOPE_KEY] = identity.roles
         scope[calls.AUTH_METHOD_SCOPE_KEY] = identity.method
-        modern = _modern(scope)
         if not modern:
             # The session manager binds a 2025-11-25 session to the credential that opened it.
             token = AccessToken(token="", client_id=principal, scopes=[], subject=principal)
@@ -204,7 +204,7 @@ class McpEndpoint:
         if modern and self.stateless is not None and manager.running:
             # Ahead of the SDK's body bound, which never refuses what reaches it: the
             # gateway's (RequestBounds, the same max_body_bytes) refuses it first.
-            replay = await self.stateless(scope, receive, send)
+            replay = await self.stateless(request, send)
             if replay is None:
                 return
             receive = replay
@@ -229,9 +229,10 @@ def _opens_session(request: Request) -> bool:
 
 def _modern(scope: Scope) -> bool:
     """The request goes to the SDK's 2026-07-28 entry (``_handle_request``'s test)."""
-    header = b"mcp-protocol-version"
-    version = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
-    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+    for name, value in scope["headers"]:
+        if name == b"mcp-protocol-version":
+            return value.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+    return False
 
 
 _OPENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcp_opener", default=None)

@@ -109,15 +109,16 @@ class StatelessCalls:
         self._hosts = (frozenset(hosts), tuple(h[:-1] for h in hosts if h.endswith(":*")))
         self._origins = (frozenset(origins), tuple(o[:-1] for o in origins if o.endswith(":*")))
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
+    async def __call__(self, request: Request, send: Send) -> Receive | None:
         """Answer the request if it is a plain call (None), else return what the SDK's
-        transport reads the request from (``receive``, or a replay of the body read here)."""
+        transport reads the request from (its ``receive``, or a replay of the body read
+        here)."""
+        scope, receive = request.scope, request.receive
         if scope["method"] != "POST":
             return receive
         heads = Heads.of(scope["headers"])
         if heads.first.get("mcp-method") != "tools/call" or not heads.certain:
             return receive
-        request = Request(scope, receive)
         if not self._admitted(heads) and (
             await self.security.validate_request(request, is_post=True) is not None
         ):
@@ -298,8 +299,10 @@ def _surely_valid(body: bytes, params: dict[str, Any], raw_meta: dict[str, Any])
         type(params.get("name")) is str
         and (arguments is None or type(arguments) is dict)
         and raw_meta.get(CLIENT_CAPABILITIES_META_KEY) == {}
-        and not any(key.startswith(RESERVED) for key in raw_meta if key not in ENVELOPE)
-        and _SURROGATE_IN_BODY.search(body) is None
+        and all(key in ENVELOPE or not key.startswith(RESERVED) for key in raw_meta)
+        and (
+            (b"\\u" not in body and b"\xed" not in body) or _SURROGATE_IN_BODY.search(body) is None
+        )
     )
 
 
@@ -432,6 +435,22 @@ class _Exchange:
     (then cancels the execution, unless the run is done) or the response is sent (an ASGI
     server then answers ``http.disconnect``); past the SDK's window a timer turns the
     response into an event stream, pinged by a task of its own."""
+
+    __slots__ = (
+        "door",
+        "finished",
+        "gone",
+        "pinger",
+        "receive",
+        "run",
+        "scope",
+        "send",
+        "stop",
+        "streaming",
+        "watcher",
+        "window",
+        "writer",
+    )
 
     def __init__(self, writer: Writer, scope: Scope, receive: Receive, send: Send) -> None:
         self.writer = writer
