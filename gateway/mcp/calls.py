@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol, TypeVar
 
@@ -62,7 +62,8 @@ class Door:
     auth_method: str
     base_url: str
     tasks: Any
-    headers: Mapping[str, str]
+    headers: Sequence[tuple[bytes, bytes]]
+    """The request's headers as the ASGI scope holds them (read with ``header``)."""
     session_id: str | None
 
     @classmethod
@@ -74,20 +75,31 @@ class Door:
 
     @classmethod
     def of_request(cls, request: Request) -> Door:
-        principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
+        scope = request.scope
+        principal = scope.get(PRINCIPAL_SCOPE_KEY)
         if not isinstance(principal, str):
             raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
-        app = request.app
+        state = request.app.state
+        raw = scope["headers"]
         return cls(
-            services=app.state.services.latest,
+            services=state.services.latest,
             principal=principal,
-            roles=tuple(request.scope.get(ROLES_SCOPE_KEY, ())),
-            auth_method=str(request.scope.get(AUTH_METHOD_SCOPE_KEY, "")),
+            roles=tuple(scope.get(ROLES_SCOPE_KEY, ())),
+            auth_method=str(scope.get(AUTH_METHOD_SCOPE_KEY, "")),
             base_url=_base_url(request),
-            tasks=app.state.tasks,
-            headers=request.headers,
-            session_id=request.headers.get("mcp-session-id"),
+            tasks=state.tasks,
+            headers=raw,
+            session_id=header(raw, b"mcp-session-id"),
         )
+
+
+def header(raw: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """``Headers(raw=raw).get(name)`` (the first value; ``name`` in lower case), without
+    the KeyError Starlette's raises and catches for a header that is not there."""
+    for key, value in raw:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 _BASE_URLS: dict[tuple[Any, ...], str] = {}
@@ -320,7 +332,7 @@ def _execution_request(
     )
     body = meta.execution_body(name, arguments, raw, origin)
     request = parse_request(body, door.principal, roles=door.roles, auth_method=door.auth_method)
-    return _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
+    return _with_trace(request, raw.get(meta.TRACEPARENT) or header(door.headers, b"traceparent"))
 
 
 def _start(door: Door, request: ToolExecutionRequest) -> Run:
