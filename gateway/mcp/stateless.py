@@ -6,22 +6,32 @@ span, its kernel's connection, session and context objects and a pydantic envelo
 cost about as much CPU again as the call itself (docs/performance.md). This module answers
 exactly such a request itself, with the same bytes, and leaves everything else to the SDK:
 
-- every check the SDK's entry makes first runs here first, with the SDK's own functions: the
-  Content-Type, Host and Origin of DNS-rebinding protection, the method, Accept, the
-  JSON-RPC envelope, the routing headers and the protocol-version ladder, the SDK's
-  validation of the params for the request's version (``validate_client_request``, then
+- every check the SDK's entry makes first runs here first: the Content-Type, Host and Origin
+  of DNS-rebinding protection, the method, Accept, the JSON-RPC envelope, the routing
+  headers and the protocol-version ladder, the SDK's validation of the params for the
+  request's version. Each is a short check that only says yes where the SDK's surely does
+  (the headers read in one pass: ``Heads``; ``_admitted``, ``_route``, ``_surely_valid``),
+  and the SDK's own function decides the rest (``validate_request``,
+  ``check_accept_headers``, ``classify_inbound_request``, ``validate_client_request`` then
   ``CallToolRequestParams``);
 - a request any of them would refuse, or one that is not a plain call (another method, a
   notification, a batch, the status tool, a dry run, a progress token, the tasks extension,
   params beyond ``name``, ``arguments`` and ``_meta``, an id that is not a string or an
   integer), is handed to the SDK's transport with the body read here, and it answers as it
-  would have: nothing of the request is lost or answered twice;
-- the call runs through ``calls.plain_call``, the code the SDK path runs; its result is
-  shaped as the SDK's kernel shapes it (its result sieve for the version, its ``serverInfo``
-  stamp, the JSON-RPC envelope), written as JSON, or, when the call runs past the SDK's
-  window (``SSE_WINDOW_S``), as one SSE event after keep-alive pings, as the SDK does;
+  would have: nothing of the request is lost or answered twice. The body is read ahead of
+  the SDK's body bound, which refuses nothing the gateway's own (``RequestBounds``, the
+  same ``max_body_bytes``, outermost) lets through;
+- the call runs through ``calls.plain_call``, the code the SDK path runs, in the request's
+  own task (nobody cancels it, unlike the SDK's handler); its result is shaped as the SDK's
+  kernel shapes it (its result sieve for the version, its ``serverInfo`` stamp, the JSON-RPC
+  envelope) and written as ``json.dumps`` writes it, member by member (``Writer``: the
+  ``structuredContent`` a text block repeats is encoded once), as JSON, or, when the call
+  runs past the SDK's window (``SSE_WINDOW_S``), as one SSE event after keep-alive pings, as
+  the SDK does;
 - a client that goes away before the answer cancels the execution
-  (``calls._cancel_abandoned``), as when the SDK cancels its handler.
+  (``calls.cancel_abandoned``), as when the SDK cancels its handler: a task of the exchange
+  reads the request's ``receive`` until ``http.disconnect``, which an ASGI server also sends
+  once the response is out (the task then ends).
 
 It holds only for the server ``endpoint.build_server`` makes (``serves_plain_calls`` checks
 what could change the answer). tests/mcp/test_stateless.py sends the same requests, good and
