@@ -355,6 +355,7 @@ def test_text_standing_for_structured_content_is_written_as_the_sdk_writes_it() 
         {"content": "x" * 1024, "size": 1024},
         {"a": "caf\u00e9", "b": "\U0001f600"},
         {"del": "a\x7fb", "ctl": "\x00\n\t", "q": '"\\'},
+        {"q": 'say "hi" \\ \\\\ "" \\u00e9', "ctl": "\n", "path": "a\\b\\"},
         {"lone": "\ud800"},
         {"escaped": "\\ud800", "n": [1, 2.5, None, True]},
         {},
