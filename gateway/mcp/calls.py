@@ -1,10 +1,13 @@
 """The request handlers of ``/mcp``: ``tools/list``, ``tools/call`` and ``tasks/*``.
 
-A call runs in the gateway's own task group, never in the request's: the request waits for
-it, and when the request goes away (``notifications/cancelled`` in 2025-11-25, a closed
-stream in 2026-07-28) the execution is cancelled through ``gateway.runtime.cancellation`` like a
-REST cancel, so the pipeline always ends with a truthful outcome. ``plain_call`` is the same
-``tools/call`` for gateway/mcp/stateless.py, which waits for the run itself.
+A call the SDK serves runs in the gateway's own task group, never in the handler's (which the
+SDK cancels): the handler waits for it, and when the request goes away
+(``notifications/cancelled`` in 2025-11-25, a closed stream in 2026-07-28) the execution is
+cancelled through ``gateway.runtime.cancellation`` like a REST cancel, so the pipeline always
+ends with a truthful outcome. ``plain_call`` is the same ``tools/call`` for
+gateway/mcp/stateless.py, whose request nobody cancels: the call runs in the request's own
+task, as a REST call does, while a ``Watch`` of the transport's notices the client going away
+(and cancels the execution the same way).
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import mcp_types as types
@@ -59,7 +62,8 @@ class Door:
     auth_method: str
     base_url: str
     tasks: Any
-    headers: Mapping[str, str]
+    headers: Sequence[tuple[bytes, bytes]]
+    """The request's headers as the ASGI scope holds them (read with ``header``)."""
     session_id: str | None
 
     @classmethod
@@ -71,29 +75,39 @@ class Door:
 
     @classmethod
     def of_request(cls, request: Request) -> Door:
-        principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
+        scope = request.scope
+        principal = scope.get(PRINCIPAL_SCOPE_KEY)
         if not isinstance(principal, str):
             raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
-        app = request.app
-        services = app.state.services.latest
-        headers = request.headers
-        version = headers.get("mcp-protocol-version")
+        state = request.app.state
+        raw = scope["headers"]
+        services = state.services.latest
+        version = header(raw, b"mcp-protocol-version")
         return cls(
             services=services,
             principal=principal,
-            roles=tuple(request.scope.get(ROLES_SCOPE_KEY, ())),
-            auth_method=str(request.scope.get(AUTH_METHOD_SCOPE_KEY, "")),
+            roles=tuple(scope.get(ROLES_SCOPE_KEY, ())),
+            auth_method=str(scope.get(AUTH_METHOD_SCOPE_KEY, "")),
             base_url=services.settings.mcp.public_url or _base_url(request),
-            tasks=app.state.tasks,
-            headers=headers,
+            tasks=state.tasks,
+            headers=raw,
             # Only a 2025-11-25 session is one (the SDK checked it): in 2026-07-28 the
             # header is the client's say-so and names no run.
             session_id=(
-                headers.get("mcp-session-id")
+                header(raw, b"mcp-session-id")
                 if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
                 else None
             ),
         )
+
+
+def header(raw: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """``Headers(raw=raw).get(name)`` (the first value; ``name`` in lower case), without
+    the KeyError Starlette's raises and catches for a header that is not there."""
+    for key, value in raw:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 _BASE_URLS: dict[tuple[Any, ...], str] = {}
@@ -227,29 +241,59 @@ class PlainCall:
     client_name: str
 
 
-Waiter = Callable[["Run"], Awaitable[bool]]
-"""Waits until the run is done (True) or the client went away (False)."""
+class Watch(Protocol):
+    """What a transport does while a plain call runs in its request's task."""
+
+    def start(self, door: Door, run: Run) -> None:
+        """``run`` begins: watch the client, and cancel its execution if it goes away
+        (``cancel_abandoned``) before ``run`` is done."""
+
+    def abort(self) -> None:
+        """``run`` was interrupted (the request's task was cancelled): stop watching."""
+
+    async def ended(self) -> bool:
+        """``run`` is done: whether its client still waits for the answer."""
 
 
-async def plain_call(door: Door, call: PlainCall, wait: Waiter) -> dict[str, Any] | None:
+Answer = tuple[dict[str, Any], str | None]
+"""A result, and the JSON text of its ``structuredContent`` when one of its text blocks is
+that very string (``results.call_result_and_text``), or None."""
+
+
+async def plain_call(door: Door, call: PlainCall, watch: Watch) -> Answer | None:
     """The result of ``call`` as ``call_tool`` answers it, or None when the client went away
     before the end (the execution is then cancelled, as when the SDK cancels a handler)."""
-    out = await _answered(_plain(door, call, wait), call.name)
-    if out is not None:
-        out.setdefault("resultType", "complete")
-    return out
+    found = await _answered(_plain(door, call, watch), call.name)
+    answer = (found, None) if isinstance(found, dict) else found
+    if answer is not None:
+        answer[0].setdefault("resultType", "complete")
+    return answer
 
 
-async def _plain(door: Door, call: PlainCall, wait: Waiter) -> dict[str, Any] | None:
+async def _plain(door: Door, call: PlainCall, watch: Watch) -> Answer | None:
     request = _execution_request(
         door, call.meta, call.name, call.arguments, call.request_id, call.client_name
     )
-    run = _start(door, request)
-    if not await wait(run):
-        with anyio.CancelScope(shield=True):
-            await _cancel_abandoned(door, run)
+    running = door.services.admission.executions
+    running.take(door.principal)  # given back by ``Run.drive``
+    run = Run(door.services, request)
+    try:
+        watch.start(door, run)
+        await run.drive()
+    except BaseException:
+        if not run.finished:
+            running.give_back(door.principal)
+        watch.abort()
+        raise
+    if not await watch.ended():
         return None
-    return await _answer(door, run)
+    if run.error is not None:
+        return results.refused(run.error), None
+    assert run.record is not None
+    record = run.record
+    if record.terminal:
+        return results.call_result_and_text(record, door.base_url)
+    return results.pending_result(record, await _approval(door, record), door.base_url), None
 
 
 def wants_task(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> bool:
@@ -289,15 +333,15 @@ async def _call(
     progress = raw.get("progressToken")
     try:
         if progress is None:
-            await run.done.wait()
+            await run.wait()
         else:
             async with anyio.create_task_group() as group:
                 group.start_soon(_forward_output, ctx, run, progress)
-                await run.done.wait()
+                await run.wait()
                 group.cancel_scope.cancel()
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
-            await _cancel_abandoned(door, run)
+            await cancel_abandoned(door, run)
         raise
     return await _answer(door, run)
 
@@ -321,7 +365,7 @@ def _execution_request(
     _bounded({"arguments": arguments, "_meta": raw}, door.services.settings.json_limits)
     body = meta.execution_body(name, arguments, raw, origin)
     request = parse_request(body, door.principal, roles=door.roles, auth_method=door.auth_method)
-    return _with_trace(request, raw.get(meta.TRACEPARENT) or door.headers.get("traceparent"))
+    return _with_trace(request, raw.get(meta.TRACEPARENT) or header(door.headers, b"traceparent"))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -369,21 +413,21 @@ def _with_trace(request: ToolExecutionRequest, traceparent: Any) -> ToolExecutio
     return replace(request, **extra)
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
-    """One call running in the gateway's task group; the request only waits for it."""
+    """One call running (in the gateway's task group, or a plain call's request task)."""
 
     services: Runtime
     request: ToolExecutionRequest
-    done: anyio.Event = field(default_factory=anyio.Event)
     record: ExecutionRecord | None = None
     error: ToolgateError | None = None
-    waiter: anyio.CancelScope | None = None
-    """Cancelled when the run is done: how a request that waits on something else (its
-    client's disconnect: ``gateway.mcp.stateless``) learns of the end."""
+    finished: bool = False
+    _done: anyio.Event | None = None
+    """Made for the first who waits (``wait``): a plain call's request waits for nothing."""
 
     async def drive(self) -> None:
-        """Run the call, which holds its principal's execution slot (taken by ``_call``)."""
+        """Run the call, which holds its principal's execution slot (taken by ``_start``
+        or ``_plain``)."""
         try:
             self.record = await run_call(self.services, self.request)
         except ToolgateError as exc:
@@ -393,9 +437,16 @@ class Run:
             self.error = ToolgateError(f"the gateway failed: {type(exc).__name__}")
         finally:
             self.services.admission.executions.give_back(self.request.principal)
-            self.done.set()
-            if self.waiter is not None:
-                self.waiter.cancel()
+            self.finished = True
+            if self._done is not None:
+                self._done.set()
+
+    async def wait(self) -> None:
+        """Until the run is done."""
+        if not self.finished:
+            if self._done is None:
+                self._done = anyio.Event()
+            await self._done.wait()
 
     async def find(self) -> ExecutionRecord | None:
         """The execution, once reserved (it is durable from then on)."""
@@ -445,14 +496,14 @@ async def _answer_with_task(
     it became an execution, a JSON-RPC error."""
     modern = _modern(ctx)
     with anyio.move_on_after(door.services.settings.mcp.task_wait):
-        await run.done.wait()
-    finished = run.done.is_set() and (run.error is not None or (run.record and run.record.terminal))
+        await run.wait()
+    finished = run.finished and (run.error is not None or (run.record and run.record.terminal))
     if finished and modern:
         return await _answer(door, run)
     record = await run.find()
-    while record is None and not run.done.is_set():
+    while record is None and not run.finished:
         with anyio.move_on_after(0.05):
-            await run.done.wait()
+            await run.wait()
         record = await run.find()
     if record is None:
         if modern:
@@ -492,11 +543,11 @@ async def _forward_output(ctx: ServerRequestContext[Any, Any], run: Run, token: 
             await ctx.session.send_notification(note, related_request_id=ctx.request_id)
 
 
-async def _cancel_abandoned(door: Door, run: Run) -> None:
+async def cancel_abandoned(door: Door, run: Run) -> None:
     """The client gave up on the call: cancel its execution (the pipeline settles it)."""
     with anyio.move_on_after(5):
         record = await run.find()
-        while record is None and not run.done.is_set():
+        while record is None and not run.finished:
             await anyio.sleep(0.05)
             record = await run.find()
         if record is None:

@@ -142,7 +142,7 @@ class McpEndpoint:
             allowed_origins=list(settings.mcp.allowed_origins),
         )
         self._security = security
-        self.manager: StreamableHTTPSessionManager | None = None
+        self.manager: _BoundedSessions | None = None
         self.stateless: StatelessCalls | None = None
         """The plain calls of the 2026-07-28 era, answered without the SDK's transport
         (None: every request goes to the SDK)."""
@@ -161,7 +161,6 @@ class McpEndpoint:
             session_idle_timeout=mcp.session_idle_timeout,
             max_sessions=mcp.max_sessions_total,
             sessions=sessions,
-            endpoint=self,
         )
         async with manager.run():
             self.manager = manager
@@ -174,9 +173,10 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         services = request.app.state.services
+        modern = _modern(scope)
         try:
             identity = identity_of(request)
-            if _opens_session(request):
+            if not modern and _opens_session(request):  # (a modern request never does)
                 services.admission.sessions.check(identity.principal)
         except ToolgateError as exc:
             response = problem(
@@ -193,16 +193,24 @@ class McpEndpoint:
         scope[calls.PRINCIPAL_SCOPE_KEY] = principal
         scope[calls.ROLES_SCOPE_KEY] = identity.roles
         scope[calls.AUTH_METHOD_SCOPE_KEY] = identity.method
-        if not _modern(scope):
+        if not modern:
             # The session manager binds a 2025-11-25 session to the credential that opened it.
             token = AccessToken(token="", client_id=principal, scopes=[], subject=principal)
             scope["user"] = AuthenticatedUser(token)
-        if self.manager is None:
+        manager = self.manager
+        if manager is None:
             await problem(503, "not_ready", "the MCP endpoint is not running")(scope, receive, send)
             return
+        if modern and self.stateless is not None and manager.running:
+            # Ahead of the SDK's body bound, which never refuses what reaches it: the
+            # gateway's (RequestBounds, the same max_body_bytes) refuses it first.
+            replay = await self.stateless(request, send)
+            if replay is None:
+                return
+            receive = replay
         opener = _OPENER.set(principal)
         try:
-            await self.manager.handle_request(scope, receive, send)
+            await manager.handle_request(scope, receive, send)
         finally:
             _OPENER.reset(opener)
 
@@ -221,9 +229,10 @@ def _opens_session(request: Request) -> bool:
 
 def _modern(scope: Scope) -> bool:
     """The request goes to the SDK's 2026-07-28 entry (``_handle_request``'s test)."""
-    header = b"mcp-protocol-version"
-    version = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
-    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+    for name, value in scope["headers"]:
+        if name == b"mcp-protocol-version":
+            return value.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+    return False
 
 
 _OPENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcp_opener", default=None)
@@ -240,22 +249,15 @@ class _BoundedSessions(StreamableHTTPSessionManager):
     ``Retry-After``); a session that races past that check is refused here, and the SDK
     answers it 503."""
 
-    def __init__(self, *args: Any, sessions: Gauge, endpoint: McpEndpoint, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, sessions: Gauge, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._gauge = sessions
         self._opened_by: dict[str, str] = {}
-        self._endpoint = endpoint
 
-    async def _handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Past the SDK's body bound, as the SDK routes eras (by the header): a plain call
-        of 2026-07-28 is answered by ``gateway.mcp.stateless``, the rest by the SDK."""
-        stateless = self._endpoint.stateless
-        if stateless is not None and self._task_group is not None and _modern(scope):
-            replay = await stateless(scope, receive, send)
-            if replay is None:
-                return
-            receive = replay
-        await super()._handle_request(scope, receive, send)
+    @property
+    def running(self) -> bool:
+        """Whether the SDK's transport would serve a request (``_handle_request``)."""
+        return self._task_group is not None
 
     def _admit_session(self, requestor: Any) -> Any:
         principal = _OPENER.get()

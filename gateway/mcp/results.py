@@ -67,6 +67,15 @@ def _execution_meta(record: ExecutionRecord, base_url: str) -> dict[str, Any]:
 
 def call_result(record: ExecutionRecord, base_url: str) -> dict[str, Any]:
     """A terminal execution as a ``CallToolResult``."""
+    return call_result_and_text(record, base_url)[0]
+
+
+def call_result_and_text(
+    record: ExecutionRecord, base_url: str
+) -> tuple[dict[str, Any], str | None]:
+    """``call_result``, and the JSON text of its ``structuredContent`` (``jsontext.response``)
+    when one of its text blocks is that very string (None when none is): what writes the
+    answer need not encode the same value again."""
     result = record.result or {}
     outcome = str(result.get("outcome") or record.outcome)
     error = result.get("error")
@@ -81,19 +90,21 @@ def call_result(record: ExecutionRecord, base_url: str) -> dict[str, Any]:
     )
     data = result.get("data")
     out: dict[str, Any] = {"content": [], "isError": outcome in ERROR_OUTCOMES, "_meta": out_meta}
+    text: str | None = None
     if outcome in ERROR_OUTCOMES:
         message = (error or {}).get("message") or f"the call ended {outcome}"
         out["content"].append(_text(f"{outcome}: {message}"))
     if data is not None:
         structured = _object(data)
         out["structuredContent"] = structured
-        out["content"].append(_text(jsontext.response(structured)))
+        text = jsontext.response(structured)
+        out["content"].append(_text(text))
     elif outcome not in ERROR_OUTCOMES:
         out["structuredContent"] = {}
         out["content"].append(_text("{}"))
     if outcome not in ERROR_OUTCOMES and error:
         out["content"].append(_text(f"{outcome}: {error.get('message')}"))
-    return out
+    return out, text
 
 
 def plan_result(plan: Plan) -> dict[str, Any]:

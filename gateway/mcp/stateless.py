@@ -6,22 +6,32 @@ span, its kernel's connection, session and context objects and a pydantic envelo
 cost about as much CPU again as the call itself (docs/performance.md). This module answers
 exactly such a request itself, with the same bytes, and leaves everything else to the SDK:
 
-- every check the SDK's entry makes first runs here first, with the SDK's own functions: the
-  Content-Type, Host and Origin of DNS-rebinding protection, the method, Accept, the
-  JSON-RPC envelope, the routing headers and the protocol-version ladder, the SDK's
-  validation of the params for the request's version (``validate_client_request``, then
+- every check the SDK's entry makes first runs here first: the Content-Type, Host and Origin
+  of DNS-rebinding protection, the method, Accept, the JSON-RPC envelope, the routing
+  headers and the protocol-version ladder, the SDK's validation of the params for the
+  request's version. Each is a short check that only says yes where the SDK's surely does
+  (the headers read in one pass: ``Heads``; ``_admitted``, ``_route``, ``_surely_valid``),
+  and the SDK's own function decides the rest (``validate_request``,
+  ``check_accept_headers``, ``classify_inbound_request``, ``validate_client_request`` then
   ``CallToolRequestParams``);
 - a request any of them would refuse, or one that is not a plain call (another method, a
   notification, a batch, the status tool, a dry run, a progress token, the tasks extension,
   params beyond ``name``, ``arguments`` and ``_meta``, an id that is not a string or an
   integer), is handed to the SDK's transport with the body read here, and it answers as it
-  would have: nothing of the request is lost or answered twice;
-- the call runs through ``calls.plain_call``, the code the SDK path runs; its result is
-  shaped as the SDK's kernel shapes it (its result sieve for the version, its ``serverInfo``
-  stamp, the JSON-RPC envelope), written as JSON, or, when the call runs past the SDK's
-  window (``SSE_WINDOW_S``), as one SSE event after keep-alive pings, as the SDK does;
+  would have: nothing of the request is lost or answered twice. The body is read ahead of
+  the SDK's body bound, which refuses nothing the gateway's own (``RequestBounds``, the
+  same ``max_body_bytes``, outermost) lets through;
+- the call runs through ``calls.plain_call``, the code the SDK path runs, in the request's
+  own task (nobody cancels it, unlike the SDK's handler); its result is shaped as the SDK's
+  kernel shapes it (its result sieve for the version, its ``serverInfo`` stamp, the JSON-RPC
+  envelope) and written as ``json.dumps`` writes it, member by member (``Writer``: the
+  ``structuredContent`` a text block repeats is encoded once), as JSON, or, when the call
+  runs past the SDK's window (``SSE_WINDOW_S``), as one SSE event after keep-alive pings, as
+  the SDK does;
 - a client that goes away before the answer cancels the execution
-  (``calls._cancel_abandoned``), as when the SDK cancels its handler.
+  (``calls.cancel_abandoned``), as when the SDK cancels its handler: a task of the exchange
+  reads the request's ``receive`` until ``http.disconnect``, which an ASGI server also sends
+  once the response is out (the task then ends).
 
 It holds only for the server ``endpoint.build_server`` makes (``serves_plain_calls`` checks
 what could change the answer). tests/mcp/test_stateless.py sends the same requests, good and
@@ -30,8 +40,11 @@ malformed, down both paths and compares the answers.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import anyio
@@ -42,12 +55,15 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import (
     ERROR_CODE_HTTP_STATUS,
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
     InboundModernRoute,
     classify_inbound_request,
-    find_duplicated_routing_header,
 )
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
     INTERNAL_ERROR,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
@@ -57,10 +73,9 @@ from mcp_types import (
     JSONRPCError,
 )
 from mcp_types import methods as _methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
-from starlette.datastructures import Headers
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import jsontext
@@ -96,31 +111,54 @@ class StatelessCalls:
     def __init__(self, server: Server[Any], security: TransportSecuritySettings) -> None:
         self.server = server
         self.security = TransportSecurityMiddleware(security)
-        self.stamp = server.server_info_stamp
-        """The SDK's ``serverInfo`` stamp: the SDK copies it for every answer, in case an
-        answer is changed afterwards; this one is only encoded."""
+        self.writer = Writer(server.server_info_stamp)
+        """With the SDK's ``serverInfo`` stamp: the SDK copies it for every answer, in case
+        an answer is changed afterwards; this one is only encoded."""
+        self._guard = security.enable_dns_rebinding_protection
+        hosts, origins = security.allowed_hosts, security.allowed_origins
+        self._hosts = (frozenset(hosts), tuple(h[:-1] for h in hosts if h.endswith(":*")))
+        self._origins = (frozenset(origins), tuple(o[:-1] for o in origins if o.endswith(":*")))
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
+    async def __call__(self, request: Request, send: Send) -> Receive | None:
         """Answer the request if it is a plain call (None), else return what the SDK's
-        transport reads the request from (``receive``, or a replay of the body read here)."""
-        request = Request(scope, receive)
-        headers = request.headers
-        if request.method != "POST" or headers.get("mcp-method") != "tools/call":
+        transport reads the request from (its ``receive``, or a replay of the body read
+        here)."""
+        scope, receive = request.scope, request.receive
+        if scope["method"] != "POST":
             return receive
-        if await self.security.validate_request(request, is_post=True) is not None:
+        heads = Heads.of(scope["headers"])
+        if heads.first.get("mcp-method") != "tools/call" or not heads.certain:
             return receive
-        has_json, has_sse = check_accept_headers(request)
-        if not (has_json and has_sse):
+        if not self._admitted(heads) and (
+            await self.security.validate_request(request, is_post=True) is not None
+        ):
             return receive
-        body = await request.body()
-        found = self._plain(body, headers)
+        if heads.first.get("accept") not in _BOTH_ACCEPTED:
+            has_json, has_sse = check_accept_headers(request)
+            if not (has_json and has_sse):
+                return receive
+        body = await _body(receive)
+        found = self._plain(body, heads)
         if found is None:
             return _replay(body, receive)
         call, version = found
-        await _Exchange(self.stamp, scope, receive, send).serve(request, call, version)
+        await _Exchange(self.writer, scope, receive, send).serve(request, call, version)
         return None
 
-    def _plain(self, body: bytes, headers: Headers) -> tuple[calls.PlainCall, str] | None:
+    def _admitted(self, heads: Heads) -> bool:
+        """Whether the SDK's ``validate_request`` (POST) surely passes; when this cannot
+        tell, the SDK's check decides (and logs what it refuses)."""
+        content_type = heads.first.get("content-type")
+        if content_type is None or not content_type.lower().startswith("application/json"):
+            return False
+        if not self._guard:
+            return True
+        host, origin = heads.first.get("host"), heads.first.get("origin")
+        if not host or not _listed(host, self._hosts):
+            return False
+        return not origin or _listed(origin, self._origins)
+
+    def _plain(self, body: bytes, heads: Heads) -> tuple[calls.PlainCall, str] | None:
         """The plain call ``body`` holds, with its protocol version, if the SDK would hand
         it to ``calls.call_tool`` as it is; None otherwise."""
         try:
@@ -140,13 +178,13 @@ class StatelessCalls:
             or params.get("name") == results.STATUS_TOOL
         ):
             return None
-        if find_duplicated_routing_header(headers.items()) is not None:
+        if heads.duplicated:
             return None
-        verdict = classify_inbound_request(decoded, headers=dict(headers))
-        if not isinstance(verdict, InboundModernRoute):
+        verdict = _route(decoded, params, heads)
+        if verdict is None:
             return None
+        version, client_info, caps = verdict
         raw_meta = params["_meta"]  # the ladder found it a mapping
-        caps = verdict.client_capabilities
         if (
             not isinstance(raw_meta, dict)
             or not raw_meta.keys().isdisjoint(NOT_PLAIN_META)
@@ -154,7 +192,6 @@ class StatelessCalls:
             or "extensions" in caps
         ):
             return None
-        version = verdict.protocol_version
         if _surely_valid(body, params, raw_meta):
             name, arguments, client = params["name"], params.get("arguments"), "mcp"
         else:
@@ -163,8 +200,101 @@ class StatelessCalls:
                 typed = CallToolRequestParams.model_validate(params, by_name=False)
             except (KeyError, ValueError):  # pydantic's ValidationError is a ValueError
                 return None
-            name, arguments, client = typed.name, typed.arguments, _client_name(verdict)
+            name, arguments, client = typed.name, typed.arguments, _client_name(client_info, caps)
         return calls.PlainCall(request_id, name, arguments, dict(raw_meta), client), version
+
+
+_BOTH_ACCEPTED = frozenset(
+    {"application/json, text/event-stream", "text/event-stream, application/json"}
+)
+"""``Accept`` values ``check_accept_headers`` surely finds both types in (what clients send);
+any other value is checked by it."""
+
+
+def _listed(value: str, allowed: tuple[frozenset[str], tuple[str, ...]]) -> bool:
+    """``TransportSecurityMiddleware._validate_host`` (and ``_validate_origin``) of a
+    present value: listed exactly, or under a ``base:*`` pattern as ``base:`` + anything."""
+    exact, prefixes = allowed
+    return value in exact or (bool(prefixes) and value.startswith(prefixes))
+
+
+_ROUTING = frozenset({MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER})
+_READ = {
+    name.encode(): name
+    for name in (*_ROUTING, "content-type", "host", "origin", "accept", "content-length")
+}
+
+
+@dataclass(slots=True)
+class Heads:
+    """The request headers this module reads, in one pass over the ASGI list."""
+
+    first: dict[str, str]
+    """Each name's first value, as Starlette's ``Headers.get`` finds it."""
+    duplicated: bool
+    """A routing header appears more than once (``find_duplicated_routing_header``)."""
+    certain: bool
+    """False when the SDK's transport could answer differently from what this module
+    assumes (a header name not in lower case, a ``Content-Length`` that is not digits:
+    the SDK's body bound parses it with ``int``); the SDK then serves the request."""
+
+    @classmethod
+    def of(cls, raw: list[tuple[bytes, bytes]]) -> Heads:
+        first: dict[str, str] = {}
+        duplicated, certain = False, True
+        for key, value in raw:
+            name = _READ.get(key)
+            if name is None:
+                if not key.islower() and key.lower() in _READ:
+                    certain = False
+                continue
+            if name not in first:
+                first[name] = value.decode("latin-1")
+            elif name in _ROUTING:
+                duplicated = True
+        length = first.get("content-length")
+        if length is not None and not length.isdigit():
+            certain = False
+        return cls(first, duplicated, certain)
+
+
+def _route(
+    decoded: dict[str, Any], params: dict[str, Any], heads: Heads
+) -> tuple[str, Any, Any] | None:
+    """What ``classify_inbound_request`` finds a ``tools/call`` to be (its version, client
+    info and capabilities) when it surely routes it (the envelope there, the headers equal
+    to it, a served version); else the SDK's ladder decides."""
+    meta_ = params.get("_meta")
+    version = heads.first.get(MCP_PROTOCOL_VERSION_HEADER)
+    name = heads.first.get(MCP_NAME_HEADER)
+    if (
+        type(meta_) is dict
+        and CLIENT_CAPABILITIES_META_KEY in meta_
+        and version is not None
+        and meta_.get(PROTOCOL_VERSION_META_KEY) == version
+        and version in MODERN_PROTOCOL_VERSIONS
+        and heads.first.get(MCP_METHOD_HEADER) == decoded.get("method")
+        and (name is None or not name.startswith("=?"))
+        and (params.get("name") is None or name == params["name"])
+    ):
+        return version, meta_.get(CLIENT_INFO_META_KEY), meta_[CLIENT_CAPABILITIES_META_KEY]
+    verdict = classify_inbound_request(decoded, headers=heads.first)
+    if not isinstance(verdict, InboundModernRoute):
+        return None
+    return verdict.protocol_version, verdict.client_info, verdict.client_capabilities
+
+
+async def _body(receive: Receive) -> bytes:
+    """The request's body, read as Starlette's ``Request.body`` reads it."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
 
 
 def _surely_valid(body: bytes, params: dict[str, Any], raw_meta: dict[str, Any]) -> bool:
@@ -179,19 +309,21 @@ def _surely_valid(body: bytes, params: dict[str, Any], raw_meta: dict[str, Any])
         type(params.get("name")) is str
         and (arguments is None or type(arguments) is dict)
         and raw_meta.get(CLIENT_CAPABILITIES_META_KEY) == {}
-        and not any(key.startswith(RESERVED) for key in raw_meta if key not in ENVELOPE)
-        and _SURROGATE_IN_BODY.search(body) is None
+        and all(key in ENVELOPE or not key.startswith(RESERVED) for key in raw_meta)
+        and (
+            (b"\\u" not in body and b"\xed" not in body) or _SURROGATE_IN_BODY.search(body) is None
+        )
     )
 
 
-def _client_name(verdict: InboundModernRoute) -> str:
+def _client_name(client_info: Any, caps: Any) -> str:
     """The name ``calls`` reads from the SDK's connection: the envelope's client info when
     it and the capabilities are well formed (``Connection.from_envelope``), else "mcp"."""
-    if verdict.client_info is None:
+    if client_info is None:
         return "mcp"
     try:
-        info = Implementation.model_validate(verdict.client_info, by_name=False)
-        ClientCapabilities.model_validate(verdict.client_capabilities, by_name=False)
+        info = Implementation.model_validate(client_info, by_name=False)
+        ClientCapabilities.model_validate(caps, by_name=False)
     except ValidationError:
         return "mcp"
     return info.name
@@ -211,48 +343,77 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-class _Exchange:
-    """One plain call's request and response."""
+class Writer:
+    """Writes a plain call's JSON-RPC response as the SDK writes it (made once per server:
+    its ``serverInfo`` stamp is encoded once)."""
 
-    def __init__(self, stamp: dict[str, Any], scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, stamp: dict[str, Any]) -> None:
         self.stamp = stamp
-        self.scope, self.receive, self.send = scope, receive, send
-        self.streaming = False
+        self._stamped = f'"{SERVER_INFO_META_KEY}":{jsontext.strict(stamp)}'
+        """The stamp as the last member of ``_meta`` (``ServerRunner._stamp_server_info``)."""
 
-    async def serve(self, request: Request, call: calls.PlainCall, version: str) -> None:
-        status = 200
-        try:
-            door = calls.Door.of_request(request)
-            out = await calls.plain_call(door, call, self.wait)
-            if out is None:
-                return  # the client went away: nobody to answer
-            data = self.encoded(call.request_id, out, version)
-        except Exception as exc:  # what the SDK answers for a handler that raised
-            error = modern_error_data(exc)
-            status = ERROR_CODE_HTTP_STATUS.get(error.code, 200)
-            reply = JSONRPCError(jsonrpc="2.0", id=call.request_id, error=error)
-            data = jsontext.compact(reply.model_dump(mode="json", by_alias=True, exclude_none=True))
-        if self.streaming:
-            event = f"event: message\r\ndata: {data}\r\n\r\n".encode()
-            await self.send({"type": "http.response.body", "body": event, "more_body": False})
-            return
-        response = Response(data, status_code=status, media_type="application/json")
-        await response(self.scope, self.receive, self.send)
-
-    def encoded(self, request_id: str | int, out: dict[str, Any], version: str) -> str:
+    def encoded(
+        self, request_id: str | int, out: dict[str, Any], version: str, text: str | None = None
+    ) -> str:
         """The JSON-RPC response to ``request_id`` with the result ``out``, as the SDK
         writes it: ``out`` through its result sieve (``sieved``, or the SDK's own for what
-        that does not know), the ``serverInfo`` stamp, the envelope, ``json.dumps``."""
+        that does not know), the ``serverInfo`` stamp, the envelope, ``json.dumps``.
+        ``text``: the JSON text of ``out``'s ``structuredContent`` (``jsontext.response``)
+        when a text block of ``out`` is that very string (``calls.Answer``), written once."""
         shaped = sieved(out)
         if shaped is not None:
             try:
-                data = jsontext.strict(self.envelope(request_id, shaped))
-            except (TypeError, ValueError):  # not JSON as it is (NaN, a date): the SDK's
+                data = self._written(request_id, shaped, text)
+            except (TypeError, ValueError, RecursionError):  # not JSON as it is: the SDK's
                 pass
             else:
-                if _SURROGATE_IN_TEXT.search(data) is None:  # the SDK's refuses some
+                if data is not None:
                     return data
         return jsontext.compact(self.envelope(request_id, self.sdk_sieved(out, version)))
+
+    def _written(
+        self, request_id: str | int, shaped: dict[str, Any], text: str | None
+    ) -> str | None:
+        """``jsontext.strict(self.envelope(request_id, shaped))`` written member by member
+        (``shaped``'s, in ``sieved``'s order), with the stamp encoded once and ``text``
+        standing for the ``structuredContent`` it is the JSON of when it is ASCII without
+        DEL: it is then that JSON exactly (``jsontext.response`` writes other characters,
+        and DEL, as they are), and its text block is escaped with two searches; None if a
+        UTF-16 surrogate shows (the SDK's sieve refuses some)."""
+        plain = text is not None and text.isascii() and "\x7f" not in text
+        meta_ = shaped.get("_meta")
+        stamped = self._stamped
+        written = f"{{{stamped}}}" if not meta_ else f"{_strict(meta_)[:-1]},{stamped}}}"
+        risky = [written]  # what may hold a surrogate's escape (``text`` is ASCII or below)
+        members = [f'"_meta":{written}'] if meta_ is not None else []
+        blocks = []
+        for block in shaped["content"]:
+            if plain and block["text"] is text:
+                escaped = _printable_escaped(text)
+            else:
+                risky.append(escaped := encode_basestring_ascii(block["text"]))
+            blocks.append(f'{{"text":{escaped},"type":"text"}}')
+        members.append(f'"content":[{",".join(blocks)}]')
+        is_error = shaped.get("isError")
+        if is_error is not None:
+            members.append('"isError":true' if is_error else '"isError":false')
+        members.append('"resultType":"complete"')
+        structured = shaped.get("structuredContent")
+        if structured is not None:
+            if plain:
+                members.append(f'"structuredContent":{text}')
+            else:
+                risky.append(written_structured := _strict(structured))
+                members.append(f'"structuredContent":{written_structured}')
+        if meta_ is None:
+            members.append(f'"_meta":{written}')
+        if type(request_id) is int:
+            identifier = str(request_id)
+        else:
+            risky.append(identifier := _strict(request_id))
+        if any(_SURROGATE_IN_TEXT.search(piece) is not None for piece in risky):
+            return None
+        return f'{{"jsonrpc":"2.0","id":{identifier},"result":{{{",".join(members)}}}}}'
 
     def envelope(self, request_id: str | int, result: dict[str, Any]) -> dict[str, Any]:
         """``JSONRPCResponse(...).model_dump(mode="json", exclude_none=True)`` of a result
@@ -279,23 +440,153 @@ class _Exchange:
             dumped["resultType"] = "complete"
         return dumped
 
-    async def wait(self, run: calls.Run) -> bool:
-        """Until ``run`` is done (True) or the client goes away (False); past the SDK's
-        window, the response becomes an event stream pinged every ``SSE_WINDOW_S``."""
-        while True:
-            with anyio.CancelScope(deadline=anyio.current_time() + SSE_WINDOW_S) as waiting:
-                run.waiter = waiting  # the run's end cancels it
-                if not run.done.is_set():
-                    while (await self.receive())["type"] != "http.disconnect":
-                        pass
-                    return False
-            if run.done.is_set():
-                return True
+
+class _Exchange:
+    """One plain call's request and response; the ``calls.Watch`` of its run, which runs in
+    the request's task: a task reads the request's ``receive`` until the client goes away
+    (then cancels the execution, unless the run is done) or the response is sent (an ASGI
+    server then answers ``http.disconnect``); past the SDK's window a timer turns the
+    response into an event stream, pinged by a task of its own."""
+
+    __slots__ = (
+        "door",
+        "finished",
+        "gone",
+        "pinger",
+        "receive",
+        "run",
+        "scope",
+        "send",
+        "stop",
+        "streaming",
+        "watcher",
+        "window",
+        "writer",
+    )
+
+    def __init__(self, writer: Writer, scope: Scope, receive: Receive, send: Send) -> None:
+        self.writer = writer
+        self.scope, self.receive, self.send = scope, receive, send
+        self.streaming = False
+        self.door: calls.Door | None = None
+        self.run: calls.Run | None = None
+        self.gone = False
+        """The client went away before the run was done (the watcher cancels it)."""
+        self.finished = False
+        self.watcher: asyncio.Task[None] | None = None
+        self.window: asyncio.TimerHandle | None = None
+        self.pinger: asyncio.Task[None] | None = None
+        self.stop: asyncio.Event | None = None
+
+    async def serve(self, request: Request, call: calls.PlainCall, version: str) -> None:
+        status = 200
+        try:
+            door = calls.Door.of_request(request)
+            answer = await calls.plain_call(door, call, self)
+            if answer is None:
+                return  # the client went away: nobody to answer
+            out, text = answer
+            data = self.writer.encoded(call.request_id, out, version, text)
+        except Exception as exc:  # what the SDK answers for a handler that raised
+            error = modern_error_data(exc)
+            status = ERROR_CODE_HTTP_STATUS.get(error.code, 200)
+            reply = JSONRPCError(jsonrpc="2.0", id=call.request_id, error=error)
+            data = jsontext.compact(reply.model_dump(mode="json", by_alias=True, exclude_none=True))
+        if self.streaming:
+            event = f"event: message\r\ndata: {data}\r\n\r\n".encode()
+            await self.send({"type": "http.response.body", "body": event, "more_body": False})
+            return
+        # Starlette's Response(data, status_code=status, media_type="application/json").
+        body = data.encode()
+        headers = [(b"content-length", str(len(body)).encode()), _JSON_TYPE]
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
+
+    # -- calls.Watch --------------------------------------------------------------------
+
+    def start(self, door: calls.Door, run: calls.Run) -> None:
+        loop = asyncio.get_running_loop()
+        self.door, self.run = door, run
+        self.watcher = loop.create_task(self._watch())
+        self.window = loop.call_later(SSE_WINDOW_S, self._open_stream)
+
+    def abort(self) -> None:
+        self.finished = True
+        if self.window is not None:
+            self.window.cancel()
+        if self.stop is not None:
+            self.stop.set()
+
+    async def ended(self) -> bool:
+        self.abort()
+        if self.pinger is not None:
+            await asyncio.wait((self.pinger,))  # a ping being sent is sent whole
+        if self.gone:
+            assert self.watcher is not None
+            await self.watcher  # it cancels the execution
+            return False
+        return True
+
+    async def _watch(self) -> None:
+        """Until the client goes away, or the response was sent."""
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        assert self.door is not None and self.run is not None
+        if self.run.finished:
+            return
+        self.gone = True
+        with anyio.CancelScope(shield=True):
+            await calls.cancel_abandoned(self.door, self.run)
+
+    def _open_stream(self) -> None:
+        """The SDK's window passed with the run still going: stream the response."""
+        if not self.finished:
+            self.stop = asyncio.Event()
+            self.pinger = asyncio.get_running_loop().create_task(self._pings())
+
+    async def _pings(self) -> None:
+        """The event stream's start, then a ping every ``SSE_WINDOW_S`` until the run ends
+        (``ended`` waits for a ping being sent: the answer comes after it)."""
+        assert self.stop is not None
+        while not self.finished:
             if not self.streaming:
-                self.streaming = True
                 start = {"type": "http.response.start", "status": 200, "headers": SSE_HEADERS}
                 await self.send(start)
+                self.streaming = True
             await self.send({"type": "http.response.body", "body": PING, "more_body": True})
+            with anyio.move_on_after(SSE_WINDOW_S):
+                await self.stop.wait()
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
+
+
+def _printable_escaped(text: str) -> str:
+    """``encode_basestring_ascii(text)`` of a text of printable ASCII characters (JSON
+    text in ASCII without DEL: it holds no control character, the encoder escapes them),
+    which escapes only the backslash and the quote among them: two searches instead of a
+    pass over each character (a result's JSON, a kilobyte or more, is written so)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _strict(value: Any) -> str:
+    """``jsontext.strict``, which makes an encoder per call (``JSONEncoder.encode``)."""
+    return jsontext.strict(value)
+
+
+if c_make_encoder is not None:
+    _encoder = c_make_encoder(
+        None, _refuse, encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+    """``jsontext.strict``'s C encoder, made once; it does not look for circular
+    references, which results made of JSON cannot hold (a RecursionError otherwise)."""
+
+    def _strict(value: Any) -> str:
+        return "".join(_encoder(value, 0))
 
 
 def sieved(out: dict[str, Any]) -> dict[str, Any] | None:

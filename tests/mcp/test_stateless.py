@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import yaml
@@ -20,11 +23,14 @@ from mcp.server import _streamable_http_modern as sdk_modern
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import JSONRPCResponse
 from mcp_types import methods as sdk_methods
-from starlette.datastructures import Headers
+from starlette.types import Message
 
+from gateway import jsontext
 from gateway.mcp import calls, results, stateless
 from gateway.mcp.endpoint import build_server, serves_plain_calls
-from gateway.testing import gateway, make_project
+from gateway.server.app import create_app
+from gateway.settings import load_settings
+from gateway.testing import gateway, make_project, run_agent_code_without_approval
 from tests.helpers import ALICE
 
 MODERN = "2026-07-28"
@@ -253,21 +259,25 @@ def test_the_gateways_server_is_one_the_fast_path_may_answer_for() -> None:
     assert not serves_plain_calls(server)
 
 
+def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+
 def _classify(message: Any, **headers: str) -> calls.PlainCall | None:
     server = build_server()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    sent = Headers({**HEADERS, **headers})
+    sent = stateless.Heads.of(_raw({**HEADERS, **headers}))
     found = stateless.StatelessCalls(server, security)._plain(json.dumps(message).encode(), sent)
     return found[0] if found else None
 
 
 def test_a_duplicated_routing_header_is_no_plain_call() -> None:
-    raw = [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
-    headers = Headers(raw=[*raw, (b"mcp-method", b"tools/call")])
+    heads = stateless.Heads.of([*_raw(HEADERS), (b"mcp-method", b"tools/call")])
     server = build_server()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     body = json.dumps(_call("dup")).encode()
-    assert stateless.StatelessCalls(server, security)._plain(body, headers) is None
+    assert heads.duplicated
+    assert stateless.StatelessCalls(server, security)._plain(body, heads) is None
 
 
 def test_the_plain_calls_are_told_apart() -> None:
@@ -321,9 +331,9 @@ def test_a_result_is_written_as_the_sdk_writes_it(out: dict[str, Any], request_i
         expected: str | type[Exception] = _sdk_encoded(request_id, out)
     except Exception as exc:  # the SDK's sieve refuses it: so must the fast path
         expected = type(exc)
-    exchange = stateless._Exchange(build_server().server_info_stamp, {}, None, None)  # type: ignore[arg-type]
+    writer = stateless.Writer(build_server().server_info_stamp)
     try:
-        got: str | type[Exception] = exchange.encoded(request_id, dict(out), MODERN)
+        got: str | type[Exception] = writer.encoded(request_id, dict(out), MODERN)
     except Exception as exc:
         got = type(exc)
     if isinstance(expected, type):
@@ -338,3 +348,198 @@ def test_results_of_the_shapes_the_gateway_builds_are_sieved_without_the_sdk() -
     assert stateless.sieved(out) == sdk_methods.serialize_server_result("tools/call", MODERN, out)
     assert stateless.sieved({**out, "resultType": "task"}) is None
     assert stateless.sieved({**out, "content": [{"type": "image", "data": ""}]}) is None
+
+
+def test_text_standing_for_structured_content_is_written_as_the_sdk_writes_it() -> None:
+    """The JSON of ``structuredContent`` is written once when a text block is it (ASCII,
+    no DEL: ``jsontext.response`` writes those unescaped), else encoded again."""
+    writer = stateless.Writer(build_server().server_info_stamp)
+    for structured in (
+        {"content": "x" * 1024, "size": 1024},
+        {"a": "caf\u00e9", "b": "\U0001f600"},
+        {"del": "a\x7fb", "ctl": "\x00\n\t", "q": '"\\'},
+        {"q": 'say "hi" \\ \\\\ "" \\u00e9', "ctl": "\n", "path": "a\\b\\"},
+        {"lone": "\ud800"},
+        {"escaped": "\\ud800", "n": [1, 2.5, None, True]},
+        {},
+    ):
+        text = jsontext.response(structured)
+        for request_id in (7, "r-\u00e9", 2**70):
+            out = {
+                "content": [{"type": "text", "text": "ok: \u00e9"}, {"type": "text", "text": text}],
+                "isError": False,
+                "resultType": "complete",
+                "_meta": {"io.toolgate/outcome": "succeeded", "io.toolgate/error": None},
+                "structuredContent": structured,
+            }
+            try:
+                expected: str | type[Exception] = _sdk_encoded(request_id, out)
+            except Exception as exc:
+                expected = type(exc)
+            try:
+                got: str | type[Exception] = writer.encoded(request_id, dict(out), MODERN, text)
+            except Exception as exc:
+                got = type(exc)
+            if isinstance(expected, type):
+                assert isinstance(got, type), (structured, got)
+            else:
+                assert got == expected, structured
+
+
+def test_the_headers_are_read_in_one_pass_as_starlette_and_the_sdk_read_them() -> None:
+    raw = _raw(HEADERS)
+    heads = stateless.Heads.of([*raw, (b"accept", b"text/plain"), (b"x-other", b"1")])
+    assert heads.first["accept"] == HEADERS["Accept"]  # the first, as Headers.get finds it
+    assert heads.certain and not heads.duplicated
+    assert stateless.Heads.of([*raw, (b"mcp-name", b"x")]).duplicated
+    # What the SDK reads otherwise than this module would: the SDK serves such a request.
+    assert not stateless.Heads.of([*raw, (b"Mcp-Method", b"tools/call")]).certain
+    assert not stateless.Heads.of([*raw, (b"content-length", b"1_0")]).certain
+
+
+# -- in process: a client that goes away, a call past the SDK's window ---------------------
+
+
+@pytest.fixture(scope="module")
+def apps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two projects that run agent code without approval: one answers plain calls itself,
+    the other's SDK answers everything."""
+    configs = []
+    for fast in (True, False):
+        root = tmp_path_factory.mktemp("inproc-fast" if fast else "inproc-sdk")
+        config = make_project(root, f"sqlite:///{root}/toolgate.db")
+        run_agent_code_without_approval(root, ("proc.python",))
+        data = yaml.safe_load(config.read_text())
+        data["mcp"] = {**data.get("mcp", {}), "fast_calls": fast}
+        config.write_text(yaml.safe_dump(data))
+        workspace = root / "var" / "workspaces" / "demo"
+        workspace.mkdir(parents=True, exist_ok=True)
+        (workspace / "slow.py").write_text("import sys, time\ntime.sleep(float(sys.argv[1]))\n")
+        configs.append(config)
+    return configs[0], configs[1]
+
+
+def _script_call(call_id: str, seconds: float) -> bytes:
+    message = _call(call_id, name="proc.python")
+    message["params"]["arguments"] = {"script": "slow.py", "args": [str(seconds)]}
+    return json.dumps(message).encode()
+
+
+async def _exchange(app: Any, body: bytes, gone: anyio.Event | None = None) -> list[Message]:
+    """What ``app`` sends for one ``POST /mcp``; ``gone``: the client goes away when set."""
+    headers = {**HEADERS, "Mcp-Name": "proc.python", "Content-Length": str(len(body))}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1:8000"), *_raw(headers)],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    ended = anyio.Event()
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop()
+        async with anyio.create_task_group() as group:
+            for event in (ended, gone):
+                if event is not None:
+                    group.start_soon(_cancel_when_set, event, group.cancel_scope)
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            ended.set()
+
+    await app(scope, receive, send)
+    return sent
+
+
+async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _in_process(config: Path, work: Any) -> Any:
+    app = create_app(load_settings(config))
+    async with app.router.lifespan_context(app):
+        return await work(app)
+
+
+def _seen(sent: list[Message]) -> list[Any]:
+    """What a client sees of ``sent``: the status and headers, the body (consecutive pings
+    as one: how many fit in the wait is a matter of timing), ids and times aside."""
+    seen: list[Any] = []
+    for message in sent:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message["headers"] if k != b"content-length"]
+            seen.append((message["status"], headers))
+            continue
+        text = message.get("body", b"").decode()
+        for pattern, replacement in _VARYING:
+            text = pattern.sub(replacement, text)
+        text = re.sub(r"\b\d+\.\d+s\b", "1.0s", text)  # how long the script ran, its pid
+        text = re.sub(r'(\\?"(\w*_ms|pid)\\?":)\d+', r"\g<1>0", text)
+        if not (text == stateless.PING.decode() and seen and seen[-1] == text):
+            seen.append(text)
+    return seen
+
+
+def test_a_call_past_the_window_streams_as_the_sdks_does(
+    apps: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stateless, "SSE_WINDOW_S", 0.3)
+    monkeypatch.setattr(sdk_modern, "_SSE_PING_INTERVAL", 0.3)
+    body = _script_call("slow-stream", 1.2)
+
+    async def call(app: Any) -> list[Message]:
+        return await _exchange(app, body)
+
+    fast, sdk = (_seen(anyio.run(_in_process, config, call)) for config in apps)
+    assert fast == sdk
+    assert fast[0] == (200, stateless.SSE_HEADERS) and fast[1] == stateless.PING.decode()
+    assert fast[-1].startswith("event: message\r\ndata: ") and '"succeeded"' in fast[-1], fast
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "sdk"])
+def test_a_client_that_goes_away_cancels_the_execution(apps: tuple[Path, Path], fast: bool) -> None:
+    body = _script_call(f"gone-{fast}", 60)
+
+    async def call(app: Any) -> tuple[list[Message], Any, list[Any]]:
+        store = app.state.services.latest.store
+        gone = anyio.Event()
+        async with anyio.create_task_group() as group:
+            answers: list[list[Message]] = []
+
+            async def client() -> None:
+                answers.append(await _exchange(app, body, gone))
+
+            group.start_soon(client)
+            with anyio.fail_after(30):
+                while True:
+                    found = await store.find_executions("alice", "same", f"gone-{fast}")
+                    if found and found[0].status == "running":
+                        break
+                    await anyio.sleep(0.05)
+            gone.set()
+        with anyio.fail_after(30):
+            while not (record := await store.get_execution(found[0].id)).terminal:
+                await anyio.sleep(0.05)
+        return answers[0], record, await store.events(record.id)
+
+    started = time.monotonic()
+    sent, record, events = anyio.run(_in_process, apps[0 if fast else 1], call)
+    assert sent == []  # nobody to answer
+    assert record.outcome in ("cancelled", "unknown"), record
+    cancels = [e for e in events if e.data.get("status") == "cancelling"]
+    assert cancels and cancels[0].data["by"] == "alice"
+    assert time.monotonic() - started < 50  # not the script's 60 s
