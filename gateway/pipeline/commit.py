@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gateway import jsontext
 from gateway.events.model import make_event
 from gateway.pipeline.existing import same_call
 from gateway.pipeline.records import Ended, Settled
 from gateway.pipeline.rows import build_record
 from gateway.pipeline.services import Services
-from gateway.store.rows import plain_json, stored_json
 from gateway.store.store import Existing
 from gateway.types import Status
 
@@ -25,9 +25,9 @@ async def run(services: Services, state: Settled) -> Ended:
         {"outcome": body["outcome"], "error": body["error"], "side_effect": body["side_effect"]},
     )
     events = (*trail.events, completed)
-    result_json = stored_json(body)
+    result_json = jsontext.stored(body)
     fencing = state.fencing
-    fencing_json = plain_json(dict(fencing)) if fencing else None
+    fencing_json = jsontext.plain(dict(fencing)) if fencing else None
     if state.record is None:
         tool = state.tool
         record = build_record(

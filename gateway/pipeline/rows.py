@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import time
 
+from gateway import jsontext
 from gateway.declarations.model import ToolDeclaration
 from gateway.pipeline.records import Ticket, ToolExecutionRequest
 from gateway.store.records import ExecutionRecord
-from gateway.store.rows import compact_json
 from gateway.types import Status
 
 
@@ -52,7 +52,7 @@ def build_record(
         idempotency_scope=scope,
         approval_id=approval_id,
         cancellation_token=req.cancellation_token,
-        request_json=compact_json(req.to_json()),
+        request_json=jsontext.compact(req.to_json()),
         result_json=result_json,
         fencing_json=fencing_json,
         owner=owner,

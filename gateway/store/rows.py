@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
-from json.encoder import (  # type: ignore[attr-defined]
-    c_make_encoder,
-    encode_basestring,
-    encode_basestring_ascii,
-)
+from json.encoder import encode_basestring
 from operator import attrgetter
 from typing import Any
 
@@ -49,41 +45,8 @@ def execution(row: Sequence[Any]) -> ExecutionRecord:
     return ExecutionRecord(*values)
 
 
-def _prebuilt(encode: Callable[[Any], str]) -> Callable[[Any], str]:
-    """``encode`` (a ``JSONEncoder(...).encode``) without the encoder it builds on every call.
-
-    ``JSONEncoder.encode`` makes a new C encoder for each text it writes (about as much work
-    as writing a small event's data); this one is made once, with the same options. It
-    keeps no state between calls (no circular-reference record: event data is a tree, and a
-    cycle still fails, as a RecursionError), so one serves every thread."""
-    encoder = getattr(encode, "__self__", None)
-    if c_make_encoder is None or not isinstance(encoder, json.JSONEncoder) or encoder.indent:
-        return encode
-    make = c_make_encoder(
-        None,
-        encoder.default,
-        encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        encoder.sort_keys,
-        encoder.skipkeys,
-        encoder.allow_nan,
-    )
-    join = "".join
-
-    def prebuilt(value: Any) -> str:
-        return join(make(value, 0))
-
-    return prebuilt
-
-
-stored_json = _prebuilt(jsontext.stored)
+stored_json = jsontext.stored
 """``jsontext.stored``: the text of every event's data and of a call's result."""
-compact_json = _prebuilt(jsontext.compact)
-"""``jsontext.compact``: a call's request as its execution keeps it."""
-plain_json = _prebuilt(json.JSONEncoder().encode)
-"""``json.dumps(value)`` (a completed call's fencing tokens)."""
 
 
 def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:

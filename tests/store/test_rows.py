@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gateway import jsontext
 from gateway.events.chain import GENESIS, event_hash
 from gateway.events.model import Event, make_event
-from gateway.store.rows import chained_rows, compact_json, plain_json, stored_json
+from gateway.store.rows import chained_rows
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -72,11 +72,3 @@ def test_data_that_is_not_json_is_stored_as_its_str_and_odd_fields_hash_the_gene
     flagged = Event("ev_2", "ex_1", 1, "tool.output", True, 42, {})  # a bool, not an int
     ((*_, digest2),) = chained_rows([flagged], 1, digest)
     assert digest2 == event_hash(digest, "ex_1", 1, "ev_2", "tool.output", True, 42, "{}")
-
-
-@given(_json)
-def test_the_prebuilt_encoders_write_what_json_writes(value: Any) -> None:
-    assert stored_json(value) == jsontext.stored(value)
-    assert plain_json(value) == json.dumps(value)
-    assert compact_json(value) == jsontext.compact(value)
-    assert stored_json({"at": Odd()}) == jsontext.stored({"at": Odd()}) == '{"at":"odd"}'
