@@ -19,10 +19,12 @@ _PARTIAL = re.compile(r"^(\d+|x|\*)(?:\.(\d+|x|\*))?(?:\.(\d+|x|\*))?(?:-([0-9A-
 class Version:
     """An immutable, ordered semantic version."""
 
-    __slots__ = ("major", "minor", "patch", "pre")
+    __slots__ = ("major", "minor", "patch", "pre", "_text")
 
     def __init__(self, major: int, minor: int, patch: int, pre: str = "") -> None:
         self.major, self.minor, self.patch, self.pre = major, minor, patch, pre
+        # Written once: a call names its tool's version in several records and events.
+        self._text = f"{major}.{minor}.{patch}" + (f"-{pre}" if pre else "")
 
     @classmethod
     def parse(cls, text: str) -> Version:
@@ -44,7 +46,7 @@ class Version:
         return hash(self._key())
 
     def __str__(self) -> str:
-        return f"{self.major}.{self.minor}.{self.patch}" + (f"-{self.pre}" if self.pre else "")
+        return self._text
 
     __repr__ = __str__
 
