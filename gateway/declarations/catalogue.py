@@ -32,6 +32,7 @@ class Catalogue:
             for name, versions in sorted(by_name.items())
         }
         self._validators: dict[str, FastValidator] = {}
+        self._outputs: dict[str, FastValidator] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_name.values())
@@ -89,4 +90,20 @@ class Catalogue:
         if validator is None:
             validator = FastValidator(tool.input, purge_readonly=True)
             self._validators[key] = validator
+        return validator
+
+    def output_validator(self, tool: ToolDeclaration) -> FastValidator | None:
+        """The checker of ``tool``'s ``output:`` (None when it declares none), built once.
+
+        It validates like ``JsonValidator(tool.output)`` (unknown fields refused), with the
+        fast path; the loader refused the rules that would change the data, so a document it
+        accepts is accepted as it stands.
+        """
+        if tool.output is None:
+            return None
+        key = tool.ref
+        validator = self._outputs.get(key)
+        if validator is None:
+            validator = FastValidator(tool.output)
+            self._outputs[key] = validator
         return validator

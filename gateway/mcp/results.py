@@ -8,7 +8,10 @@
   declared task support, else a structured, non-error result that says how to get the
   outcome later;
 - a request the gateway refused before it became an execution → an ``isError`` result
-  naming the code (never a JSON-RPC internal error, never an exception's text).
+  naming the code (never a JSON-RPC internal error, never an exception's text);
+- any of these for a tool that declares an ``outputSchema`` → only a succeeded execution's
+  data (checked against it in the verify stage) is ``structuredContent``
+  (``within_output_schema``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import datetime
 from typing import Any
 
 from gateway import jsontext
+from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ToolgateError
 from gateway.mcp import meta
 from gateway.pipeline.plan import Plan
@@ -27,6 +31,12 @@ ERROR_OUTCOMES = frozenset({Outcome.FAILED.value, Outcome.UNKNOWN.value})
 POLL_INTERVAL_MS = 1000
 STATUS_TOOL = "toolgate.execution_status"
 """The built-in tool that reports an execution (for clients without task support)."""
+
+
+NOT_THE_OUTPUT = (
+    "not the tool's output: this tool declares an outputSchema, which only the data of a "
+    "succeeded call is checked against and published as structuredContent"
+)
 
 
 def _text(text: str) -> dict[str, Any]:
@@ -204,3 +214,39 @@ def task(record: ExecutionRecord, approval: ApprovalRecord | None, base_url: str
 
 def related(record: ExecutionRecord) -> dict[str, Any]:
     return {"io.modelcontextprotocol/related-task": {"taskId": record.id}}
+
+
+def within_output_schema(
+    out: dict[str, Any],
+    catalogue: Catalogue,
+    name: str,
+    version: str | None,
+    record: ExecutionRecord | None = None,
+) -> dict[str, Any]:
+    """``out`` held to the ``outputSchema`` ``tools/list`` gives ``name`` (its newest enabled
+    version's), which MCP requires every non-error result's ``structuredContent`` to meet.
+
+    Only the data of a succeeded ``record`` of a version with that same ``output:`` was
+    checked against it (the verify stage). Any other answer (an error, a plan, a call still
+    waiting, a cancelled or partial outcome, a success without data) keeps its JSON in a
+    text block and ``_meta`` but loses ``structuredContent``, and one that was not an error
+    becomes one, saying why: a client that validates never meets unchecked data.
+    """
+    listed = next((t for t in catalogue.versions(name) if not t.disabled), None)
+    if listed is None or listed.output is None:
+        return out
+    if record is not None and version is not None and _checked(record):
+        ran = next((t for t in catalogue.versions(name) if str(t.version) == version), None)
+        if ran is not None and ran.output == listed.output:
+            return out
+    out.pop("structuredContent", None)
+    if not out.get("isError"):
+        out["isError"] = True
+        out["content"].insert(0, _text(NOT_THE_OUTPUT))
+    return out
+
+
+def _checked(record: ExecutionRecord) -> bool:
+    result = record.result or {}
+    outcome = result.get("outcome") or record.outcome
+    return outcome == Outcome.SUCCEEDED.value and isinstance(result.get("data"), dict)
