@@ -251,7 +251,7 @@ async def _call(
         with door.services.admission.executions.hold(door.principal):
             plan = await plan_call(door.services, request)
         out = results.plan_result(plan)
-        return results.within_output_schema(out, door.services.catalogue, plan.tool, None)
+        return results.within_output_schema(out, door.services.catalogue, plan.tool)
     run = _start(door, request)
     if wants_task(ctx, params):
         return await _answer_with_task(door, ctx, run)
@@ -367,10 +367,7 @@ async def _answer(door: Door, run: Run) -> dict[str, Any]:
 
 
 def _held(door: Door, out: dict[str, Any], record: ExecutionRecord) -> dict[str, Any]:
-    catalogue = door.services.catalogue
-    return results.within_output_schema(
-        out, catalogue, record.tool_name, record.tool_version, record
-    )
+    return results.within_output_schema(out, door.services.catalogue, record.tool_name)
 
 
 async def _approval(door: Door, record: ExecutionRecord) -> ApprovalRecord | None:

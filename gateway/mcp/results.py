@@ -9,9 +9,8 @@
   outcome later;
 - a request the gateway refused before it became an execution → an ``isError`` result
   naming the code (never a JSON-RPC internal error, never an exception's text);
-- any of these for a tool that declares an ``outputSchema`` → only a succeeded execution's
-  data (checked against it in the verify stage) is ``structuredContent``
-  (``within_output_schema``).
+- any of these for a tool that declares an ``outputSchema`` → ``structuredContent`` only
+  when it conforms to it (``within_output_schema``).
 """
 
 from __future__ import annotations
@@ -216,40 +215,27 @@ def related(record: ExecutionRecord) -> dict[str, Any]:
     return {"io.modelcontextprotocol/related-task": {"taskId": record.id}}
 
 
-def within_output_schema(
-    out: dict[str, Any],
-    catalogue: Catalogue,
-    name: str,
-    version: str | None,
-    record: ExecutionRecord | None = None,
-) -> dict[str, Any]:
+def within_output_schema(out: dict[str, Any], catalogue: Catalogue, name: str) -> dict[str, Any]:
     """``out`` held to the ``outputSchema`` ``tools/list`` gives ``name`` (its newest enabled
-    version's), which MCP requires every non-error result's ``structuredContent`` to meet.
+    version's ``output:``), which MCP requires every non-error result's ``structuredContent``
+    to meet.
 
-    Only the data of a succeeded ``record`` of a version with that same ``output:`` was
-    checked against it (the verify stage). Any other answer (an error, a plan, a call still
-    waiting, a cancelled or partial outcome, a success without data) keeps its JSON in a
-    text block and ``_meta`` but loses ``structuredContent``, and one that was not an error
-    becomes one, saying why: a client that validates never meets unchecked data.
+    ``structuredContent`` is kept only when it meets it: checked here, with the validator
+    the verify stage used (a succeeded call's data was checked there too, against the
+    version it ran). Any other answer (a plan, a call still waiting, data of another shape)
+    keeps its JSON in a text block and ``_meta`` but loses ``structuredContent``, and one
+    that was not an error becomes one, saying why: a client that validates never meets
+    data that does not conform.
     """
-    versions = catalogue.versions(name)
-    listed = next((t for t in versions if not t.disabled), None)
-    if listed is None or listed.output is None:
+    listed = next((t for t in catalogue.versions(name) if not t.disabled), None)
+    validator = catalogue.output_validator(listed) if listed is not None else None
+    if validator is None:
         return out
-    if record is not None and version is not None and _checked(record):
-        if str(listed.version) == version:
-            return out
-        ran = next((t for t in versions if str(t.version) == version), None)
-        if ran is not None and ran.output == listed.output:
-            return out
+    structured = out.get("structuredContent")
+    if type(structured) is dict and validator.validate(structured):
+        return out
     out.pop("structuredContent", None)
     if not out.get("isError"):
         out["isError"] = True
         out["content"].insert(0, _text(NOT_THE_OUTPUT))
     return out
-
-
-def _checked(record: ExecutionRecord) -> bool:
-    result = record.result or {}
-    outcome = result.get("outcome") or record.outcome
-    return outcome == Outcome.SUCCEEDED.value and isinstance(result.get("data"), dict)
