@@ -38,6 +38,7 @@ class Catalogue:
         # so no other object can take one's id while it lives.
         self._latest: dict[str, ToolDeclaration] = {}
         self._validator_of: dict[int, FastValidator] = {}
+        self._outputs: dict[str, FastValidator] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_name.values())
@@ -108,4 +109,20 @@ class Catalogue:
             self._validators[key] = validator
         if any(t is tool for t in self._by_name.get(tool.name, ())):
             self._validator_of[id(tool)] = validator  # one of its own: it lives as long
+        return validator
+
+    def output_validator(self, tool: ToolDeclaration) -> FastValidator | None:
+        """The checker of ``tool``'s ``output:`` (None when it declares none), built once.
+
+        It validates like ``JsonValidator(tool.output)`` (unknown fields refused), with the
+        fast path; the loader refused the rules that would change the data, so a document it
+        accepts is accepted as it stands.
+        """
+        if tool.output is None:
+            return None
+        key = tool.ref
+        validator = self._outputs.get(key)
+        if validator is None:
+            validator = FastValidator(tool.output)
+            self._outputs[key] = validator
         return validator

@@ -35,11 +35,15 @@ def _anthropic(tool: ToolDeclaration, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mcp(tool: ToolDeclaration, schema: dict[str, Any]) -> dict[str, Any]:
-    return {
+    out = {
         "name": tool.name,
         "description": tool.description,
         "inputSchema": _without_extensions(schema),
     }
+    output = output_schema(tool)
+    if output is not None:
+        out["outputSchema"] = _without_extensions(output)
+    return out
 
 
 TOOL_FORMATS = {"llm": llm_tool, "openai": _openai, "anthropic": _anthropic, "mcp": _mcp}
@@ -50,6 +54,13 @@ def tool_definition(tool: ToolDeclaration, fmt: str) -> dict[str, Any]:
     """The tool as an LLM tool definition in ``fmt`` (a key of ``TOOL_FORMATS``)."""
     schema = cerberus_to_json_schema(tool.input, purge_readonly=True)
     return TOOL_FORMATS[fmt](tool, schema)
+
+
+def output_schema(tool: ToolDeclaration) -> dict[str, Any] | None:
+    """The JSON Schema of the result's ``data`` (``output:``), or None when none is declared."""
+    if tool.output is None:
+        return None
+    return cerberus_to_json_schema(tool.output)
 
 
 def definition_name(tool: ToolDeclaration, fmt: str) -> str:

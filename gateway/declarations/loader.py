@@ -17,7 +17,11 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.declarations.catalogue import Catalogue
-from gateway.declarations.jsonschema import validate_cerberus_schema
+from gateway.declarations.jsonschema import (
+    cerberus_to_json_schema,
+    unmapped_rules,
+    validate_cerberus_schema,
+)
 from gateway.declarations.model import ProbeDecl, ToolDeclaration
 from gateway.declarations.spec import AdapterSpec, Templating
 from gateway.declarations.templates import FIELDS, Template
@@ -154,6 +158,7 @@ def _check(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[s
             f"{sorted(allowed)}, not {tool.side_effect.value!r}"
         )
     yield from _check_input(tool, lines)
+    yield from _check_output(tool, lines)
     yield from _check_paths(tool, lines, spec)
     yield from _check_editable(tool, lines)
     yield from _check_templates(tool, lines)
@@ -162,6 +167,52 @@ def _check(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[s
 
 def _check_input(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
     yield from validate_cerberus_schema(tool.input, lines.where(("input",)))
+
+
+# Rules that change a document instead of checking it: an output is published as the adapter
+# returned it, so a schema that would have to fill in or rename a field to accept the data
+# would call conforming what its JSON Schema refuses.
+_NORMALISING = frozenset(
+    {"default", "default_setter", "coerce", "rename", "rename_handler", "purge_unknown"}
+)
+
+
+def _check_output(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
+    """``output:`` is a cerberus schema like ``input:``, that checks and never normalises."""
+    if tool.output is None:
+        return
+    where = lines.where(("output",))
+    problems = validate_cerberus_schema(tool.output, where)
+    if problems:
+        yield from problems
+        return
+    found = {(u["path"], u["rule"]) for u in unmapped_rules(tool.output)}
+    found |= set(_defaults(cerberus_to_json_schema(tool.output), ""))
+    for path, rule in sorted(found):
+        if rule in _NORMALISING:
+            top = path.split(".")[0].split("[")[0]
+            at = lines.where(("output", top)) if top and top != "*" else where
+            yield (
+                f"{at}: {rule!r} (at {path or 'the top'}) changes the data instead of "
+                "checking it; an output schema only checks"
+            )
+
+
+def _defaults(schema: Any, path: str) -> Iterable[tuple[str, str]]:
+    """``(path, "default")`` for each field of a converted schema that has a default."""
+    if not isinstance(schema, dict):
+        if isinstance(schema, list):
+            for item in schema:
+                yield from _defaults(item, path)
+        return
+    if "default" in schema:
+        yield path, "default"
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, dict):
+            for name, sub in value.items():
+                yield from _defaults(sub, f"{path}.{name}" if path else str(name))
+        elif key != "default":
+            yield from _defaults(value, path)
 
 
 def _check_paths(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:

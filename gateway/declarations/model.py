@@ -128,6 +128,9 @@ class ToolDeclaration(_Frozen):
     reversible: bool = False
     tags: tuple[str, ...] = ()
     input: dict[str, Any] = Field(default_factory=dict)
+    output: dict[str, Any] | None = None
+    """The contract of the result's ``data`` (a cerberus schema of its fields), checked on
+    every successful call and published as JSON Schema; None: the tool promises no shape."""
     paths: tuple[str, ...] = ()
     locks: tuple[LockDecl, ...] = ()
     state_guards: tuple[StateGuardDecl, ...] = ()

@@ -19,7 +19,7 @@ _PARTIAL = re.compile(r"^(\d+|x|\*)(?:\.(\d+|x|\*))?(?:\.(\d+|x|\*))?(?:-([0-9A-
 class Version:
     """An immutable, ordered semantic version."""
 
-    __slots__ = ("major", "minor", "patch", "pre", "_text")
+    __slots__ = ("_text", "major", "minor", "patch", "pre")
 
     def __init__(self, major: int, minor: int, patch: int, pre: str = "") -> None:
         self.major, self.minor, self.patch, self.pre = major, minor, patch, pre

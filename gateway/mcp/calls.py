@@ -322,7 +322,9 @@ async def _call(
                     message="a dry run answers at once with its plan: send it without params.task",
                 )
             with door.services.admission.executions.hold(door.principal):
-                return results.plan_result(await plan_call(door.services, request))
+                plan = await plan_call(door.services, request)
+            out = results.plan_result(plan)
+            return results.within_output_schema(out, door.services.catalogue, plan.tool)
         run = _start(door, request)
     except ToolgateError as exc:
         if _legacy_task(ctx, params):
@@ -463,8 +465,14 @@ async def _answer(door: Door, run: Run) -> dict[str, Any]:
     assert run.record is not None
     record = run.record
     if record.terminal:
-        return results.call_result(record, door.base_url)
-    return results.pending_result(record, await _approval(door, record), door.base_url)
+        out = results.call_result(record, door.base_url)
+    else:
+        out = results.pending_result(record, await _approval(door, record), door.base_url)
+    return _held(door, out, record)
+
+
+def _held(door: Door, out: dict[str, Any], record: ExecutionRecord) -> dict[str, Any]:
+    return results.within_output_schema(out, door.services.catalogue, record.tool_name)
 
 
 async def _approval(door: Door, record: ExecutionRecord) -> ApprovalRecord | None:
@@ -623,7 +631,7 @@ async def get_task(
     record = await _own_execution(door, params.task_id)
     out = results.task(record, await _approval(door, record), door.base_url)
     if _modern(ctx) and record.terminal:
-        out["result"] = results.call_result(record, door.base_url)
+        out["result"] = _held(door, results.call_result(record, door.base_url), record)
     return out
 
 
@@ -644,7 +652,7 @@ async def task_result(
             code=INVALID_PARAMS,
             message=f"task {record.id} has not finished; poll tasks/get",
         )
-    out = results.call_result(record, door.base_url)
+    out = _held(door, results.call_result(record, door.base_url), record)
     out["_meta"].update(results.related(record))
     return out
 

@@ -8,7 +8,9 @@
   declared task support, else a structured, non-error result that says how to get the
   outcome later;
 - a request the gateway refused before it became an execution → an ``isError`` result
-  naming the code (never a JSON-RPC internal error, never an exception's text).
+  naming the code (never a JSON-RPC internal error, never an exception's text);
+- any of these for a tool that declares an ``outputSchema`` → ``structuredContent`` only
+  when it conforms to it (``within_output_schema``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import datetime
 from typing import Any
 
 from gateway import jsontext
+from gateway.declarations.catalogue import Catalogue
 from gateway.errors import NotFound, ToolgateError
 from gateway.mcp import meta
 from gateway.pipeline.plan import Plan
@@ -27,6 +30,12 @@ ERROR_OUTCOMES = frozenset({Outcome.FAILED.value, Outcome.UNKNOWN.value})
 POLL_INTERVAL_MS = 1000
 STATUS_TOOL = "toolgate.execution_status"
 """The built-in tool that reports an execution (for clients without task support)."""
+
+
+NOT_THE_OUTPUT = (
+    "not the tool's output: this tool declares an outputSchema, which only the data of a "
+    "succeeded call is checked against and published as structuredContent"
+)
 
 
 def _text(text: str) -> dict[str, Any]:
@@ -229,3 +238,29 @@ def task(record: ExecutionRecord, approval: ApprovalRecord | None, base_url: str
 
 def related(record: ExecutionRecord) -> dict[str, Any]:
     return {"io.modelcontextprotocol/related-task": {"taskId": record.id}}
+
+
+def within_output_schema(out: dict[str, Any], catalogue: Catalogue, name: str) -> dict[str, Any]:
+    """``out`` held to the ``outputSchema`` ``tools/list`` gives ``name`` (its newest enabled
+    version's ``output:``), which MCP requires every non-error result's ``structuredContent``
+    to meet.
+
+    ``structuredContent`` is kept only when it meets it: checked here, with the validator
+    the verify stage used (a succeeded call's data was checked there too, against the
+    version it ran). Any other answer (a plan, a call still waiting, data of another shape)
+    keeps its JSON in a text block and ``_meta`` but loses ``structuredContent``, and one
+    that was not an error becomes one, saying why: a client that validates never meets
+    data that does not conform.
+    """
+    listed = next((t for t in catalogue.versions(name) if not t.disabled), None)
+    validator = catalogue.output_validator(listed) if listed is not None else None
+    if validator is None:
+        return out
+    structured = out.get("structuredContent")
+    if type(structured) is dict and validator.validate(structured):
+        return out
+    out.pop("structuredContent", None)
+    if not out.get("isError"):
+        out["isError"] = True
+        out["content"].insert(0, _text(NOT_THE_OUTPUT))
+    return out

@@ -119,8 +119,10 @@ def mcp_tool(tool: ToolDeclaration) -> dict[str, Any]:
             meta.DEPRECATED: tool.deprecated,
         },
     }
-    # No outputSchema: a declaration describes its input only (tools.d has no output key),
-    # and a schema guessed here would make clients reject results that do not fit it.
+    # Only a declared `output:` is published: a result that breaks it never reaches a
+    # client as structuredContent (results.within_output_schema).
+    if "outputSchema" in definition:
+        out["outputSchema"] = definition["outputSchema"]
     return out
 
 

@@ -5,7 +5,8 @@ logs reads Toolgate's (docs/operations.md#the-decision-log).
 Each event is one JSON object: ``decision_id``, ``path``, ``input`` (with the configured
 fields erased), ``result``, ``timestamp``, ``labels``, ``bundles`` (the policy revision; also
 as the older ``revision``), ``metrics`` (the evaluation time), ``erased`` (the paths taken
-out), and ``toolgate`` (the execution, run and call the decision was for).
+out), and ``toolgate`` (what the decision was for: ``kind`` ``execution`` with the execution,
+run and call; or ``kind`` ``plan``, a dry run, with its run and call and no execution).
 """
 
 from __future__ import annotations

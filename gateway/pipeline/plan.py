@@ -6,8 +6,10 @@ without the quota, policy with its state guards) on a ticket marked ``dry_run``,
 describes what the later stages would do: the locks it would take and the adapter's preview.
 Nothing is written: no execution, no event, no idempotency key, no quota use. The stages'
 events stay in the call's trail, which is never stored; the plan reads the policy's
-decision from there. A plan is audited as one structured log line (logger
-``toolgate.plans``): principal, tool, version, arguments hash, decision, what would happen.
+decision from there. A plan is audited where nothing is stored: as one structured log line
+(logger ``toolgate.plans``, level INFO: principal, run and call ids, tool, version, arguments
+hash, decision, what would happen) and, when the policy was asked and the decision log is on,
+as its decision-log event, labelled ``toolgate.kind: plan`` (``policy.decision_ids``).
 """
 
 from __future__ import annotations
@@ -222,6 +224,8 @@ def _audit(request: ToolExecutionRequest, plan: Plan) -> None:
     fields = {
         "principal": request.principal,
         "agent_id": request.agent_id,
+        "run_id": request.run_id,
+        "call_id": request.call_id,
         "workspace": request.workspace_id,
         "tool": plan.tool,
         "version": plan.version,

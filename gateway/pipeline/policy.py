@@ -13,7 +13,7 @@ from gateway.errors import CallError, PolicyDenied, ToolgateError, TooManyReques
 from gateway.pipeline.context import adapter_call, adapter_of
 from gateway.pipeline.guards import check_state_guards
 from gateway.pipeline.outcomes import failed
-from gateway.pipeline.records import Authorized, Call, Prepared, Settled, Trail
+from gateway.pipeline.records import Authorized, Call, Prepared, Settled, Ticket, Trail
 from gateway.pipeline.services import Services
 from gateway.policy.inputs import recorded_input
 from gateway.store.records import ApprovalRecord
@@ -111,12 +111,7 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
     if metrics is not None:
         metrics.policy_decision(services.settings.policy_backend, seconds)
     if (decisions := services.telemetry.decisions) is not None:
-        ticket = call.ticket
-        ids = {
-            "execution_id": ticket.execution_id,
-            "run_id": ticket.request.run_id,
-            "call_id": ticket.request.call_id,
-        }
+        ids = decision_ids(call.ticket)
         decisions.write(document, decision.to_json(), seconds, ids, services.revisions.policy)
     recorded, truncated = recorded_input(document, services.settings.policy_input_mask)
     trail = state.trail.emit(
@@ -131,6 +126,20 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
         return await _follow(services, call, approval, decision, trail)
     except CallError as exc:  # failed here, the call keeps its policy.decided event
         return failed(Prepared(call, trail), exc)
+
+
+def decision_ids(ticket: Ticket) -> dict[str, str]:
+    """What a decision-log event was for: an execution, or a dry-run plan (which has no
+    execution: its record is this event and the ``toolgate.plans`` log line)."""
+    req = ticket.request
+    if ticket.dry_run:
+        return {"kind": "plan", "run_id": req.run_id, "call_id": req.call_id}
+    return {
+        "kind": "execution",
+        "execution_id": ticket.execution_id,
+        "run_id": req.run_id,
+        "call_id": req.call_id,
+    }
 
 
 async def _follow(

@@ -319,7 +319,8 @@ def _paths() -> dict[str, Any]:
                         "description": (
                             "llm: {name, description, parameters}; openai: {type: function, "
                             "function: {name, description, parameters}}; anthropic: {name, "
-                            "description, input_schema}; mcp: {name, description, inputSchema}"
+                            "description, input_schema}; mcp: {name, description, inputSchema, "
+                            "outputSchema when the tool declares output}"
                         ),
                         "schema": {"enum": list(TOOL_FORMATS)},
                     }
@@ -335,7 +336,7 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/tools/{name}": {
             "get": {
-                "summary": "One tool with its input as JSON Schema",
+                "summary": "One tool with its input (and declared output) as JSON Schema",
                 "parameters": [
                     {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
                     {"name": "version", "in": "query", "schema": {"type": "string"}},

@@ -88,6 +88,7 @@ def tool_detail(tool: ToolDeclaration, versions: list[ToolDeclaration]) -> dict[
     schema = cerberus_to_json_schema(tool.input, purge_readonly=True)
     out = tool_summary(tool, versions)
     out["input_schema"] = schema
+    out["output_schema"] = definitions.output_schema(tool)
     out["locks"] = [{"key": lock.key.source, "mode": lock.mode.value} for lock in tool.locks]
     out["state_guards"] = [g.expected for g in tool.state_guards]
     out["llm_tool"] = definitions.llm_tool(tool, schema)

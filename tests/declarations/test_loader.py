@@ -177,3 +177,50 @@ def test_editable_arguments_must_be_in_input(tmp_path: Path) -> None:
     (tmp_path / "tool.yaml").write_text(GOOD + "approval: {editable: [path]}\n")
     (tool,) = load_catalogue(tmp_path).versions("t.echo")
     assert tool.approval.editable == ("path",)
+
+
+def test_an_output_schema_is_checked_at_load_with_file_line_and_key(tmp_path: Path) -> None:
+    bad = GOOD + "output:\n  size: {type: integr}\n  sha256: {type: string, regexx: '.'}\n"
+    problems = _load_one(tmp_path, bad)
+    where = f"{tmp_path / 'tool.yaml'}:11: output"
+    assert f"{where}: size.type: Unsupported types: integr" in problems, problems
+    assert f"{where}: sha256.regexx: unknown rule" in problems, problems
+    not_a_mapping = _load_one(tmp_path, GOOD + "output: [path]\n")
+    assert any(":11: output: Input should be a valid dictionary" in p for p in not_a_mapping)
+
+
+def test_an_output_schema_may_not_change_the_data(tmp_path: Path) -> None:
+    bad = GOOD + (
+        "output:\n"
+        "  path: {type: string, required: true}\n"
+        "  size: {type: integer, default: 0}\n"
+        "  meta:\n"
+        "    type: dict\n"
+        "    schema: {etag: {type: string, rename: tag}}\n"
+    )
+    problems = _load_one(tmp_path, bad)
+    assert problems == [
+        f"{tmp_path / 'tool.yaml'}:13: output.size: 'default' (at size) changes the data "
+        "instead of checking it; an output schema only checks",
+        f"{tmp_path / 'tool.yaml'}:14: output.meta: 'rename' (at meta.etag) changes the data "
+        "instead of checking it; an output schema only checks",
+    ], problems
+
+
+def test_a_declared_output_loads_and_is_published(tmp_path: Path) -> None:
+    from gateway.declarations.definitions import output_schema, tool_definition
+
+    text = GOOD + "output:\n  path: {type: string, required: true, meta: the file}\n"
+    (tmp_path / "t.yaml").write_text(text)
+    tool = load_catalogue(tmp_path).resolve("t.echo")
+    expected = {
+        "type": "object",
+        "properties": {"path": {"description": "the file", "type": "string"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    assert output_schema(tool) == expected
+    assert tool_definition(tool, "mcp")["outputSchema"] == expected
+    (tmp_path / "t.yaml").write_text(GOOD)
+    plain = load_catalogue(tmp_path).resolve("t.echo")
+    assert output_schema(plain) is None and "outputSchema" not in tool_definition(plain, "mcp")

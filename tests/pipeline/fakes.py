@@ -103,6 +103,12 @@ async def ok(call: AdapterCall) -> AdapterOutcome:
     return AdapterOutcome(Outcome.SUCCEEDED, {"ok": True}, SideEffectReport(True, True, "done"))
 
 
+async def read_ok(call: AdapterCall) -> AdapterOutcome:
+    """A read that succeeds with the data fs.read_file declares (its ``output:``)."""
+    data = {"path": "a.txt", "content": "", "encoding": "utf-8", "size": 0, "sha256": "0" * 64}
+    return AdapterOutcome(Outcome.SUCCEEDED, data, SideEffectReport(False, False, "read"))
+
+
 def sha_probe(value: str | None) -> object:
     async def probe(name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
         return value

@@ -27,6 +27,7 @@ from tests.pipeline.fakes import (
     allow_all,
     make_services,
     ok,
+    read_ok,
     request,
     sha_probe,
     slow,
@@ -42,7 +43,7 @@ async def test_a_fast_call_starts_no_watcher_task(
 
     async def counting(call: AdapterCall) -> AdapterOutcome:
         tasks.append(len(asyncio.all_tasks()))
-        return await ok(call)
+        return await read_ok(call)
 
     services = make_services(
         tmp_path, store, catalogue, FunctionAdapter(counting), FunctionPolicy(allow_all)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,61 @@ async def test_verify_leaves_a_call_the_adapter_did_not_answer_alone(
     state = await prepared(services, request())
     refused = failed(state, PolicyDenied("no"))
     assert await verify.run(services, refused) is refused
+
+
+def _with_output(catalogue: Catalogue, output: dict[str, object]) -> Catalogue:
+    """The shipped catalogue with ``output`` declared on fs.write_file 1.2.0."""
+    tools = [
+        t.model_copy(update={"output": output}) if t.ref == "fs.write_file@1.2.0" else t
+        for t in catalogue.all()
+    ]
+    return Catalogue(tools)
+
+
+HI_SHA = hashlib.sha256(b"hi").hexdigest()
+
+
+async def test_data_that_matches_the_declared_output_succeeds(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    declared = _with_output(catalogue, {"ok": {"type": "boolean", "required": True}})
+    adapter = FunctionAdapter(ok, sha_probe(HI_SHA))
+    services = make_services(tmp_path, store, declared, adapter, FunctionPolicy(allow_all))
+    result = (await run_call(services, request())).result
+    assert result is not None and result["outcome"] == "succeeded", result
+    assert result["data"] == {"ok": True}
+
+
+async def test_data_that_breaks_the_declared_output_fails_in_verify_and_keeps_everything(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    declared = _with_output(catalogue, {"path": {"type": "string", "required": True}})
+    adapter = FunctionAdapter(ok, sha_probe(HI_SHA))
+    services = make_services(tmp_path, store, declared, adapter, FunctionPolicy(allow_all))
+    record = await run_call(services, request())
+    result = record.result
+    assert result is not None and result["outcome"] == "failed", result
+    error = result["error"]
+    assert (error["type"], error["phase"], error["retryable"]) == (
+        "output_mismatch",
+        "verify",
+        False,
+    )
+    assert error["errors"] == {"ok": ["unknown field"]}, error
+    assert "declared output" in error["message"]
+    # the side effect happened: the adapter's report, its data and the evidence are kept
+    assert result["data"] == {"ok": True}
+    assert result["side_effect"]["committed"] is True
+    assert any(e["kind"] == "probe" and e["passed"] for e in result["evidence"])
+    kinds = [e.type for e in await store.events(record.id)]
+    assert "tool.completed" in kinds
+
+
+async def test_a_failed_verify_probe_is_not_hidden_by_the_output_check(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    declared = _with_output(catalogue, {"path": {"type": "string", "required": True}})
+    adapter = FunctionAdapter(ok, sha_probe("not-the-hash"))
+    services = make_services(tmp_path, store, declared, adapter, FunctionPolicy(allow_all))
+    result = (await run_call(services, request())).result
+    assert result is not None and result["error"]["type"] == "verification_failed"

@@ -8,8 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from starlette.testclient import TestClient
 
+from gateway.server.app import create_app
+from gateway.settings import load_settings
 from tests.server.helpers import auth, body
 
 
@@ -120,7 +123,26 @@ def test_bad_input_gets_the_same_4xx_as_executions(client: TestClient) -> None:
     assert client.post("/v1/plans", json=body("fs.read_file", {"path": "x"})).status_code == 401
 
 
-def test_a_plan_counts_against_no_quota(client: TestClient, workspace_root: Path) -> None:
-    for _ in range(3):
-        _plan(client, body("fs.read_file", {"path": "nope.txt"}))
-    assert _executions(client) == []
+def test_a_plan_counts_against_no_quota(
+    project: Path, database_url: str, workspace_root: Path
+) -> None:
+    """With a quota of 2 low-risk calls a minute, five plans leave both calls free, and the
+    quota is live: the third real call is refused."""
+    rules = project / "policies" / "rules.yaml"
+    data = yaml.safe_load(rules.read_text())
+    data["quotas"] = {"calls_per_minute": {"low": 2}}
+    rules.write_text(yaml.safe_dump(data))
+    limited = load_settings(project / "toolgate.yaml", env={}, database_url=database_url)
+    (workspace_root / "a.txt").write_text("a")
+    read = body("fs.read_file", {"path": "a.txt"})
+    with TestClient(create_app(limited), raise_server_exceptions=False) as client:
+        plans = [_plan(client, read) for _ in range(5)]
+        assert {plan["would"] for plan in plans} == {"run"}, plans
+        outcomes = []
+        for i in range(3):
+            payload = {**read, "call_id": f"real-{i}"}
+            response = client.post("/v1/executions", json=payload, headers=auth())
+            assert response.status_code == 200, response.text
+            result = response.json()["result"]
+            outcomes.append(result["error"]["type"] if result["error"] else result["outcome"])
+    assert outcomes == ["succeeded", "succeeded", "quota_exceeded"]
