@@ -292,8 +292,12 @@ async def _plain(door: Door, call: PlainCall, watch: Watch) -> Answer | None:
     assert run.record is not None
     record = run.record
     if record.terminal:
-        return results.call_result_and_text(record, door.base_url)
-    return results.pending_result(record, await _approval(door, record), door.base_url), None
+        out, text = results.call_result_and_text(record, door.base_url)
+        held = _held(door, out, record)
+        # The text stands for structuredContent only while the answer still carries it.
+        return held, (text if "structuredContent" in held else None)
+    pending = results.pending_result(record, await _approval(door, record), door.base_url)
+    return _held(door, pending, record), None
 
 
 def wants_task(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> bool:

@@ -247,7 +247,7 @@ class _Immediate(FunctionAdapter):
     """An adapter that finishes some calls at once (``answer``), the rest as usual."""
 
     def __init__(self, answer: object) -> None:
-        super().__init__(ok)
+        super().__init__(read_ok)
         self.answer, self.awaited = answer, 0
 
     async def execute(self, call: AdapterCall) -> AdapterOutcome:
@@ -263,16 +263,12 @@ class _Immediate(FunctionAdapter):
 async def test_an_immediate_outcome_is_the_calls_and_execute_is_not_awaited(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:
-    done = AdapterOutcome(Outcome.SUCCEEDED, data={"at": "once"})
-    adapter = _Immediate(done)
+    data = {"path": "a.txt", "content": "once", "encoding": "utf-8", "size": 4, "sha256": "1" * 64}
+    adapter = _Immediate(AdapterOutcome(Outcome.SUCCEEDED, data=data))
     services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
     record = await run_call(services, request("fs.read_file", arguments={"path": "a.txt"}))
     assert record.result is not None
-    assert (record.outcome, record.result["data"], adapter.awaited) == (
-        "succeeded",
-        {"at": "once"},
-        0,
-    )
+    assert (record.outcome, record.result["data"], adapter.awaited) == ("succeeded", data, 0)
 
 
 async def test_without_an_immediate_outcome_the_call_takes_the_usual_path(
