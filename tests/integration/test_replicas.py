@@ -141,12 +141,27 @@ class Load:
         """The execution once completed, long-polled through any live replica."""
         deadline = time.monotonic() + 60
         while execution["status"] != "completed":
-            assert time.monotonic() < deadline, execution
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"never completed: {await self._story(execution)}")
             path = f"/v1/executions/{execution['id']}?wait=5"
             _, response, _ = await self.send("GET", path, headers=ALICE_H)
             assert response.status_code in (200, 202), response.text
             execution = response.json()
         return execution
+
+    async def _story(self, execution: dict[str, Any]) -> str:
+        """An execution that never completed, as a live replica tells it: its record, its
+        approval and its events (who did what, and when), for the failure's report."""
+        path = f"/v1/executions/{execution['id']}"
+        _, now, _ = await self.send("GET", path, headers=ALICE_H)
+        _, events, _ = await self.send("GET", path + "/events", headers=ALICE_H)
+        lines = [f"execution: {now.text}"]
+        approval = (now.json() if now.status_code < 300 else {}).get("approval") or {}
+        if approval.get("id"):
+            _, found, _ = await self.send("GET", f"/v1/approvals/{approval['id']}", headers=BOB_H)
+            lines.append(f"approval: {found.text}")
+        lines.append(f"events: {events.text}")
+        return "\n".join(lines)
 
     # -- the operations -----------------------------------------------------------------
 
