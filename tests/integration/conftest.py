@@ -16,8 +16,8 @@ OTHER_NODE = {"TOOLGATE_NODE_ID": "another-node"}
 """The environment of a replica that passes for another machine: its pids are not ours."""
 SHOWN_LINES = 300
 """Lines of each replica's log a failed test shows: the last ones it logged during the test."""
-LOG_PARTS = pytest.StashKey[dict[str, str]]()
-"""What each replica logged during the test, by replica name (set at its teardown)."""
+LOG_STARTS = pytest.StashKey[dict[str, tuple[Path, int]]]()
+"""Each replica's log, by replica name, and its size when the test began."""
 
 
 @pytest.fixture(scope="module")
@@ -42,34 +42,27 @@ def replica_logs(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     cluster: Cluster = request.getfixturevalue("cluster")
-    start = {name: _size(r.log) for name, r in cluster.replicas.items()}
+    starts = {name: (r.log, _size(r.log)) for name, r in cluster.replicas.items()}
+    request.node.stash[LOG_STARTS] = starts
     yield
-    parts = {name: _tail(r.log, start[name]) for name, r in cluster.replicas.items()}
-    request.node.stash[LOG_PARTS] = parts
-    root = next(iter(cluster.replicas.values())).log.parent
+    root = next(iter(starts.values()))[0].parent
     folder = root / "logs" / re.sub(r"[^\w.-]+", "_", request.node.name)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in parts.items():
-        (folder / f"gateway-{name}.log").write_text(text)
+    for name, (path, start) in starts.items():
+        (folder / f"gateway-{name}.log").write_text(_tail(path, start))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test that ran on the cluster shows what each replica logged during it (its
-    teardown's report: the parts are cut when the test's fixtures end)."""
+    """A test on the cluster that failed shows what each replica logged during it."""
     report = yield
-    failed = item.stash.get(FAILED, False) or (report.failed and call.when == "call")
-    item.stash[FAILED] = failed
-    if failed and call.when == "teardown":
-        for name, text in item.stash.get(LOG_PARTS, {}).items():
-            shown = "\n".join(text.splitlines()[-SHOWN_LINES:])
+    if report.failed and call.when == "call":
+        for name, (path, start) in item.stash.get(LOG_STARTS, {}).items():
+            shown = "\n".join(_tail(path, start).splitlines()[-SHOWN_LINES:])
             report.sections.append((f"replica {name}: its log during this test", shown))
     return report
-
-
-FAILED = pytest.StashKey[bool]()
 
 
 def _size(path: Path) -> int:
