@@ -7,6 +7,7 @@ one still in flight is a conflict.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,6 +23,8 @@ from gateway.pipeline.services import Services
 from gateway.store.records import ApprovalRecord, ExecutionRecord, IdempotencyClaim
 from gateway.store.store import ApprovalUnavailable, Existing
 from gateway.types import SideEffect, Status
+
+log = logging.getLogger("toolgate.approvals")
 
 
 async def run(services: Services, state: Authorized) -> Reserved | Ended:
@@ -128,7 +131,16 @@ async def _resume(
     if not await services.store.resume(execution_id, state.approval.id, events, INSTANCE_ID):
         # Another replica resumed it first (the one that took the decision, or recovery),
         # or it was cancelled while parked: that one settles it; this flow writes nothing.
-        return Ended(await services.store.get_execution(execution_id) or record)
+        now = await services.store.get_execution(execution_id) or record
+        log.info(
+            "resuming %s on approval %s runs nothing: the approval is spent or the call no "
+            "longer waits for it (now %s%s); whoever resumed or ended it settles it",
+            execution_id,
+            state.approval.id,
+            now.status.value,
+            f", owner {now.owner}" if now.owner else "",
+        )
+        return Ended(now)
     return Reserved(state.call, record, state.trail.drained())
 
 

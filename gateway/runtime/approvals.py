@@ -226,11 +226,17 @@ def expiry_error(record: ExecutionRecord, approval: ApprovalRecord) -> ToolgateE
 async def resume(runtime: Runtime, approval: ApprovalRecord) -> None:
     """Run the execution of an approved ``approval`` to its end (a door starts this in the
     background once ``decide`` says ``resume``); a failure is logged, and recovery or the
-    sweep settles what it left."""
+    sweep settles what it left.
+
+    The execution counts as running here from the start (before the reads that precede its
+    flow): this process's sweep (``recovery.unresumed``) starts no second resume meanwhile."""
+    runtime.active.add(approval.execution_id)
     try:
         await resume_call(runtime, approval)
     except Exception:
         log.exception("resuming the execution of approval %s failed", approval.id)
+    finally:
+        runtime.active.discard(approval.execution_id)
 
 
 async def sweep(runtime: Runtime) -> None:

@@ -12,7 +12,10 @@ executions left ``running`` or ``cancelling`` whose owner is gone (:func:`takeov
 For each it:
 
 - never re-runs a side effect: one that never reached ``tool.started`` is queued again
-  (nothing was attempted, so running it is safe); one that started is settled;
+  (nothing was attempted, so running it is safe), or, when it ran because its approval was
+  approved, parked again with that approval approved again (``unresumed`` then resumes it:
+  queued, it would meet the policy without its spent approval and park for a second one);
+  one that started is settled;
 - stops what the adapter left behind only when its pids are provably of this node (the
   adapter's ``recover(states)`` gets every ``state.checkpointed`` adapter state of the pass
   at once, e.g. pid + start time, so that a hundred trees stop together); another node's
@@ -23,7 +26,7 @@ For each it:
 
 :func:`unresumed` finds the calls whose approval was approved more than a lease ago while the
 call still waits, parked: the replica that took the decision stopped before it resumed them
-(the workers resume them, ``gateway.runtime.worker``).
+(the workers resume them, ``gateway.runtime.worker``), and those whose resume recovery undid.
 """
 
 from __future__ import annotations
@@ -181,6 +184,10 @@ async def _prepare(
     needs: the call rebuilt and the adapter states its log recorded (``events``: its
     ``DECIDING`` events)."""
     started = any(e.type == "tool.started" for e in events)
+    if not started and record.approval_id is not None and record.status is Status.RUNNING:
+        back = await _back_to_its_approval(services, record, why, record.approval_id)
+        if back is not None:
+            return back
     if not started:
         note = make_event(record.id, 0, "state.checkpointed", _note(record, why, "queued"))
         moved = await services.store.set_status(
@@ -199,6 +206,27 @@ async def _prepare(
     return Settling(
         record, why, _note(record, why, "settling"), await _rebuild(services, record), states
     )
+
+
+async def _back_to_its_approval(
+    services: Services, record: ExecutionRecord, why: Takeover, approval_id: str
+) -> ExecutionRecord | None:
+    """An approved call resumed by a replica that stopped before its side effect began: it
+    waits again, parked, its approval approved again, and the workers resume it as any call
+    approved and left parked (``unresumed``): it runs once, on the approval it was given.
+    Queued instead, its worker would run the policy again without that approval (spent) and
+    park it for a second approval nobody knows of. None when it was not so resumed (the
+    caller requeues it as any other)."""
+    note = make_event(record.id, 0, "state.checkpointed", _note(record, why, "awaiting_approval"))
+    if not await services.store.unresume(record.id, approval_id, [note]):
+        return None
+    log.info(
+        "%s waits again on approval %s (approved): its resume was interrupted before its "
+        "side effect began; it is resumed again",
+        record.id,
+        approval_id,
+    )
+    return await services.store.get_execution(record.id) or record
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,18 +65,26 @@ class Running:
     """The executions this process is running now: recovery leaves exactly these alone.
 
     A flow adds its execution before its first await and discards it when it ends; a worker
-    adds a claimed one before running it."""
+    adds a claimed one before running it. Counted: one execution may have two flows here at
+    once (a second resume of its approval, which writes nothing and ends first; a worker and
+    the flow it runs), and it stays running until the last of them has ended."""
 
     __slots__ = ("_ids",)
 
     def __init__(self) -> None:
-        self._ids: set[str] = set()
+        self._ids: dict[str, int] = {}
 
     def add(self, execution_id: str) -> None:
-        self._ids.add(execution_id)
+        ids = self._ids
+        ids[execution_id] = ids.get(execution_id, 0) + 1
 
     def discard(self, execution_id: str) -> None:
-        self._ids.discard(execution_id)
+        ids = self._ids
+        left = ids.get(execution_id, 0) - 1
+        if left > 0:
+            ids[execution_id] = left
+        else:
+            ids.pop(execution_id, None)
 
     def __contains__(self, execution_id: object) -> bool:
         return execution_id in self._ids

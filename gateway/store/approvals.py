@@ -48,6 +48,14 @@ EDIT_APPROVAL = Sql(
 EDIT_REQUEST = Sql(
     "UPDATE executions SET request_json = ? WHERE id = ? AND status = 'awaiting_approval'"
 )
+# A resume interrupted before its side effect began: the call waits again, approved.
+UNSPEND_APPROVAL = Sql(
+    "UPDATE approvals SET status = 'approved' WHERE id = ? AND execution_id = ? AND status = 'used'"
+)
+REPARK_RESUMED = Sql(
+    "UPDATE executions SET status = 'awaiting_approval', updated_ms = ? "
+    "WHERE id = ? AND approval_id = ? AND status = 'running'"
+)
 EXPIRED_APPROVALS = Sql(f"{rows.SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
 UNRESUMED = Sql(
     f"{rows.SELECT_APPROVAL} WHERE status = 'approved' AND decided_ms < ? AND id IN "
@@ -115,6 +123,19 @@ def resume(
         return False
     if not db.run(RESUME_EXECUTION, (owner, now_ms(), execution_id)):
         raise Abort(False)  # cancelled while parked: the approval stays unspent
+    event_log.insert(db, events)
+    return True
+
+
+def unresume(db: Db, execution_id: str, approval_id: str, events: Sequence[Event]) -> bool:
+    """Undo ``resume`` for a call that never began its side effect (its replica died):
+    running → awaiting_approval, the approval used → approved, the call's locks released;
+    False (nothing changed) unless the call still runs and spent that approval."""
+    if not db.run(REPARK_RESUMED, (now_ms(), execution_id, approval_id)):
+        return False
+    if not db.run(UNSPEND_APPROVAL, (approval_id, execution_id)):
+        raise Abort(False)
+    release_locks(db, execution_id)
     event_log.insert(db, events)
     return True
 

@@ -353,6 +353,13 @@ class Store:
         approved."""
         return await self._write(approvals.resume, execution_id, approval_id, events, owner)
 
+    async def unresume(self, execution_id: str, approval_id: str, events: Sequence[Event]) -> bool:
+        """Undo ``resume`` for a call that never began its side effect (its replica died
+        first): the call waits again, parked, and its approval is approved again (``used``
+        → ``approved``), in one transaction, so that a resume runs it on that approval;
+        False when the call no longer runs on that spent approval."""
+        return await self._write(approvals.unresume, execution_id, approval_id, events)
+
     async def expired_approvals(self) -> list[ApprovalRecord]:
         """Mark every pending approval past its expiry as expired; returns those it marked."""
         return await self._write(approvals.expired_approvals)

@@ -81,6 +81,9 @@ def replica_project(root: Path, url: str) -> tuple[Path, Path]:
 class Replica:
     url: str
     proc: subprocess.Popen[bytes]
+    log: Path
+    """Its output (INFO and above), for the whole module: each test's part of it is kept
+    apart, and shown when the test fails (``tests/integration/conftest.py``)."""
 
 
 def start_replicas(
@@ -91,10 +94,11 @@ def start_replicas(
     started = {}
     for name, env in envs.items():
         port = free_port()
-        with (config.parent / f"gateway-{name}.log").open("wb") as log:
-            proc = serve(config, port, log, env)
+        path = config.parent / f"gateway-{name}.log"
+        with path.open("wb") as log:
+            proc = serve(config, port, log, env, ("--log-level", "info"))
         stack.callback(stop, proc)
-        started[name] = Replica(f"http://127.0.0.1:{port}", proc)
+        started[name] = Replica(f"http://127.0.0.1:{port}", proc, path)
     for replica in started.values():  # they start at once: on a busy machine, slowly
         wait_healthy(replica.url, replica.proc, timeout=START_TIMEOUT)
     return started

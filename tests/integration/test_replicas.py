@@ -141,12 +141,27 @@ class Load:
         """The execution once completed, long-polled through any live replica."""
         deadline = time.monotonic() + 60
         while execution["status"] != "completed":
-            assert time.monotonic() < deadline, execution
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"never completed: {await self._story(execution)}")
             path = f"/v1/executions/{execution['id']}?wait=5"
             _, response, _ = await self.send("GET", path, headers=ALICE_H)
             assert response.status_code in (200, 202), response.text
             execution = response.json()
         return execution
+
+    async def _story(self, execution: dict[str, Any]) -> str:
+        """An execution that never completed, as a live replica tells it: its record, its
+        approval and its events (who did what, and when), for the failure's report."""
+        path = f"/v1/executions/{execution['id']}"
+        _, now, _ = await self.send("GET", path, headers=ALICE_H)
+        _, events, _ = await self.send("GET", path + "/events", headers=ALICE_H)
+        lines = [f"execution: {now.text}"]
+        approval = (now.json() if now.status_code < 300 else {}).get("approval") or {}
+        if approval.get("id"):
+            _, found, _ = await self.send("GET", f"/v1/approvals/{approval['id']}", headers=BOB_H)
+            lines.append(f"approval: {found.text}")
+        lines.append(f"events: {events.text}")
+        return "\n".join(lines)
 
     # -- the operations -----------------------------------------------------------------
 
@@ -221,20 +236,26 @@ class Kill:
     at_ms: int = 0
     lease_until_ms: int = 0
     in_flight: set[str] = field(default_factory=set)
+    spawned: set[str] = field(default_factory=set)
+    """The executions whose process was alive when the victim was killed."""
 
 
 async def _kill_mid_load(load: Load, store: Store, victim_id: str, kill: Kill) -> None:
-    """SIGKILL the victim once the load is under way and it runs a process call."""
+    """SIGKILL the victim once the load is under way and it runs a process call whose
+    process has started (a call it had marked running, or even started, may not have
+    spawned its process yet: nothing would run on after the victim)."""
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if load.issued >= KILL_AFTER:
             running = await store.unfinished([Status.RUNNING])
-            if any(r.owner == victim_id and r.tool_name == "load.proc" for r in running):
+            procs = {r.id for r in running if r.owner == victim_id and r.tool_name == "load.proc"}
+            if procs and _marked(procs):
                 break
         await anyio.sleep(0.05)
     load.killed = True
     os.kill(load.victim.proc.pid, signal.SIGKILL)
     kill.at_ms = int(time.time() * 1000)
+    kill.spawned = _marked(None)
     unfinished = await store.unfinished([Status.RUNNING, Status.CANCELLING])
     kill.in_flight = {r.id for r in unfinished if r.owner == victim_id}
     load.victim.proc.wait()
@@ -344,11 +365,21 @@ def _check_takeover(
 
 def _marked_alive(ids: set[str]) -> list[int]:
     """Pids of live processes carrying the execution marker of one of ``ids``."""
-    alive = []
+    return [pid for pids in _live_markers(ids).values() for pid in pids]
+
+
+def _marked(ids: set[str] | None) -> set[str]:
+    """Those of ``ids`` (None: any) that a live process carries as its execution marker."""
+    return set(_live_markers(ids))
+
+
+def _live_markers(ids: set[str] | None) -> dict[str, list[int]]:
+    alive: dict[str, list[int]] = {}
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("TOOLGATE_EXECUTION_ID") in ids and proc.status() != "zombie":
-                alive.append(proc.pid)
+            marker = proc.environ().get("TOOLGATE_EXECUTION_ID")
+            if marker and (ids is None or marker in ids) and proc.status() != "zombie":
+                alive.setdefault(marker, []).append(proc.pid)
         except psutil.Error:
             continue
     return alive
@@ -408,8 +439,12 @@ async def test_a_replica_of_another_node_is_taken_over_at_its_lease_expiry(
     assert not signalled, f"processes of another node were signalled: {signalled}"
     outcomes = _check_effects(load, cluster.workspace, taken)
     print(f"[another node] outcomes {outcomes}")
-    procs = [c.name for c in load.calls if c.kind == "proc" and c.execution["id"] in taken]
-    assert procs, "the victim had no process call in flight"
+    procs = [
+        c.name
+        for c in load.calls
+        if c.kind == "proc" and c.execution["id"] in taken and c.execution["id"] in kill.spawned
+    ]
+    assert procs, "the victim had no process running"
     done = cluster.workspace / "done"
     assert all((done / name).exists() for name in procs), procs  # they ran on to their end
 
