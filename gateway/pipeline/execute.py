@@ -19,11 +19,13 @@ import anyio
 from gateway.adapters.base import Adapter, AdapterCall, AdapterOutcome, Immediate
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ExecutionError, StoreError, ToolgateError
+from gateway.instance import INSTANCE_ID
 from gateway.pipeline.context import adapter_call, adapter_of, deadline_of
 from gateway.pipeline.outcomes import ended_before_start
 from gateway.pipeline.output import OutputSink
-from gateway.pipeline.records import Executed, Locked, Settled, Started, Trail
+from gateway.pipeline.records import Ended, Executed, Locked, Settled, Started, Trail
 from gateway.pipeline.services import Services
+from gateway.store.records import ExecutionRecord
 from gateway.types import Outcome, Status
 
 log = logging.getLogger("toolgate.execute")
@@ -43,7 +45,7 @@ class Escaped(Exception):
         self.state, self.adapter_called = state, adapter_called
 
 
-async def run(services: Services, state: Locked) -> Executed | Settled:
+async def run(services: Services, state: Locked) -> Executed | Settled | Ended:
     call, record, fencing = state.call, state.record, state.fencing
     started_ms = int(time.time() * 1000)
     tool = call.tool
@@ -51,10 +53,20 @@ async def run(services: Services, state: Locked) -> Executed | Settled:
     try:
         durable = record is not None
         if durable:
+            assert record is not None
             running = [Status.RUNNING]
+            execution_id = call.ticket.execution_id
             if not await services.store.set_status(
-                call.ticket.execution_id, running, Status.RUNNING, trail.events
+                execution_id, running, Status.RUNNING, trail.events, owner=_owner(record)
             ):
+                now = await services.store.get_execution(execution_id)
+                if now is not None and now.owner != _owner(record):
+                    # taken over meanwhile (this replica was taken for gone): another runs
+                    # it, or will; this flow starts nothing and writes nothing
+                    log.warning(
+                        "%s was taken over before it started: not started here", execution_id
+                    )
+                    return Ended(now)
                 # a cancel arrived while it waited for locks: tool.started is not kept
                 return _cancelled_before_start(state, trail.seq)
             trail = trail.drained()
@@ -64,6 +76,13 @@ async def run(services: Services, state: Locked) -> Executed | Settled:
     except Exception as exc:
         raise Escaped(Started(call, record, fencing, started_ms, trail), False) from exc
     return await _run_adapter(services, Started(call, record, fencing, started_ms, trail), durable)
+
+
+def _owner(record: ExecutionRecord) -> str:
+    """Who runs ``record`` now: the replica that claimed it from the queue (its record says),
+    else this one (it reserved or resumed it). ``tool.started`` is written only while the
+    execution is still this owner's: recovery may have taken it over meanwhile."""
+    return record.owner if record.status is Status.RUNNING and record.owner else INSTANCE_ID
 
 
 def _now() -> float:

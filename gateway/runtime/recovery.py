@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -184,19 +184,8 @@ async def _prepare(
     needs: the call rebuilt and the adapter states its log recorded (``events``: its
     ``DECIDING`` events)."""
     started = any(e.type == "tool.started" for e in events)
-    if not started and record.approval_id is not None and record.status is Status.RUNNING:
-        back = await _back_to_its_approval(services, record, why, record.approval_id)
-        if back is not None:
-            return back
     if not started:
-        note = make_event(record.id, 0, "state.checkpointed", _note(record, why, "queued"))
-        moved = await services.store.set_status(
-            record.id, [Status.RUNNING, Status.CANCELLING], Status.QUEUED, [note]
-        )
-        if moved:
-            services.wake_workers()
-            log.info("requeued %s: interrupted before its side effect began", record.id)
-        return await services.store.get_execution(record.id) or record
+        return await _unstarted(services, record, why)
     states = [
         e.data["adapter"] for e in events if e.type == "state.checkpointed" and "adapter" in e.data
     ]
@@ -205,6 +194,62 @@ async def _prepare(
         states = [{"marker": record.id, "not_before": began / 1000 - 1}]
     return Settling(
         record, why, _note(record, why, "settling"), await _rebuild(services, record), states
+    )
+
+
+async def _unstarted(
+    services: Services, record: ExecutionRecord, why: Takeover
+) -> ExecutionRecord | Settling:
+    """An execution that had not begun its side effect when its owner went: a cancelled
+    one ends ``cancelled``, one resumed on its approval waits on it again, any other is
+    queued again. Each move is made only while the owner found gone still has it and it
+    has no ``tool.started`` (``store.take_over``): this read of its log may be stale by now
+    (another replica took it over first and a worker started it, or the owner was alive
+    after all). Then nothing changes here, and a later pass settles what it finds."""
+    if record.id in services.active:  # a flow here took it up since the pass read it
+        return record
+    if record.status is Status.CANCELLING:
+        return await _cancelled_unstarted(services, record, why)
+    if record.approval_id is not None:
+        back = await _back_to_its_approval(services, record, why, record.approval_id)
+        if back is not None:
+            return back
+    note = make_event(record.id, 0, "state.checkpointed", _note(record, why, "queued"))
+    if await services.store.take_over(record.id, record.owner, Status.QUEUED, None, [note]):
+        services.wake_workers()
+        log.info("requeued %s: interrupted before its side effect began", record.id)
+    else:
+        log.info("left %s alone: another replica or its owner has it now", record.id)
+    return await services.store.get_execution(record.id) or record
+
+
+async def _cancelled_unstarted(
+    services: Services, record: ExecutionRecord, why: Takeover
+) -> ExecutionRecord:
+    """A cancel that came before the side effect began: the call ends ``cancelled``,
+    nothing attempted, as its owner would have ended it. Queued again, it would run after
+    all. Taken over first (``cancelling``, owned here), so that an owner still alive cannot
+    start it meanwhile."""
+    note = _note(record, why, "cancelled")
+    moved = await services.store.take_over(
+        record.id, record.owner, Status.CANCELLING, INSTANCE_ID, []
+    )
+    if not moved:
+        log.info("left %s alone: another replica or its owner has it now", record.id)
+        return await services.store.get_execution(record.id) or record
+    error = ExecutionError(
+        "cancelled before the adapter started (the gateway running it stopped)",
+        code="cancelled",
+    )
+    effect = SideEffectReport(False, False, "cancelled before the side effect began")
+    log.info("cancelled %s: a cancel came before its side effect began", record.id)
+    return await close_execution(
+        services,
+        replace(record, owner=INSTANCE_ID),
+        Outcome.CANCELLED,
+        error,
+        effect,
+        before=[("state.checkpointed", note)],
     )
 
 
@@ -218,7 +263,7 @@ async def _back_to_its_approval(
     park it for a second approval nobody knows of. None when it was not so resumed (the
     caller requeues it as any other)."""
     note = make_event(record.id, 0, "state.checkpointed", _note(record, why, "awaiting_approval"))
-    if not await services.store.unresume(record.id, approval_id, [note]):
+    if not await services.store.unresume(record.id, approval_id, [note], record.owner):
         return None
     log.info(
         "%s waits again on approval %s (approved): its resume was interrupted before its "

@@ -53,9 +53,10 @@ UNSPEND_APPROVAL = Sql(
     "UPDATE approvals SET status = 'approved' WHERE id = ? AND execution_id = ? AND status = 'used'"
 )
 REPARK_RESUMED = Sql(
-    "UPDATE executions SET status = 'awaiting_approval', updated_ms = ? "
-    "WHERE id = ? AND approval_id = ? AND status = 'running'"
+    "UPDATE executions SET status = 'awaiting_approval', owner = NULL, updated_ms = ? "
+    "WHERE id = ? AND approval_id = ? AND status = 'running' AND COALESCE(owner, '') = ?"
 )
+STARTED = Sql("SELECT 1 FROM events WHERE execution_id = ? AND type = 'tool.started' LIMIT 1")
 EXPIRED_APPROVALS = Sql(f"{rows.SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
 UNRESUMED = Sql(
     f"{rows.SELECT_APPROVAL} WHERE status = 'approved' AND decided_ms < ? AND id IN "
@@ -127,12 +128,19 @@ def resume(
     return True
 
 
-def unresume(db: Db, execution_id: str, approval_id: str, events: Sequence[Event]) -> bool:
-    """Undo ``resume`` for a call that never began its side effect (its replica died):
-    running → awaiting_approval, the approval used → approved, the call's locks released;
-    False (nothing changed) unless the call still runs and spent that approval."""
-    if not db.run(REPARK_RESUMED, (now_ms(), execution_id, approval_id)):
+def unresume(
+    db: Db, execution_id: str, approval_id: str, events: Sequence[Event], owner: str | None
+) -> bool:
+    """Undo ``resume`` for a call that never began its side effect (its replica, ``owner``,
+    died): running → awaiting_approval, the approval used → approved, the call's locks
+    released; False (nothing changed) unless the call still runs for ``owner`` on that spent
+    approval without ``tool.started``. Its row is locked first, as in
+    ``executions.take_over``: a second recovery that found the same owner gone, after a
+    resume elsewhere ran it, changes nothing."""
+    if not db.run(REPARK_RESUMED, (now_ms(), execution_id, approval_id, owner or "")):
         return False
+    if db.one(STARTED, (execution_id,)) is not None:
+        raise Abort(False)
     if not db.run(UNSPEND_APPROVAL, (approval_id, execution_id)):
         raise Abort(False)
     release_locks(db, execution_id)

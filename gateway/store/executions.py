@@ -60,11 +60,20 @@ BY_CANCELLATION_TOKEN = Sql(
 
 
 @cache
-def _set_status(count: int) -> Sql:
+def _set_status(count: int, owned: bool = False) -> Sql:
     return Sql(
         "UPDATE executions SET status = ?, updated_ms = ? WHERE id = ? "
-        f"AND status IN ({placeholders(count)})"
+        f"AND status IN ({placeholders(count)}){' AND owner = ?' if owned else ''}"
     )
+
+
+TAKE_OVER = Sql(
+    "UPDATE executions SET status = ?, owner = ?, updated_ms = ? WHERE id = ? "
+    "AND status IN ('running', 'cancelling') AND COALESCE(owner, '') = ?"
+)
+"""Recovery takes an execution from the owner it found gone, only while that one still owns
+it (the row locked from here to the COMMIT: the owner's own writes wait, or came first)."""
+STARTED = Sql("SELECT 1 FROM events WHERE execution_id = ? AND type = 'tool.started' LIMIT 1")
 
 
 @cache
@@ -178,10 +187,44 @@ def set_status(
     from_statuses: Sequence[Status],
     to: Status,
     events: Sequence[Event],
+    owner: str | None = None,
 ) -> bool:
-    params = (to.value, now_ms(), execution_id, *(s.value for s in from_statuses))
-    if not db.run(_set_status(len(from_statuses)), params):
+    params: tuple[object, ...] = (
+        to.value,
+        now_ms(),
+        execution_id,
+        *(s.value for s in from_statuses),
+    )
+    if owner is not None:
+        params = (*params, owner)
+    if not db.run(_set_status(len(from_statuses), owner is not None), params):
         return False
+    event_log.insert(db, events)
+    return True
+
+
+def take_over(
+    db: Db,
+    execution_id: str,
+    owner: str | None,
+    to: Status,
+    new_owner: str | None,
+    events: Sequence[Event],
+) -> bool:
+    """Move an execution that never began its side effect out of the hands of ``owner``
+    (gone, as recovery found it): to ``to``, owned by ``new_owner``. False, and nothing
+    changed, when it has another owner by now (another replica took it over first, and a
+    worker may run it), is no longer running or cancelling, or has ``tool.started``: its
+    side effect may have begun, so it is never run again (recovery settles it instead).
+
+    One transaction, the execution's row locked first: an owner still alive (a lease ran
+    out under a long pause) that writes ``tool.started`` either committed it before (seen
+    here, on PostgreSQL by the statement after the lock) or finds the row moved and does
+    not start (``set_status`` with its ``owner``)."""
+    if not db.run(TAKE_OVER, (to.value, new_owner, now_ms(), execution_id, owner or "")):
+        return False
+    if db.one(STARTED, (execution_id,)) is not None:
+        raise Abort(False)
     event_log.insert(db, events)
     return True
 

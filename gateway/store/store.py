@@ -245,9 +245,27 @@ class Store:
         from_statuses: Sequence[Status],
         to: Status,
         events: Sequence[Event] = (),
+        owner: str | None = None,
     ) -> bool:
-        """Move the status only from one of ``from_statuses`` (compare-and-set)."""
-        return await self._write(executions.set_status, execution_id, from_statuses, to, events)
+        """Move the status only from one of ``from_statuses`` (compare-and-set), and with
+        ``owner`` only while the execution is still that one's (a flow that was taken over
+        writes nothing)."""
+        return await self._write(
+            executions.set_status, execution_id, from_statuses, to, events, owner
+        )
+
+    async def take_over(
+        self,
+        execution_id: str,
+        owner: str | None,
+        to: Status,
+        new_owner: str | None,
+        events: Sequence[Event] = (),
+    ) -> bool:
+        """Recovery's move of an execution that never began its side effect away from
+        ``owner`` (gone): only while ``owner`` still has it and it has no ``tool.started``,
+        in one transaction; False (nothing changed) otherwise."""
+        return await self._write(executions.take_over, execution_id, owner, to, new_owner, events)
 
     async def resolve_outcome(
         self, execution_id: str, from_outcome: str, outcome: str, result_json: str, event: Event
@@ -353,12 +371,15 @@ class Store:
         approved."""
         return await self._write(approvals.resume, execution_id, approval_id, events, owner)
 
-    async def unresume(self, execution_id: str, approval_id: str, events: Sequence[Event]) -> bool:
-        """Undo ``resume`` for a call that never began its side effect (its replica died
-        first): the call waits again, parked, and its approval is approved again (``used``
-        → ``approved``), in one transaction, so that a resume runs it on that approval;
-        False when the call no longer runs on that spent approval."""
-        return await self._write(approvals.unresume, execution_id, approval_id, events)
+    async def unresume(
+        self, execution_id: str, approval_id: str, events: Sequence[Event], owner: str | None
+    ) -> bool:
+        """Undo ``resume`` for a call that never began its side effect (its replica,
+        ``owner``, died first): the call waits again, parked, and its approval is approved
+        again (``used`` → ``approved``), in one transaction, so that a resume runs it on that
+        approval; False when the call no longer runs on that spent approval for ``owner``,
+        or has ``tool.started``."""
+        return await self._write(approvals.unresume, execution_id, approval_id, events, owner)
 
     async def expired_approvals(self) -> list[ApprovalRecord]:
         """Mark every pending approval past its expiry as expired; returns those it marked."""

@@ -108,13 +108,19 @@ async def test_unresume_changes_nothing_unless_the_call_runs_on_its_spent_approv
     services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(_approve_first))
     parked = await run_call(services, request())
     assert parked.approval_id is not None
-    assert not await store.unresume(parked.id, parked.approval_id, [])  # parked, pending
+    assert not await store.unresume(parked.id, parked.approval_id, [], DEAD)  # parked, pending
     await store.decide_approval(parked.approval_id, "approved", "bob", None)
-    assert not await store.unresume(parked.id, parked.approval_id, [])  # approved, not resumed
+    assert not await store.unresume(parked.id, parked.approval_id, [], DEAD)  # not resumed
     assert await store.resume(parked.id, parked.approval_id, [], DEAD)
+    # Resumed by DEAD, but another owner has it now (a second recovery's stale view).
+    assert not await store.unresume(parked.id, parked.approval_id, [], "elsewhere:1:1")
+    started = make_event(parked.id, 0, "tool.started", {})
+    assert await store.append(parked.id, [started]) is None
+    assert not await store.unresume(parked.id, parked.approval_id, [], DEAD)  # it started
+    assert (await store.get_approval(parked.approval_id)).status == "used"  # type: ignore[union-attr]
     # The approval is spent, but it names another execution: the two rows move together.
     await store._write(lambda db: db.run("UPDATE approvals SET execution_id = 'ex_other'"))
-    assert not await store.unresume(parked.id, parked.approval_id, [])
+    assert not await store.unresume(parked.id, parked.approval_id, [], DEAD)
     running = await store.get_execution(parked.id)
     assert running is not None and running.status is Status.RUNNING
     approval = await store.get_approval(parked.approval_id)
