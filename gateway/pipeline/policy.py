@@ -214,7 +214,14 @@ async def _approval_from_token(services: Services, call: Call) -> ApprovalRecord
     }
     tokens.check_binding(claims, **binding)
     approval = await services.store.get_approval(claims.approval_id)
-    if approval is None or approval.status != "approved":
+    # A queued call (run now by a worker, perhaps after recovery queued it again) spent its
+    # token's approval when it was reserved: the spend and the reservation are one
+    # transaction, so a stored call carrying a token is the one call that spent it.
+    spent_by_it = call.ticket.stored is not None and call.ticket.approval is None
+    usable = approval is not None and (
+        approval.status == "approved" or (approval.status == "used" and spent_by_it)
+    )
+    if approval is None or not usable:
         state = approval.status if approval else "unknown"
         raise PolicyDenied(
             f"approval_token refused: its approval is {state}, not approved (a token is "

@@ -123,7 +123,9 @@ async def _resume(
     """A parked or queued execution goes on: approved ones spend their approval; both are
     marked running, durably, by this process."""
     execution_id, events = record.id, state.trail.events
-    if state.approval is None:  # dequeued: the worker's claim already marked it running
+    if state.call.ticket.approval is None or state.approval is None:
+        # dequeued: the worker's claim marked it running (an approval_token it carries was
+        # spent by its reservation: nothing to spend now)
         if state.awaiting is not None:  # policy now wants a person: park it, do not run it
             return await _checkpoint(services, record, state.awaiting, state.trail)
         await services.store.append(execution_id, events)

@@ -28,13 +28,14 @@ import anyio
 import pytest
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
+from gateway.approvals import tokens
 from gateway.declarations.catalogue import Catalogue
 from gateway.events.model import make_event
 from gateway.instance import HOST, INSTANCE_ID
 from gateway.pipeline.runner import run_call, run_queued
 from gateway.pipeline.services import Services
 from gateway.runtime.recovery import recover
-from gateway.store.records import ExecutionRecord, ReplicaRecord
+from gateway.store.records import ApprovalRecord, ExecutionRecord, ReplicaRecord
 from gateway.store.store import Store
 from gateway.types import Outcome, Status
 from tests.pipeline.fakes import (
@@ -45,6 +46,7 @@ from tests.pipeline.fakes import (
     request,
     sha_probe,
 )
+from tests.runtime.test_approved_takeover import _approve_first
 
 pytestmark = pytest.mark.anyio
 DEAD = "far:4242:1"
@@ -214,3 +216,33 @@ async def test_take_over_moves_only_an_unstarted_call_from_the_owner_found_gone(
     assert not await store.take_over(queued.id, DEAD, Status.QUEUED, None)  # it started
     now = await store.get_execution(queued.id)
     assert now is not None and now.status is Status.RUNNING and now.owner == DEAD
+
+
+async def test_a_queued_call_runs_on_the_approval_its_token_spent_when_reserved(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    effect = Blocking()
+    effect.release.set()
+    adapter = FunctionAdapter(effect, sha_probe(hashlib.sha256(b"hi").hexdigest()))
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(_approve_first))
+    parked = await run_call(services, request())
+    assert parked.approval_id is not None
+    decided = await store.decide_approval(parked.approval_id, "approved", "bob", None)
+    approval: ApprovalRecord = decided.approval  # type: ignore[union-attr]
+    token = tokens.sign(tokens.claims_for(approval), services.approval_key)
+    sent = request(call_id="c2", approval_token=token)
+    queued = await run_call(services, sent, respond_async=True)
+    assert queued.status is Status.QUEUED  # the token's approval is spent by the reservation
+    assert await store.claim_queued(DEAD) is not None
+    await _dead_replica(store)
+
+    [requeued] = await recover(services)  # DEAD was killed before it began
+    assert requeued.status is Status.QUEUED
+    await _drain(services, store)
+
+    done = await store.get_execution(queued.id)
+    assert done is not None and done.outcome == "succeeded", done.result
+    assert effect.calls == 1
+    assert (await store.get_approval(approval.id)).status == "used"  # type: ignore[union-attr]
+    again = await run_call(services, request(call_id="c3", approval_token=token))
+    assert again.result is not None and again.result["error"]["type"] == "approval_token_used"
