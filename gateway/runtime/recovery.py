@@ -14,8 +14,13 @@ For each it:
 - never re-runs a side effect: one that never reached ``tool.started`` is queued again
   (nothing was attempted, so running it is safe), or, when it ran because its approval was
   approved, parked again with that approval approved again (``unresumed`` then resumes it:
-  queued, it would meet the policy without its spent approval and park for a second one);
-  one that started is settled;
+  queued, it would meet the policy without its spent approval and park for a second one),
+  or, when a cancel had come, ended ``cancelled``; one that started is settled. What the pass
+  read may be stale when it acts (another replica took the call over first and a worker
+  started it; the owner was alive after all): each of those moves is made only while the
+  owner found gone still has the call and its log has no ``tool.started``, in the
+  transaction that makes it (``store.take_over``, ``store.unresume``), and an owner writes
+  ``tool.started`` only while it still has the call (``pipeline/execute.py``);
 - stops what the adapter left behind only when its pids are provably of this node (the
   adapter's ``recover(states)`` gets every ``state.checkpointed`` adapter state of the pass
   at once, e.g. pid + start time, so that a hundred trees stop together); another node's
@@ -125,7 +130,10 @@ async def recover(services: Services) -> list[ExecutionRecord]:
         done += await _each([(s.record, s) for s in settling], lambda _, s: _settle(latest, s))
     if (metrics := services.telemetry.metrics) is not None:
         for record in done:
-            metrics.recovered("requeued" if not record.terminal else f"settled_{record.outcome}")
+            if record.terminal:
+                metrics.recovered(f"settled_{record.outcome}")
+            elif record.status in (Status.QUEUED, Status.AWAITING_APPROVAL):
+                metrics.recovered("requeued")  # else left alone: another has it now
     return done
 
 
