@@ -238,9 +238,14 @@ class Requested:
         the event a resumed or dequeued leg begins with): what it runs on is on record."""
         if not self.trail.events or not (revisions.catalogue or revisions.policy):
             return self
-        first, *rest = self.trail.events
-        first = replace(first, data={**first.data, "revisions": revisions.to_json()})
-        return Requested(self.ticket, replace(self.trail, events=(first, *rest)))
+        # the constructors, not dataclasses.replace (which looks the fields up on each call)
+        trail, first = self.trail, self.trail.events[0]
+        data = {**first.data, "revisions": revisions.to_json()}
+        first = Event(
+            first.id, first.execution_id, first.seq, first.type, first.version, first.at_ms, data
+        )
+        events = (first, *trail.events[1:])
+        return Requested(self.ticket, Trail(trail.execution_id, events, trail.seq))
 
     @classmethod
     def dequeued(cls, record: ExecutionRecord, next_seq: int) -> Requested:
