@@ -37,6 +37,18 @@ class Shape:
     chars: int
 
 
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """``value`` passed :func:`check` under ``limits``, or is part of a document that did
+    (then it is no deeper and no larger than that document): ``shape`` is the checked
+    document's, an upper bound of ``value``'s. What lets a later step skip checking it
+    again (``pipeline/normalise.py``), as long as it still holds that very object."""
+
+    value: Any
+    limits: JsonLimits
+    shape: Shape
+
+
 class JsonLimitError(ValueError):
     """A document breaks a bound; ``code`` says which, the message says where."""
 
@@ -121,6 +133,11 @@ def decode(raw: bytes | bytearray, limits: JsonLimits) -> Any:
     """Parse a request body (UTF-8 JSON) and :func:`check` it; every fault is a
     :class:`JsonLimitError` (``malformed_json`` for text that is not JSON, an object with a
     repeated key, ``NaN`` or ``Infinity``)."""
+    return decode_checked(raw, limits).value
+
+
+def decode_checked(raw: bytes | bytearray, limits: JsonLimits) -> Checked:
+    """:func:`decode`, and what it checked."""
     try:
         value = _DECODER.decode(raw.decode("utf-8"))
     except RecursionError as exc:  # the C parser recurses: about 1,000 levels
@@ -130,8 +147,7 @@ def decode(raw: bytes | bytearray, limits: JsonLimits) -> Any:
         ) from exc
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise JsonLimitError("malformed_json", f"the body is not valid JSON: {exc}") from exc
-    check(value, limits)
-    return value
+    return Checked(value, limits, check(value, limits))
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
