@@ -88,14 +88,15 @@ def check(value: Any, limits: JsonLimits, where: str = "body") -> Shape:
                 f"{where} has more than {limits.max_values} values (object members and "
                 "array items, counted at every level)",
             )
+        # _text inlined for the common case (ASCII): a call per string is most of the walk
         for key, member in members:
             if type(key) is str:
-                chars += _text(key, at)
+                chars += len(key) if key.isascii() else _text(key, at)
             kind = type(member)
-            if kind is dict or kind is list:
+            if kind is str:
+                chars += len(member) if member.isascii() else _text(member, (at, key))
+            elif kind is dict or kind is list:
                 stack.append((member, level + 1, (at, key)))
-            elif kind is str:
-                chars += _text(member, (at, key))
             elif kind is float:
                 _scalar(member, (at, key))
     return Shape(values, depth, chars)
