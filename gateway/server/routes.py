@@ -103,7 +103,7 @@ async def _execution_response(services: Runtime, record: ExecutionRecord) -> Res
         approval = await services.store.get_approval(record.approval_id)
     status = 200 if record.status is Status.COMPLETED else 202
     body = render.execution_json(record, approval)
-    return Response(body, status_code=status, media_type=JSONResponse.media_type)
+    return render.EncodedJson(body, status)
 
 
 async def _call_of(request: Request, services: Runtime) -> ToolExecutionRequest:
