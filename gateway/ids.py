@@ -9,6 +9,7 @@ without coordination, and they sort by creation time across processes.
 The random digits come from the operating system's generator (``os.urandom``), drawn a few
 kilobytes at a time rather than once per id (a call makes eight ids; a system call each cost
 more than the rest of the id). Each slice is used once; a forked child draws its own.
+``random_hex`` serves the trace and span ids of ``gateway/tracecontext.py`` from the same pool.
 """
 
 from __future__ import annotations
@@ -35,17 +36,18 @@ def _forget() -> None:
 os.register_at_fork(after_in_child=_forget)
 
 
-def _random_digits() -> str:
+def random_hex(digits: int = _DIGITS) -> str:
+    """``digits`` (at most ``2 * _POOL_BYTES``) random hex digits from the pool, used once."""
     global _pool, _at
     with _lock:
         at = _at
-        end = at + _DIGITS
+        end = at + digits
         if end > len(_pool):
-            _pool, at, end = os.urandom(_POOL_BYTES).hex(), 0, _DIGITS
+            _pool, at, end = os.urandom(_POOL_BYTES).hex(), 0, digits
         _at = end
         return _pool[at:end]
 
 
 def sortable_id(prefix: str) -> str:
     """``<prefix>_`` + 12 hex digits of epoch milliseconds + 20 random hex digits."""
-    return f"{prefix}_{time.time_ns() // 1_000_000:012x}{_random_digits()}"
+    return f"{prefix}_{time.time_ns() // 1_000_000:012x}{random_hex()}"

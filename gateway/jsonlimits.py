@@ -37,6 +37,18 @@ class Shape:
     chars: int
 
 
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """``value`` passed :func:`check` under ``limits``, or is part of a document that did
+    (then it is no deeper and no larger than that document): ``shape`` is the checked
+    document's, an upper bound of ``value``'s. What lets a later step skip checking it
+    again (``pipeline/normalise.py``), as long as it still holds that very object."""
+
+    value: Any
+    limits: JsonLimits
+    shape: Shape
+
+
 class JsonLimitError(ValueError):
     """A document breaks a bound; ``code`` says which, the message says where."""
 
@@ -76,14 +88,15 @@ def check(value: Any, limits: JsonLimits, where: str = "body") -> Shape:
                 f"{where} has more than {limits.max_values} values (object members and "
                 "array items, counted at every level)",
             )
+        # _text inlined for the common case (ASCII): a call per string is most of the walk
         for key, member in members:
             if type(key) is str:
-                chars += _text(key, at)
+                chars += len(key) if key.isascii() else _text(key, at)
             kind = type(member)
-            if kind is dict or kind is list:
+            if kind is str:
+                chars += len(member) if member.isascii() else _text(member, (at, key))
+            elif kind is dict or kind is list:
                 stack.append((member, level + 1, (at, key)))
-            elif kind is str:
-                chars += _text(member, (at, key))
             elif kind is float:
                 _scalar(member, (at, key))
     return Shape(values, depth, chars)
@@ -121,6 +134,11 @@ def decode(raw: bytes | bytearray, limits: JsonLimits) -> Any:
     """Parse a request body (UTF-8 JSON) and :func:`check` it; every fault is a
     :class:`JsonLimitError` (``malformed_json`` for text that is not JSON, an object with a
     repeated key, ``NaN`` or ``Infinity``)."""
+    return decode_checked(raw, limits).value
+
+
+def decode_checked(raw: bytes | bytearray, limits: JsonLimits) -> Checked:
+    """:func:`decode`, and what it checked."""
     try:
         value = _DECODER.decode(raw.decode("utf-8"))
     except RecursionError as exc:  # the C parser recurses: about 1,000 levels
@@ -130,8 +148,7 @@ def decode(raw: bytes | bytearray, limits: JsonLimits) -> Any:
         ) from exc
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise JsonLimitError("malformed_json", f"the body is not valid JSON: {exc}") from exc
-    check(value, limits)
-    return value
+    return Checked(value, limits, check(value, limits))
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -4,14 +4,17 @@ passes on to the upstreams its adapters reach.
 An execution keeps the ``traceparent`` its request came with, or a new trace when the
 request had none or a malformed one (ignored, as the recommendation says: a bad header is
 not an error of the call). Each adapter call sends a child of it: the same trace id and
-flags, a new parent id (the gateway's span).
+flags, a new parent id (the gateway's span). Their random digits come from the pool of
+``gateway/ids.py`` (the operating system's generator, drawn a few kilobytes at a time, never
+shared with a forked child) rather than a system call each.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
+
+from gateway.ids import random_hex
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 _INVALID_TRACE_ID = "0" * 32
@@ -39,7 +42,7 @@ def parse(header: str) -> str | None:
 
 def new() -> str:
     """A ``traceparent`` that starts a new trace."""
-    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-{SAMPLED}"
+    return f"00-{random_hex(32)}-{random_hex(16)}-{SAMPLED}"
 
 
 def incoming(headers: Sequence[str]) -> str:
@@ -56,4 +59,4 @@ def child(traceparent: str | None) -> str:
     if parsed is None:
         return new()
     _, trace_id, _, flags = parsed.split("-")
-    return f"00-{trace_id}-{os.urandom(8).hex()}-{flags}"
+    return f"00-{trace_id}-{random_hex(16)}-{flags}"

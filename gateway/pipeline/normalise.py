@@ -21,7 +21,7 @@ from gateway import jsonlimits
 from gateway.declarations.fastvalid import FastValidator
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ValidationError
-from gateway.pipeline.records import Call, Prepared, Resolved, sha256_json
+from gateway.pipeline.records import Call, Prepared, Resolved, ToolExecutionRequest, sha256_json
 from gateway.pipeline.services import Services
 from gateway.workspace import ResolvedPath, Workspace, confine
 
@@ -43,7 +43,7 @@ async def run(services: Services, state: Resolved) -> Prepared:
             "workspace.root does not match the declared root of the workspace; omit it",
             code="workspace_root_mismatch",
         )
-    shape = _bounded(services, req.arguments)
+    shape = _shape(services, req)
     validator = services.catalogue.validator(tool)
     if shape.values > OFF_LOOP_VALUES or shape.chars > OFF_LOOP_CHARS:
         arguments, paths = await anyio.to_thread.run_sync(
@@ -61,6 +61,24 @@ async def run(services: Services, state: Resolved) -> Prepared:
         services.roles(req.principal, req.roles),
     )
     return Prepared(call, state.trail)
+
+
+def _shape(services: Services, req: ToolExecutionRequest) -> jsonlimits.Shape:
+    """An upper bound of the arguments' shape. Not measured again when the door that
+    parsed them checked them, as part of its body, against the limits in force (the REST
+    door): only when they are still that very object and the bound is small enough to
+    decide that they are validated on the loop. Every other request (the CLI's, one edited
+    before approval, one rebuilt from the store) is checked here."""
+    checked = req.arguments_checked
+    if (
+        checked is not None
+        and checked.value is req.arguments
+        and checked.shape.values <= OFF_LOOP_VALUES
+        and checked.shape.chars <= OFF_LOOP_CHARS
+        and checked.limits == services.settings.json_limits
+    ):
+        return checked.shape
+    return _bounded(services, req.arguments)
 
 
 def _bounded(services: Services, arguments: Any) -> jsonlimits.Shape:

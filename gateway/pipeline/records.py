@@ -6,11 +6,11 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from gateway import jsontext
+from gateway import jsonlimits, jsontext
 from gateway.adapters.base import AdapterOutcome, Evidence, SideEffectReport
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
@@ -64,6 +64,10 @@ class ToolExecutionRequest:
     roles: tuple[str, ...] = ()
     """The roles the caller's credential carried (a JWT's mapped claims). Both are kept in
     request_json so that a call resumed after approval or run by a worker has them."""
+    arguments_checked: jsonlimits.Checked | None = field(default=None, compare=False)
+    """Set by the door that checked ``arguments`` against the JSON limits (as part of its
+    body): normalise then need not walk them again while they are that very object. Never
+    stored: a request rebuilt from request_json, or given other arguments, is checked."""
 
     def to_json(self) -> dict[str, JSON]:
         """Everything needed to run this request again (resume, recovery); no body copy.
@@ -114,7 +118,9 @@ class ToolExecutionRequest:
 
 
 _REQUEST_FIELDS = tuple(
-    name for name in ToolExecutionRequest.__dataclass_fields__ if name != "body"
+    name
+    for name in ToolExecutionRequest.__dataclass_fields__
+    if name not in ("body", "arguments_checked")
 )
 
 
@@ -238,9 +244,14 @@ class Requested:
         the event a resumed or dequeued leg begins with): what it runs on is on record."""
         if not self.trail.events or not (revisions.catalogue or revisions.policy):
             return self
-        first, *rest = self.trail.events
-        first = replace(first, data={**first.data, "revisions": revisions.to_json()})
-        return Requested(self.ticket, replace(self.trail, events=(first, *rest)))
+        # the constructors, not dataclasses.replace (which looks the fields up on each call)
+        trail, first = self.trail, self.trail.events[0]
+        data = {**first.data, "revisions": revisions.to_json()}
+        first = Event(
+            first.id, first.execution_id, first.seq, first.type, first.version, first.at_ms, data
+        )
+        events = (first, *trail.events[1:])
+        return Requested(self.ticket, Trail(trail.execution_id, events, trail.seq))
 
     @classmethod
     def dequeued(cls, record: ExecutionRecord, next_seq: int) -> Requested:

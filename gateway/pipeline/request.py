@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
-from gateway import tracecontext
+from gateway import jsonlimits, tracecontext
 from gateway.errors import Forbidden, MalformedRequest
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.yamlsrc import list_wording
@@ -83,11 +83,15 @@ def parse_request(
     traceparent_headers: Sequence[str] = (),
     roles: tuple[str, ...] = (),
     auth_method: str = "",
+    *,
+    checked: jsonlimits.Checked | None = None,
 ) -> ToolExecutionRequest:
     """Validate ``body`` for ``principal`` (authenticated by ``auth_method``, with a
     credential holding ``roles``); raises
     MalformedRequest or Forbidden. The execution's trace context is the ``traceparent``
-    header's, or a new trace (a malformed header is ignored)."""
+    header's, or a new trace (a malformed header is ignored). ``checked``: the door checked
+    ``body`` (that very object) against the JSON limits, so its arguments need no check
+    again."""
     if not isinstance(body, dict):
         raise MalformedRequest("the request body must be a JSON object")
     try:
@@ -113,6 +117,10 @@ def parse_request(
                 code="idempotency_key_conflict",
             )
         key = header_idempotency_key
+    arguments = parsed.arguments
+    arguments_checked = None
+    if checked is not None and checked.value is body:
+        arguments_checked = jsonlimits.Checked(arguments, checked.limits, checked.shape)
     return ToolExecutionRequest(
         principal=principal,
         run_id=parsed.run_id,
@@ -120,7 +128,7 @@ def parse_request(
         call_id=parsed.call_id,
         tool_name=parsed.tool.name,
         requested_version=parsed.tool.requested_version,
-        arguments=parsed.arguments,
+        arguments=arguments,
         agent_id=actor.agent_id if actor else "",
         workspace_id=parsed.workspace.id,
         workspace_root=parsed.workspace.root,
@@ -133,6 +141,7 @@ def parse_request(
         traceparent=tracecontext.incoming(traceparent_headers),
         auth_method=auth_method,
         roles=roles,
+        arguments_checked=arguments_checked,
     )
 
 

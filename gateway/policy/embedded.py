@@ -28,7 +28,9 @@ Where the scan cannot bound what is read (``input`` read whole or by a computed 
 a call that is not known to be deterministic: ``time.now_ns``, ``print``, ...) there is no
 projection and no cache: every decision evaluates the whole document, and ``cache_refusal``
 says why. Only evaluations that return a value are cached (never an engine error); a cached
-decision is returned as a copy.
+decision with ``extra`` members is returned as a copy, one without (every ``allow`` of the
+shipped policy) is shared: it is frozen through and through (its ``extra`` an immutable empty
+mapping).
 
 Fail closed: an undefined or malformed decision, an evaluation error, an engine panic, or an
 input that is not JSON gives ``deny`` with ``policy error: <cause>`` as its only reason. The
@@ -48,6 +50,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from gateway import jsontext
@@ -163,7 +166,7 @@ class EmbeddedPolicy:
             if (hook := self._on_cache) is not None:
                 hook(cached is not None)
             if cached is not None:
-                return _copy(cached)
+                return cached if not cached.extra else _copy(cached)
         try:
             engine = self._engine()
             engine_call(engine.set_input_json, input_json)
@@ -175,8 +178,10 @@ class EmbeddedPolicy:
         decision = parse_decision(value)
         if cache is None:
             return decision
+        if not decision.extra:  # nothing mutable left: the cached decision itself is returned
+            decision = Decision(decision.result, decision.reasons, _NO_EXTRA)
         cache.put(input_json, decision)
-        return _copy(decision)
+        return decision if not decision.extra else _copy(decision)
 
     async def aclose(self) -> None:
         """Refuse further decisions and drop the engines (each on its own thread)."""
@@ -318,8 +323,12 @@ def _scalar_problem(value: Any, *, key: bool = False) -> str | None:
     return f"Object of type {type(value).__name__} is not JSON serializable"
 
 
+_NO_EXTRA: Mapping[str, JSON] = MappingProxyType({})
+
+
 def _copy(decision: Decision) -> Decision:
-    """A copy that shares nothing mutable with the cached decision."""
+    """A copy that shares nothing mutable with the cached decision (only needed when it has
+    ``extra``: a decision without is cached with an immutable empty one, and shared)."""
     extra = copy.deepcopy(dict(decision.extra)) if decision.extra else {}
     return Decision(decision.result, decision.reasons, extra)
 

@@ -40,7 +40,9 @@ class Cancellations:
     ) -> anyio.Event:
         """The execution's cancel signal; ``on_signal`` is called (on the event loop) when
         it is signalled."""
-        event = self._events.setdefault(execution_id, anyio.Event())
+        event = self._events.get(execution_id)
+        if event is None:  # not setdefault: an anyio.Event is not free, and a call registers twice
+            event = self._events[execution_id] = anyio.Event()
         if on_signal is not None:
             self._listeners[execution_id] = on_signal
         return event

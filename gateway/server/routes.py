@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import anyio
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from gateway import jsonlimits
@@ -46,22 +46,35 @@ def services_of(request: Request) -> Runtime:
 OFF_LOOP_BYTES = 64 * 1024
 
 
-async def read_json(request: Request, limit: int, *, optional: bool = False) -> Any:
+async def read_json(
+    request: Request,
+    limit: int,
+    *,
+    optional: bool = False,
+    limits: jsonlimits.JsonLimits | None = None,
+) -> Any:
     """The request body as JSON, the same way on every route: read to its end whatever its
     framing (``Content-Length`` or chunked), refused when over ``limit`` bytes before it is
-    parsed, then decoded and bounded (:func:`gateway.jsonlimits.decode`). With ``optional``,
-    an empty body is ``None``."""
+    parsed, then decoded and bounded (:func:`gateway.jsonlimits.decode`) by ``limits``
+    (default: the settings'). With ``optional``, an empty body is ``None``."""
     body = await _read_body(request, limit)
     if optional and not body.strip():
         return None
+    return (await _decoded(request, body, limits)).value
+
+
+async def _decoded(
+    request: Request, body: bytearray, limits: jsonlimits.JsonLimits | None
+) -> jsonlimits.Checked:
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
     if ctype != "application/json" and not ctype.endswith("+json"):
         raise UnsupportedMediaType(f"send Content-Type: application/json (got {ctype!r})")
-    limits = services_of(request).settings.json_limits
+    if limits is None:
+        limits = services_of(request).settings.json_limits
     try:
         if len(body) > OFF_LOOP_BYTES:
-            return await anyio.to_thread.run_sync(jsonlimits.decode, body, limits)
-        return jsonlimits.decode(body, limits)
+            return await anyio.to_thread.run_sync(jsonlimits.decode_checked, body, limits)
+        return jsonlimits.decode_checked(body, limits)
     except jsonlimits.JsonLimitError as exc:
         raise MalformedRequest(exc.message, code=exc.code) from exc
 
@@ -70,12 +83,18 @@ async def _read_body(request: Request, limit: int) -> bytearray:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the body is larger than {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise PayloadTooLarge(f"the body is larger than {limit} bytes")
-    return body
+    # ASGI's receive, read as Request.stream reads it, without its async generator
+    receive, body = request.receive, bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            body += message.get("body", b"")
+            if len(body) > limit:
+                raise PayloadTooLarge(f"the body is larger than {limit} bytes")
+            if not message.get("more_body", False):
+                return body
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
 
 
 async def _execution_response(services: Runtime, record: ExecutionRecord) -> Response:
@@ -84,21 +103,24 @@ async def _execution_response(services: Runtime, record: ExecutionRecord) -> Res
         approval = await services.store.get_approval(record.approval_id)
     status = 200 if record.status is Status.COMPLETED else 202
     body = render.execution_json(record, approval)
-    return Response(body, status_code=status, media_type=JSONResponse.media_type)
+    return render.EncodedJson(body, status)
 
 
 async def _call_of(request: Request, services: Runtime) -> ToolExecutionRequest:
     """The call a ``POST /v1/executions`` or ``POST /v1/plans`` body asks for."""
     identity = identity_of(request)  # authenticated before the body is read
-    body = await read_json(request, services.settings.max_body_bytes)
+    settings = services.settings
+    raw = await _read_body(request, settings.max_body_bytes)
+    checked = await _decoded(request, raw, settings.json_limits)
     headers = request.headers
     return parse_request(
-        body,
+        checked.value,
         identity.principal,
         headers.get("idempotency-key"),
         headers.getlist("traceparent"),
         identity.roles,
         identity.method,
+        checked=checked,
     )
 
 

@@ -3,10 +3,15 @@ defaults and the hash approvals bind to."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
+from gateway import jsonlimits
 from gateway.errors import ValidationError
-from gateway.pipeline.records import sha256_json
+from gateway.pipeline.records import ToolExecutionRequest, sha256_json
+from gateway.pipeline.request import parse_request
 from gateway.pipeline.services import Services
 from tests.pipeline.fakes import prepared, request
 
@@ -36,3 +41,49 @@ async def test_what_normalise_refuses(
     with pytest.raises(ValidationError) as caught:
         await prepared(services, request(**change))
     assert caught.value.code == code
+
+
+def _deep(levels: int) -> dict[str, object]:
+    value: dict[str, object] = {"x": 1}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+def _checked_request(services: Services, arguments: dict[str, object]) -> ToolExecutionRequest:
+    """A request as the REST door makes it: its body parsed, checked and measured."""
+    body = {
+        "run_id": "r",
+        "call_id": "c1",
+        "tool": {"name": "fs.write_file"},
+        "arguments": arguments,
+        "workspace": {"id": "demo"},
+    }
+    checked = jsonlimits.decode_checked(json.dumps(body).encode(), services.settings.json_limits)
+    return parse_request(checked.value, "alice", checked=checked)
+
+
+async def test_arguments_the_door_checked_are_not_walked_again(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    req = _checked_request(services, {"path": "a.txt", "content": "hi"})
+    walked: list[object] = []
+    real = jsonlimits.check
+    monkeypatch.setattr(jsonlimits, "check", lambda *a, **k: walked.append(a) or real(*a, **k))
+    await prepared(services, req)
+    assert walked == []
+    await prepared(services, replace(req, arguments={"path": "a.txt", "content": "hi"}))
+    assert len(walked) == 1  # other arguments than the door checked: walked here
+
+
+async def test_arguments_not_the_ones_the_door_checked_are_bounded(services: Services) -> None:
+    req = _checked_request(services, {"path": "a.txt", "content": "hi"})
+    too_deep = {"path": "a.txt", "content": "hi", "extra": _deep(40)}
+    for changed in (
+        replace(req, arguments=too_deep),  # e.g. edited before approval
+        ToolExecutionRequest.from_json({**req.to_json(), "arguments": too_deep}),  # rebuilt
+    ):
+        with pytest.raises(ValidationError) as caught:
+            await prepared(services, changed)
+        assert caught.value.code == "invalid_arguments"
+        assert caught.value.details["limit"] == "json_too_deep"

@@ -392,3 +392,16 @@ def test_json_problem_agrees_with_json_dumps(value: Any) -> None:
         assert embedded.json_problem(value) == str(exc)
     else:
         assert embedded.json_problem(value) is None
+
+
+def test_a_decision_without_extra_is_shared_and_cannot_be_changed(policy: EmbeddedPolicy) -> None:
+    doc = make_input()
+    for _ in range(2):  # the first from the engine, the second from the cache
+        decision = policy.decide_sync(doc)
+        assert decision.result is DecisionResult.ALLOW
+        assert decision.extra == {}
+        with pytest.raises(TypeError):
+            decision.extra["approver_roles"] = ["mallory"]  # type: ignore[index]
+        with pytest.raises(AttributeError):
+            decision.reasons = ("forged",)  # type: ignore[misc]
+    assert policy.decide_sync(doc) == decision
