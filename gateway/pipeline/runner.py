@@ -14,7 +14,6 @@ was; only ``StoreError`` (nothing can be recorded) still propagates, to recovery
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -238,27 +237,23 @@ def _count_end(metrics: Metrics, record: ExecutionRecord, last: ToolResult | Non
 async def _run_observed(
     stages: tuple[Stage[Any], ...], services: Services, state: Requested
 ) -> State:
-    """The stage loop with each stage timed and traced as configured, and the call's end
-    counted: the one place the pipeline's metrics and spans are taken."""
+    """The stage loop with tracing on: each stage traced (and timed when metrics are on),
+    the call's end counted; ``_run_timed`` is the same loop without spans."""
     telemetry = services.telemetry
     metrics, tracing = telemetry.metrics, telemetry.tracing
+    assert tracing is not None, "_run_timed runs the stages when tracing is off"
     ticket = state.ticket
     request = ticket.request
-    span: Any = None
-    with contextlib.ExitStack() as scope:
-        if tracing is not None:
-            span = scope.enter_context(
-                tracing.execution(
-                    request.traceparent,
-                    {
-                        "toolgate.execution_id": ticket.execution_id,
-                        "toolgate.run_id": request.run_id,
-                        "toolgate.call_id": request.call_id,
-                        "toolgate.tool": request.tool_name,
-                        "toolgate.principal": request.principal,
-                    },
-                )
-            )
+    with tracing.execution(
+        request.traceparent,
+        {
+            "toolgate.execution_id": ticket.execution_id,
+            "toolgate.run_id": request.run_id,
+            "toolgate.call_id": request.call_id,
+            "toolgate.tool": request.tool_name,
+            "toolgate.principal": request.principal,
+        },
+    ) as span:
         current: State = state
         last: ToolResult | None = None
         clock = time.perf_counter
@@ -267,11 +262,8 @@ async def _run_observed(
                 break
             if isinstance(current, stage.takes):
                 start = clock()
-                if tracing is None:
+                with tracing.stage(stage.name):
                     current = await _run_stage(stage, services, current, ticket.execution_id)
-                else:
-                    with tracing.stage(stage.name):
-                        current = await _run_stage(stage, services, current, ticket.execution_id)
                 if metrics is not None:
                     metrics.stage(stage.name, clock() - start)
                 if isinstance(current, Settled):
@@ -279,9 +271,8 @@ async def _run_observed(
         error = last.error if last is not None else None
         if isinstance(current, Ended) and current.record.id == ticket.execution_id:
             record = current.record  # a replay of an existing execution is not counted again
-            if tracing is not None:
-                shown = record.outcome if record.terminal else str(record.status)
-                tracing.ended(span, shown, error.code if error else None)
+            shown = record.outcome if record.terminal else str(record.status)
+            tracing.ended(span, shown, error.code if error else None)
             if metrics is not None and record.terminal:  # a parked call: when it ends
                 _count_end(metrics, record, last)
     return current
