@@ -3,6 +3,8 @@
 # Answer: data.toolgate.decision = {"result": "allow" | "require_approval" | "deny",
 #                                   "reasons": [string, ...]}
 # plus "approver_roles" (who may approve) when the result is require_approval.
+# And for MCP tools/list: data.toolgate.listed = true | false, could this actor ever be allowed to
+# call this tool in this workspace? Asked with a listing input: tool, actor, workspace only.
 #
 # Input (built by the gateway, documented in docs/policies.md): tool {name, version, risk,
 # side_effect, reversible, adapter, operation, tags}, arguments, arguments_sha256, paths
@@ -12,11 +14,14 @@
 # risk_rules, tool_overrides, approval_tags, approvers, quotas (quotas are enforced by the
 # gateway, not here).
 #
-# How it reads, and how to extend it: `deny_reasons` and `approval_reasons` are partial sets.
-# Each check that can refuse is one `deny_reasons contains msg if { ... }` rule; each rule that
-# wants a person is one `approval_reasons contains msg if { ... }` rule; `decision` applies
+# How it reads, and how to extend it: `deny_reasons`, `standing_refusals` and `approval_reasons`
+# are partial sets. Each check that can refuse is one `deny_reasons contains msg if { ... }`
+# rule, or a `standing_refusals contains msg if { ... }` rule when it reads only the tool, the
+# actor and the workspace (never arguments, paths, request, approval: it then refuses every call
+# of the tool by that actor there, and `listed` hides the tool); each rule that wants a person
+# is one `approval_reasons contains msg if { ... }` rule; `decision` applies
 # deny > require_approval > allow. Any module of package `toolgate` (any other file in rego/)
-# may add definitions to both sets without touching this file (docs/tasks/first-rule.md).
+# may add definitions to the sets without touching this file (docs/tasks/first-rule.md).
 # Every message names the data rule behind it.
 #
 # Fail closed: a missing or malformed input field never allows. Checks are written so that an
@@ -95,29 +100,46 @@ rule_source(key) := sprintf("tool_overrides.%v.%v", [call.tool, key]) if {
 	key in object.keys(tool_override)
 } else := sprintf("risk_rules.%v.%v", [call.risk, key])
 
+# --- listing: could the actor ever be allowed to call the tool here? ------------------------
+
+# Asked by MCP tools/list with a listing input ({tool, actor, workspace}: no call), once per
+# tool. True when no standing refusal holds. A standing refusal reads only what the listing
+# input carries, which is the same for every call of the tool by the actor in the workspace,
+# and it refuses each of those calls: a tool left out is one no call could use. A listed tool
+# may still be refused for a call's arguments, paths, time or approval. Undefined or an error
+# means not listed (the gateway fails closed).
+default listed := false
+
+listed if count(standing_refusals) == 0
+
 # --- the checks that refuse (partial: any module of package toolgate may add one) ----
 
+# Every standing refusal refuses the call too.
 deny_reasons contains msg if {
+	some msg in standing_refusals
+}
+
+standing_refusals contains msg if {
 	# who: an actor missing from the data whose credential carries no role either
 	not data.toolgate.actors[call.actor]
 	count(credential_roles) == 0
 	msg := sprintf("actor '%v' is unknown (rule: actors)", [call.actor])
 }
 
-deny_reasons contains msg if {
+standing_refusals contains msg if {
 	# who: an actor listed without roles
 	count(call.roles) == 0
 	data.toolgate.actors[call.actor]
 	msg := sprintf("actor '%v' has no roles (rule: actors.%v.roles)", [call.actor, call.actor])
 }
 
-deny_reasons contains msg if {
+standing_refusals contains msg if {
 	# where: a workspace missing from the data
 	not data.toolgate.workspaces[call.workspace]
 	msg := sprintf("workspace '%v' is unknown (rule: workspaces)", [call.workspace])
 }
 
-deny_reasons contains msg if {
+standing_refusals contains msg if {
 	# where: an actor who is not a member, by name (members) or by a role (member_roles); a
 	# workspace with neither list admits nobody
 	workspace := data.toolgate.workspaces[call.workspace]
@@ -164,13 +186,13 @@ deny_reasons contains msg if {
 	)
 }
 
-deny_reasons contains msg if {
+standing_refusals contains msg if {
 	# what: a tool risk without a rule
 	not data.toolgate.risk_rules[call.risk]
 	msg := sprintf("no rule for risk '%v' of tool %v (rule: risk_rules)", [call.risk, call.tool])
 }
 
-deny_reasons contains msg if {
+standing_refusals contains msg if {
 	# what: the actor needs one of the roles of the rule (an actor without roles is denied above)
 	count(call.roles) > 0
 	count({r | some r in rule.roles; r in call.roles}) == 0
@@ -180,7 +202,7 @@ deny_reasons contains msg if {
 	)
 }
 
-deny_reasons contains msg if {
+standing_refusals contains msg if {
 	# what: a critical action that cannot be undone, unless the data explicitly allows it
 	call.risk == "critical"
 	not input.tool.reversible == true

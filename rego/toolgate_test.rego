@@ -438,3 +438,72 @@ test_a_workspace_admits_by_member_roles_only_the_roles_listed if {
 	d.result == "deny"
 	reasons_mention(d, "actor 'oidc:dave' is not a member of workspace 'demo'")
 }
+
+# --- listing (MCP tools/list): could the actor ever be allowed to call the tool here? --------
+
+# A listing input: the tool, the actor and the workspace of the base call, and nothing of a
+# call (no arguments, paths, request, approval).
+listing(patches) := json.filter(call(patches), ["tool", "actor", "workspace"])
+
+test_a_tool_the_actor_may_call_is_listed if {
+	toolgate.listed with input as listing([])
+}
+
+test_a_tool_that_needs_approval_is_listed if {
+	toolgate.listed with input as listing([delete_file, {"tool": {"risk": "high"}}])
+}
+
+test_a_role_the_rule_does_not_name_is_not_listed if {
+	not toolgate.listed with input as listing([actor("bob")]) # approver: low risk only
+}
+
+test_a_low_risk_tool_is_listed_for_an_approver if {
+	toolgate.listed with input as listing([actor("bob"), {"tool": {"risk": "low"}}])
+}
+
+test_an_unknown_actor_is_not_listed_anything if {
+	not toolgate.listed with input as listing([actor("mallory")])
+}
+
+test_a_non_member_is_not_listed_anything if {
+	not toolgate.listed with input as listing([{"workspace": {"id": "ops"}}])
+}
+
+test_an_unknown_workspace_lists_nothing if {
+	not toolgate.listed with input as listing([{"workspace": {"id": "nowhere"}}])
+}
+
+test_a_critical_irreversible_tool_is_not_listed_even_for_an_admin if {
+	not toolgate.listed with input as listing([critical, actor("dave")])
+		with data.toolgate.actors as actors_with_admins
+		with data.toolgate.workspaces.demo.members as ["dave"]
+}
+
+test_a_critical_reversible_tool_is_listed_for_an_admin if {
+	toolgate.listed with input as listing([critical, reversible, actor("dave")])
+		with data.toolgate.actors as actors_with_admins
+		with data.toolgate.workspaces.demo.members as ["dave"]
+}
+
+test_an_empty_listing_input_is_not_listed if {
+	not toolgate.listed with input as {}
+}
+
+test_the_listing_ignores_what_only_a_call_carries if {
+	# a path outside the workspace denies that call, not every call: the tool stays listed
+	toolgate.listed with input as object.union(listing([]), path("../x", false))
+	d := toolgate.decision with input as call([path("../x", false)])
+	d.result == "deny"
+}
+
+test_credential_roles_count_for_the_listing if {
+	toolgate.listed with input as listing([jwt_caller("oidc:dave", ["agent"])])
+		with data.toolgate.workspaces.demo.member_roles as ["agent"]
+}
+
+test_every_standing_refusal_denies_the_call if {
+	d := toolgate.decision with input as call([actor("bob")])
+	d.result == "deny"
+	some msg in toolgate.standing_refusals with input as listing([actor("bob")])
+	msg in d.reasons
+}
