@@ -114,10 +114,27 @@ NO_REVISIONS = Revisions()
 """The revisions of a runtime built in code, from no files."""
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What a policy backend answered to "could this principal ever be allowed to call this
+    tool here?" (``data.toolgate.listed`` on a listing input document, docs/policies.md)."""
+
+    listed: bool
+    problem: str | None = None
+    """Why the policy gave no usable answer (an evaluation error, undefined, not a boolean):
+    then ``listed`` is False (fail closed) and the caller logs it."""
+
+
 class PolicyBackend(Protocol):
     """Decides allow / require_approval / deny for a policy input document."""
 
     async def decide(self, document: Mapping[str, JSON]) -> Decision: ...
+
+    async def listed(self, document: Mapping[str, JSON]) -> Listing | None:
+        """The policy's listing rule on a listing input document; None when the policy
+        defines no such rule (the caller then asks ``decide`` about a probe call). Never
+        raises."""
+        ...
 
     async def aclose(self) -> None: ...
 

@@ -32,6 +32,10 @@ decision with ``extra`` members is returned as a copy, one without (every ``allo
 shipped policy) is shared: it is frozen through and through (its ``extra`` an immutable empty
 mapping).
 
+Listing (``listed``, for MCP tools/list): ``data.toolgate.listed`` evaluated on a listing input
+document, never cached; None when the sources define no such rule (known at construction), and
+an error or any answer but a boolean is not listed, with the cause for the caller to log.
+
 Fail closed: an undefined or malformed decision, an evaluation error, an engine panic, or an
 input that is not JSON gives ``deny`` with ``policy error: <cause>`` as its only reason. The
 whole document must be JSON, not only the projection (``json_problem`` checks the rest by type,
@@ -57,14 +61,16 @@ from gateway import jsontext
 from gateway.errors import ConfigError
 from gateway.policy.loader import (
     DECISION_RULE,
+    LISTING_RULE,
     EngineError,
     PolicySources,
+    defines,
     engine_call,
     new_engine,
     syntax_tree,
 )
 from gateway.policy.reads import InputReads, Tree, input_reads, path_tree, project
-from gateway.types import JSON, CacheObserver, Decision, DecisionResult
+from gateway.types import JSON, CacheObserver, Decision, DecisionResult, Listing
 
 UNDEFINED = "<undefined>"
 """What regorus returns, as JSON, for an undefined rule (pass it to parse_decision)."""
@@ -118,6 +124,11 @@ class EmbeddedPolicy:
             engine = self._engine()
         except EngineError as exc:
             raise ConfigError(f"policy: regorus cannot load the sources: {exc}") from exc
+        try:
+            self.lists = defines(engine, LISTING_RULE)
+            """Whether the sources define the listing rule (else ``listed`` answers None)."""
+        except EngineError as exc:
+            raise ConfigError(f"policy: cannot read the sources' rules: {exc}") from exc
         self._tree: Tree | None = None
         self._cache: _LRU | None = None
         self._on_cache: CacheObserver | None = None
@@ -182,6 +193,28 @@ class EmbeddedPolicy:
             decision = Decision(decision.result, decision.reasons, _NO_EXTRA)
         cache.put(input_json, decision)
         return decision if not decision.extra else _copy(decision)
+
+    async def listed(self, document: Mapping[str, JSON]) -> Listing | None:
+        """The listing rule on a listing input document, on the event loop's thread (as
+        ``decide``); None when the sources do not define it. Never cached: a listing asks
+        once per tool, and a new backend comes with each change of the sources."""
+        if not self.lists:
+            return None
+        if self._closed:
+            return Listing(False, "the policy backend is closed")
+        try:
+            input_json = jsontext.strict(document)
+        except (TypeError, ValueError, RecursionError) as exc:
+            return Listing(False, f"the input document is not JSON: {exc}")
+        try:
+            engine = self._engine()
+            engine_call(engine.set_input_json, input_json)
+            value = json.loads(engine_call(engine.eval_rule_as_json, LISTING_RULE))
+        except EngineError as exc:
+            return Listing(False, str(exc))
+        except ValueError as exc:
+            return Listing(False, f"the engine returned something other than JSON: {exc}")
+        return parse_listing(value)
 
     async def aclose(self) -> None:
         """Refuse further decisions and drop the engines (each on its own thread)."""
@@ -351,6 +384,16 @@ def parse_decision(value: Any) -> Decision:
         return policy_error(f"the decision reasons are not a list of strings: {_short(reasons)}")
     extra = {k: v for k, v in value.items() if k not in ("result", "reasons")}
     return Decision(result, tuple(reasons), extra)
+
+
+def parse_listing(value: Any) -> Listing:
+    """Check the listing rule's value (as JSON carries it, ``UNDEFINED`` when undefined): only
+    ``true`` lists; anything but a boolean is a problem, and not listed."""
+    if value is True or value is False:
+        return Listing(value)
+    if value == UNDEFINED:
+        return Listing(False, f"{LISTING_RULE} is undefined")
+    return Listing(False, f"{LISTING_RULE} is not a boolean: {_short(value)}")
 
 
 def policy_error(cause: str) -> Decision:

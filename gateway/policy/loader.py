@@ -41,6 +41,8 @@ from gateway.yamlsrc import Lines, load_yaml
 DATA_ROOT = "toolgate"
 """Policy data is mounted at ``data.toolgate``; the Rego package is ``toolgate`` too."""
 DECISION_RULE = "data.toolgate.decision"
+LISTING_RULE = "data.toolgate.listed"
+"""Could the principal ever be allowed to call the tool (MCP tools/list)? Optional."""
 TEST_SUFFIX = "_test.rego"
 
 Module = tuple[str, str]
@@ -225,6 +227,12 @@ def compile_program(modules: Iterable[Module], data_json: str, entry_points: lis
 def list_rules(engine: Any) -> list[RuleInfo]:
     """Every rule and function head of the modules loaded in ``engine``, in file order."""
     return rules_in_ast(syntax_tree(engine))
+
+
+def defines(engine: Any, path: str) -> bool:
+    """Whether a module loaded in ``engine`` defines the rule ``path`` (``data.pkg.rule``),
+    not a function of that name."""
+    return any(r.path == path and not r.function for r in list_rules(engine))
 
 
 def syntax_tree(engine: Any) -> list[dict[str, Any]]:

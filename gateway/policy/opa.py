@@ -12,6 +12,12 @@ only reason, add one to ``FAILURES[<kind>]`` (an in-process counter by cause) an
 warning. OPA's ``decision_id`` (present when OPA logs decisions) is kept on the Decision, and
 the ``policy.decided`` event records it, so the gateway's record and OPA's decision log join.
 
+Listing (``listed``, for MCP tools/list): ``POST {opa_url}/v1/data/toolgate/listed``, the same
+deadline, never cached. Whether the rule exists is read from the gateway's own sources (OPA's
+undefined answer cannot tell "no such rule" from "no value"); any failure or non-boolean answer
+is not listed, returned with its cause for the caller to log once, not counted in FAILURES
+(those are decisions).
+
 Decision cache: the same rules as the embedded backend's (``gateway.policy.reads``: keyed on
 the projection of the input onto what the modules can read, no cache when that cannot be
 bounded), scanned over the gateway's own sources (``rego/`` and ``policies/``), and used only
@@ -45,15 +51,16 @@ from gateway.policy.embedded import (
     _input_reads,
     json_problem,
     parse_decision,
+    parse_listing,
     policy_error,
 )
-from gateway.policy.loader import PolicySources, new_engine
+from gateway.policy.loader import LISTING_RULE, PolicySources, defines, new_engine
 from gateway.policy.reads import Tree, path_tree, project
-from gateway.types import JSON, Decision
+from gateway.types import JSON, Decision, Listing
 
 log = logging.getLogger("toolgate.policy.opa")
 
-PACKAGE, RULE = "toolgate", "decision"
+PACKAGE, RULE, LISTING = "toolgate", "decision", "listed"
 FAILURES: collections.Counter[str] = collections.Counter()
 """Decisions the OPA backend denied because OPA gave no usable answer, by kind: ``timeout``,
 ``connection``, ``status`` (not 200), ``not_json``, ``undefined``, ``malformed``. Process-wide,
@@ -99,8 +106,11 @@ class OpaPolicy:
         self._tree: Tree | None = None
         self._cache: _TimedLRU | None = None
         self.cache_refusal: str | None = "the cache is disabled (cache_size=0)"
+        engine = new_engine(sources.modules, sources.data_json())
+        self.lists = defines(engine, LISTING_RULE)
+        """Whether the gateway's own sources define the listing rule (else ``listed`` is None)."""
         if cache_size > 0:
-            reads = _input_reads(new_engine(sources.modules, sources.data_json()))
+            reads = _input_reads(engine)
             self.cache_refusal = reads.refusal
             if reads.refusal is None:
                 self._tree = path_tree(reads.paths)
@@ -144,27 +154,55 @@ class OpaPolicy:
         cache.put(key, _copy(decision))  # a copy without decision_id: OPA made only this one
         return decision
 
-    async def _ask(self, document: Mapping[str, JSON]) -> tuple[Decision, bool]:
-        """OPA's decision, and whether it was made by the gateway's own revision."""
+    async def listed(self, document: Mapping[str, JSON]) -> Listing | None:
+        """OPA's value of ``data.toolgate.listed`` for a listing input document; None when the
+        gateway's own sources do not define the rule (what OPA runs is not known before it
+        answers, and an undefined answer cannot tell "no such rule" from "no value"). Never
+        cached, never counted in FAILURES, never logged: the caller logs once per listing."""
+        if not self.lists:
+            return None
+        if self._closed or self._client is None:
+            return Listing(False, "the policy backend is closed")
+        if (problem := json_problem(document)) is not None:
+            return Listing(False, f"the input document is not JSON: {problem}")
+        body, failure = await self._query(LISTING, document)
+        if body is None:
+            return Listing(False, failure[1])
+        if "result" not in body:
+            return Listing(False, f"OPA: {PACKAGE}.{LISTING} is undefined")
+        return parse_listing(body["result"])
+
+    async def _query(
+        self, rule: str, document: Mapping[str, JSON]
+    ) -> tuple[dict[str, Any] | None, tuple[str, str]]:
+        """OPA's answer for ``data.toolgate.<rule>`` as a JSON object, or None and the failure
+        (its FAILURES kind, its cause)."""
         import aiohttp
 
         try:
             async with asyncio.timeout(self._timeout):
                 body = await self._client.query_rule(
-                    dict(document), PACKAGE, RULE, query_params={"provenance": "true"}
+                    dict(document), PACKAGE, rule, query_params={"provenance": "true"}
                 )
         except TimeoutError:
-            return _failed("timeout", f"OPA did not answer within {self._ms} ms"), False
+            return None, ("timeout", f"OPA did not answer within {self._ms} ms")
         except aiohttp.ContentTypeError as exc:
-            return _failed("not_json", f"OPA answered {exc.status} with {_kind(exc)}"), False
+            return None, ("not_json", f"OPA answered {exc.status} with {_kind(exc)}")
         except aiohttp.ClientResponseError as exc:
-            return _failed("status", f"OPA answered HTTP {exc.status} {exc.message}"), False
+            return None, ("status", f"OPA answered HTTP {exc.status} {exc.message}")
         except aiohttp.ClientConnectionError as exc:
-            return _failed("connection", f"cannot reach OPA at {self.url}: {exc}"), False
+            return None, ("connection", f"cannot reach OPA at {self.url}: {exc}")
         except (aiohttp.ClientError, ValueError) as exc:
-            return _failed("not_json", f"OPA's answer is not JSON: {exc}"), False
+            return None, ("not_json", f"OPA's answer is not JSON: {exc}")
         if not isinstance(body, dict):
-            return _failed("not_json", "OPA's answer is not a JSON object"), False
+            return None, ("not_json", "OPA's answer is not a JSON object")
+        return body, ("", "")
+
+    async def _ask(self, document: Mapping[str, JSON]) -> tuple[Decision, bool]:
+        """OPA's decision, and whether it was made by the gateway's own revision."""
+        body, failure = await self._query(RULE, document)
+        if body is None:
+            return _failed(*failure), False
         self.opa_revisions = _revisions(body)
         if "result" not in body:
             return _failed("undefined", f"OPA: {PACKAGE}.{RULE} is undefined"), False

@@ -71,7 +71,17 @@ class StandIn:
         if engine is None:
             engine = self._local.engine = new_engine(self.sources.modules, self._data_json)
         engine_call(engine.set_input_json, json.dumps(input_value))
-        return json.loads(engine_call(engine.eval_rule_as_json, f"data.{path}"))
+        try:
+            return json.loads(engine_call(engine.eval_rule_as_json, f"data.{path}"))
+        except EngineError as exc:
+            if "not a valid rule path" not in str(exc):
+                raise
+        # No rule there (a rule the bundle lacks, or data): OPA answers the document's value,
+        # undefined when there is none, never an error.
+        found = json.loads(engine_call(engine.eval_query_as_json, f"data.{path}"))
+        for result in found.get("result") or ():
+            return result["expressions"][0]["value"]
+        return "<undefined>"
 
     def answer(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
         """(status, content type, body) for one request. Tests override it to misbehave."""

@@ -20,7 +20,7 @@ from gateway.policy.data import PolicyData
 from gateway.runtime.container import Runtime
 from gateway.settings import load_settings
 from gateway.store.store import Store
-from gateway.types import JSON, Decision, DecisionResult, Outcome
+from gateway.types import JSON, Decision, DecisionResult, Listing, Outcome
 from gateway.workspace import Workspace
 from tests.helpers import REPO
 
@@ -33,13 +33,28 @@ class FunctionAdapter(testing.FunctionAdapter):
 
 
 class FunctionPolicy:
-    def __init__(self, decide: Callable[[Mapping[str, Any]], Decision]) -> None:
+    """A policy backend backed by ``decide``, and by ``listed`` for the listing rule (None: a
+    policy that defines no listing rule, so tools/list asks ``decide`` about a probe call)."""
+
+    def __init__(
+        self,
+        decide: Callable[[Mapping[str, Any]], Decision],
+        listed: Callable[[Mapping[str, Any]], Listing] | None = None,
+    ) -> None:
         self._decide = decide
+        self._listed = listed
         self.inputs: list[Mapping[str, Any]] = []
+        self.listing_inputs: list[Mapping[str, Any]] = []
 
     async def decide(self, document: Mapping[str, Any]) -> Decision:
         self.inputs.append(document)
         return self._decide(document)
+
+    async def listed(self, document: Mapping[str, Any]) -> Listing | None:
+        if self._listed is None:
+            return None
+        self.listing_inputs.append(document)
+        return self._listed(document)
 
     async def aclose(self) -> None:
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +25,20 @@ def standin(sources: PolicySources, cls: type[StandIn] = StandIn) -> Iterator[St
         yield server
     finally:
         server.stop()
+
+
+class Misbehaving(StandIn):
+    """A stand-in that answers one fixed way (``reply``) or sleeps (``delay``)."""
+
+    reply: tuple[int, str, bytes] | None = None
+    delay = 0.0
+
+    def answer(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+        if self.delay:
+            time.sleep(self.delay)
+        if self.reply is not None and method == "POST":
+            return self.reply
+        return super().answer(method, target, body)
 
 
 def run(coro: Any) -> Any:

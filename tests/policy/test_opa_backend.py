@@ -19,7 +19,7 @@ from gateway.policy.standin import StandIn
 from gateway.testing import free_port
 from gateway.types import DecisionResult
 from tests.policy.helpers import BASE_INPUT, make_input
-from tests.policy.opa_helpers import decide_all, run, standin
+from tests.policy.opa_helpers import Misbehaving, decide_all, run, standin
 
 # --- the contract: one corpus, both backends --------------------------------------------------
 
@@ -113,20 +113,6 @@ def test_both_backends_give_identical_decisions(corpus_sources: PolicySources) -
 
 
 # --- fail closed -------------------------------------------------------------------------------
-
-
-class Misbehaving(StandIn):
-    """A stand-in that answers one fixed way (``reply``) or sleeps (``delay``)."""
-
-    reply: tuple[int, str, bytes] | None = None
-    delay = 0.0
-
-    def answer(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
-        if self.delay:
-            time.sleep(self.delay)
-        if self.reply is not None and method == "POST":
-            return self.reply
-        return super().answer(method, target, body)
 
 
 BAD_ANSWERS = {
