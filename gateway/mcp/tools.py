@@ -1,14 +1,20 @@
 """The catalogue as MCP tools: what ``tools/list`` answers a principal.
 
-A tool is listed when the policy could ever allow the principal to call it: the policy is
-asked about a probe call (the tool, the principal, the workspace, no arguments) and a tool
-whose probe is denied is left out. Nothing of the policy's logic is repeated here. The
-newest enabled version is listed (a call resolves it too, unless ``_meta`` names another);
-a deprecated one says so in its description and in ``_meta``.
+A tool is listed when the policy could ever allow the principal to call it, and the policy
+says so itself: its listing rule (``data.toolgate.listed``, docs/policies.md) is evaluated once
+per tool on a listing input document (the tool, the principal with its roles and credential,
+the workspace: no call), and only ``true`` lists. An evaluation error, or an answer that is
+undefined or not a boolean, leaves the tool out (fail closed), with one warning per listing.
+A policy that does not define the rule (one written before it existed) is asked the old way
+instead: its decision on a probe call of the tool with no arguments, the tool left out when
+that is deny. Nothing of the policy's logic is repeated here. The newest enabled version is
+listed (a call resolves it too, unless ``_meta`` names another); a deprecated one says so in
+its description and in ``_meta``.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from gateway.declarations.definitions import tool_definition
@@ -18,6 +24,8 @@ from gateway.pipeline.policy import credential_input, tool_input
 from gateway.pipeline.records import sha256_json
 from gateway.runtime.container import Runtime
 from gateway.types import DecisionResult, SideEffect
+
+log = logging.getLogger("toolgate.mcp")
 
 OPEN_WORLD_ADAPTERS = frozenset({"http", "browser"})
 """Adapters that reach beyond the gateway's own machine and workspace."""
@@ -46,18 +54,56 @@ async def visible(
     held while the policy is asked)."""
     tools = []
     with services.lease() as services:
+        if services.workspaces.get(workspace_id or "") is None:
+            return []  # no call could run there: the policy need not be asked
+        problems: dict[str, str] = {}
         for tool in listed(services):
-            probe = probe_input(services, principal, workspace_id, tool, roles, auth_method)
-            if await _could_allow(services, workspace_id, probe):
+            document = listing_input(services, principal, workspace_id, tool, roles, auth_method)
+            answer = await services.policy.listed(document)
+            if answer is None:  # no listing rule: the probe call of a policy written before it
+                probe = probe_input(services, principal, workspace_id, tool, roles, auth_method)
+                if (await services.policy.decide(probe)).result is not DecisionResult.DENY:
+                    tools.append(mcp_tool(tool))
+            elif answer.problem is not None:
+                problems[tool.name] = answer.problem
+            elif answer.listed:
                 tools.append(mcp_tool(tool))
+    if problems:
+        name, cause = next(iter(problems.items()))
+        log.warning(
+            "tools/list for %r: %d tool(s) left out, the policy's listing rule gave no answer "
+            "(%s: %s)",
+            principal,
+            len(problems),
+            name,
+            cause,
+        )
     return tools
 
 
-async def _could_allow(services: Runtime, workspace_id: str | None, probe: dict[str, Any]) -> bool:
-    if services.workspaces.get(workspace_id or "") is None:
-        return False  # no call could run there: the policy need not be asked
-    decision = await services.policy.decide(probe)
-    return decision.result is not DecisionResult.DENY
+def listing_input(
+    services: Runtime,
+    principal: str,
+    workspace_id: str | None,
+    tool: ToolDeclaration,
+    roles: tuple[str, ...] = (),
+    auth_method: str = "",
+) -> dict[str, Any]:
+    """The listing input document (docs/policies.md): the parts of a call's policy input that
+    are the same for every call of ``tool`` by ``principal`` in the workspace."""
+    workspace = services.workspaces.get(workspace_id or "")
+    return {
+        "tool": tool_input(tool),
+        "actor": {
+            "user_id": principal,
+            "roles": list(services.roles(principal, roles)),
+            "credential": credential_input(auth_method, roles),
+        },
+        "workspace": {
+            "id": workspace_id or "(none)",
+            "root": str(workspace.root) if workspace else "",
+        },
+    }
 
 
 def probe_input(
@@ -68,23 +114,15 @@ def probe_input(
     roles: tuple[str, ...] = (),
     auth_method: str = "",
 ) -> dict[str, Any]:
-    """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments."""
-    workspace = services.workspaces.get(workspace_id or "")
+    """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments:
+    what a policy without a listing rule is asked."""
+    listing = listing_input(services, principal, workspace_id, tool, roles, auth_method)
     return {
-        "tool": tool_input(tool),
+        **listing,
+        "actor": {"agent_id": "", **listing["actor"]},
         "arguments": {},
         "arguments_sha256": sha256_json({}),
         "paths": [],
-        "actor": {
-            "user_id": principal,
-            "agent_id": "",
-            "roles": list(services.roles(principal, roles)),
-            "credential": credential_input(auth_method, roles),
-        },
-        "workspace": {
-            "id": workspace_id or "(none)",
-            "root": str(workspace.root) if workspace else "",
-        },
         "request": {
             "run_id": "mcp-tools-list",
             "turn_id": "",

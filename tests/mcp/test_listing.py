@@ -1,0 +1,209 @@
+"""What tools/list lists: the policy's own listing rule (data.toolgate.listed) on both policy
+backends, fail closed, and the probe call for a policy that does not define the rule.
+
+In process: ``tools.visible`` over a runtime of the shipped catalogue and a temporary project's
+policy (the store is never touched by a listing). The SDK tests (test_sdk.py) list through a
+real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from gateway.mcp import tools
+from gateway.policy.data import PolicyData
+from gateway.policy.embedded import EmbeddedPolicy
+from gateway.policy.loader import PolicySources, load_policy_sources
+from gateway.policy.opa import OpaPolicy
+from gateway.runtime.container import Runtime
+from gateway.settings import load_settings
+from gateway.store.store import Store
+from gateway.testing import load_catalogue
+from gateway.types import DecisionResult, PolicyBackend
+from gateway.workspace import Workspace
+from tests.helpers import REPO
+from tests.policy.opa_helpers import standin
+
+BACKENDS = ("embedded", "opa")
+
+# A check that reads the call's arguments: it denies only a call without a path, which no real
+# call of fs.read_file is (its `path` is required). The old probe call (arguments {}) hid it.
+NEEDS_PATH = """\
+package toolgate
+
+deny_reasons contains msg if {
+	input.tool.name == "fs.read_file"
+	not input.arguments.path
+	msg := "fs.read_file reads a path (rule: needs_path)"
+}
+"""
+
+# A standing refusal whose evaluation fails for one tool (to_number of a tool name).
+BROKEN = """\
+package toolgate
+
+standing_refusals contains msg if {
+	input.tool.name in {"fs.read_file", "fs.write_file"}
+	to_number(input.tool.name) > 0
+	msg := "not reached"
+}
+"""
+
+# A policy written before the listing rule: a decision, no `listed`.
+NO_LISTING_RULE = """\
+package toolgate
+
+decision := {"result": "allow", "reasons": ["read"]} if {
+	input.tool.name == "fs.read_file"
+} else := {"result": "deny", "reasons": ["not fs.read_file"]}
+"""
+
+
+def project(tmp_path: Path, **extra: str) -> PolicySources:
+    """The shipped rego/ and policies/ copied under ``tmp_path``, with ``extra`` modules
+    (file name without .rego → text) added."""
+    rego, policies = tmp_path / "rego", tmp_path / "policies"
+    shutil.copytree(REPO / "rego", rego)
+    shutil.copytree(REPO / "policies", policies)
+    for name, text in extra.items():
+        (rego / f"{name}.rego").write_text(textwrap.dedent(text), encoding="utf-8")
+    return load_policy_sources(rego, policies)
+
+
+def scratch(tmp_path: Path, text: str) -> PolicySources:
+    """One module, the shipped data."""
+    rego = tmp_path / "rego"
+    rego.mkdir()
+    (rego / "policy.rego").write_text(text, encoding="utf-8")
+    return load_policy_sources(rego, REPO / "policies")
+
+
+@asynccontextmanager
+async def backend(kind: str, sources: PolicySources) -> AsyncIterator[PolicyBackend]:
+    if kind == "embedded":
+        embedded = EmbeddedPolicy(sources)
+        try:
+            yield embedded
+        finally:
+            await embedded.aclose()
+        return
+    with standin(sources) as server:
+        opa = OpaPolicy(sources, server.url, timeout=5)
+        await opa.open()
+        try:
+            yield opa
+        finally:
+            await opa.aclose()
+
+
+def runtime(tmp_path: Path, sources: PolicySources, policy: PolicyBackend) -> Runtime:
+    root = tmp_path / "ws"
+    root.mkdir(exist_ok=True)
+    return Runtime(
+        settings=load_settings(REPO / "toolgate.yaml", env={}),
+        catalogue=load_catalogue(REPO / "tools.d"),
+        policy=policy,
+        policy_data=PolicyData.parse(sources.data),
+        workspaces={"demo": Workspace("demo", root.resolve())},
+        store=cast(Store, None),  # a listing reads no store
+        adapters={},
+    )
+
+
+def names(
+    tmp_path: Path,
+    kind: str,
+    sources: PolicySources,
+    principal: str,
+    check: Callable[[Runtime], Any] | None = None,
+) -> set[str]:
+    async def main() -> set[str]:
+        async with backend(kind, sources) as policy:
+            services = runtime(tmp_path, sources, policy)
+            listed = await tools.visible(services, principal, "demo", (), "api_key")
+            if check is not None:
+                await check(services)
+            return {t["name"] for t in listed}
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_tool_only_a_call_without_arguments_is_refused_is_listed(
+    tmp_path: Path, kind: str
+) -> None:
+    sources = project(tmp_path, needs_path=NEEDS_PATH)
+
+    async def a_real_call_is_allowed(services: Runtime) -> None:
+        tool = services.catalogue.resolve("fs.read_file", None)
+        probe = tools.probe_input(services, "alice", "demo", tool, (), "api_key")
+        real = {**probe, "arguments": {"path": "a.txt"}}
+        real["paths"] = [{"argument": "path", "relative": "a.txt", "inside_workspace": True}]
+        assert (await services.policy.decide(real)).result is DecisionResult.ALLOW
+        assert (await services.policy.decide(probe)).result is DecisionResult.DENY
+
+    listed = names(tmp_path, kind, sources, "alice", a_real_call_is_allowed)
+    assert {"fs.read_file", "fs.write_file"} <= listed
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_tool_the_principal_can_never_call_is_not_listed(tmp_path: Path, kind: str) -> None:
+    listed = names(tmp_path, kind, project(tmp_path), "bob")  # approver: low-risk tools only
+    assert "fs.read_file" in listed
+    assert "fs.write_file" not in listed and "proc.python" not in listed
+    assert names(tmp_path, kind, project(tmp_path / "x"), "mallory") == set()  # unknown actor
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_an_error_in_the_listing_rule_leaves_the_tool_out_with_one_warning(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    sources = project(tmp_path, broken=BROKEN)
+    with caplog.at_level(logging.WARNING, logger="toolgate.mcp"):
+        listed = names(tmp_path, kind, sources, "alice")
+    assert "fs.read_file" not in listed and "fs.write_file" not in listed
+    assert "fs.list_dir" in listed  # the others are answered
+    warnings = [r for r in caplog.records if r.name == "toolgate.mcp"]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "2 tool(s) left out" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("rule", "cause"),
+    [
+        ("listed := input.tool.name\n", "not a boolean"),
+        ('listed if input.tool.name == "fs.list_dir"\n', "undefined"),
+    ],
+)
+def test_an_answer_that_is_not_a_boolean_lists_nothing(
+    tmp_path: Path, rule: str, cause: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = 'package toolgate\n\ndecision := {"result": "allow", "reasons": []}\n\n' + rule
+    with caplog.at_level(logging.WARNING, logger="toolgate.mcp"):
+        listed = names(tmp_path, "embedded", scratch(tmp_path, text), "alice")
+    assert listed == ({"fs.list_dir"} if cause == "undefined" else set())
+    assert cause in caplog.text
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_policy_without_the_listing_rule_is_asked_about_a_probe_call(
+    tmp_path: Path, kind: str
+) -> None:
+    assert names(tmp_path, kind, scratch(tmp_path, NO_LISTING_RULE), "alice") == {"fs.read_file"}
+
+
+def test_an_unknown_workspace_lists_nothing_without_asking(tmp_path: Path) -> None:
+    async def main() -> list[Any]:
+        sources = project(tmp_path)
+        async with backend("embedded", sources) as policy:
+            return await tools.visible(runtime(tmp_path, sources, policy), "alice", "nowhere")
+
+    assert asyncio.run(main()) == []
