@@ -23,6 +23,7 @@ from tests.helpers import IN_CI, REPO
 pytestmark = pytest.mark.slow
 
 HTTP_SCENARIOS = (
+    "s0_floor",
     "s1_read",
     "s2_replay",
     "s3_deny",

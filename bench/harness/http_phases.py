@@ -22,6 +22,7 @@ from gateway.testing import gateway, make_project
 
 from .plan import (
     AUTH,
+    FLOOR,
     MCP_HEADERS,
     S1_METRICS_OFF,
     S1_TRACING_ON,
@@ -31,6 +32,7 @@ from .plan import (
     TELEMETRY_TITLES,
     Plan,
     Scenario,
+    floor_scenario,
     loadavg,
     log,
     mcp_read,
@@ -44,6 +46,7 @@ from .servers import (
     Server,
     bare_server,
     check,
+    floor_server,
     gateway_pid,
     gateways,
     pg_available,
@@ -103,7 +106,7 @@ def http_sqlite_phase(
     size (for the bare app of the later phases) and the profile."""
     root = work / "sqlite"
     config = make_project(root, sqlite_url(root))
-    seed_workspace(config)
+    workspace = seed_workspace(config)
     scen = scenarios(f"replay-{uuid.uuid4().hex[:8]}")
     telemetry = {
         S1_METRICS_OFF: _variant(work / "metrics-off", {"metrics": {"enabled": False}}),
@@ -122,7 +125,7 @@ def http_sqlite_phase(
         s1 = scen["s1_read"]
         results["http"]["response_bytes"] = size
         results["http"]["request_bytes"] = len(s1.template)
-        with bare_server(size, work) as bare:
+        with bare_server(size, work) as bare, floor_server(workspace, work) as floor:
             echo = post(
                 client, bare.url + "/echo", json.loads(s1.template.replace("@CALL@", "check"))
             )
@@ -132,7 +135,8 @@ def http_sqlite_phase(
                 echo,
             )
             log(f"A/B rounds; request {len(s1.template)} bytes, response {size} bytes")
-            under: dict[str, tuple[Server, Scenario]] = {k: (gw, s) for k, s in scen.items()}
+            under: dict[str, tuple[Server, Scenario]] = {FLOOR: (floor, floor_scenario(s1))}
+            under.update({k: (gw, s) for k, s in scen.items()})
             under[S6] = (gw, mcp_scenario())
             for (key, title), url in zip(TELEMETRY_TITLES.items(), others, strict=True):
                 under[key] = (Server(url, gateway_pid(url)), replace(s1, key=key, title=title))

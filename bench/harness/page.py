@@ -87,6 +87,17 @@ ratios, measured in one run with A/B alternation, are what to compare.
   JSON body and answers a JSON body of the gateway's response size, under the same uvicorn
   settings as `toolgate serve` (one process, `access_log` off, `server_header` off, log level
   `warning`).
+- **The floor**: `bench/floor_app.py`, the least work any gateway keeping Toolgate's
+  guarantees must do for scenario 1's read, written plainly under the same uvicorn settings:
+  the bearer key hashed and looked up, a revocation read on every call, the body decoded and
+  its shape checked, the path resolved with symlinks and confined, the arguments hashed and
+  the decision taken from a cache, the file read and hashed, the execution and seven events
+  chained by SHA-256 committed durably in SQLite (WAL, group commit) before the answer. It
+  leaves out what Toolgate adds beyond that (declarations and schemas, a policy engine,
+  approvals, idempotency keys, locks across processes, deadlines, verification, metrics,
+  recovery). Scenario 0 measures it like a gateway, against its own adjacent bare run: how
+  close to the bare app any read keeping the guarantees can come on the machine
+  (`tests/test_floor_app.py` checks that it keeps them).
 - **Gateway**: `toolgate serve` on a temporary copy of this project (SQLite in WAL mode, the
   embedded Rego policy, quotas lifted), started by `gateway/testing.py`.
 - **Load**: `wrk` with {threads} threads, {connections} connections, {duration} s per run,

@@ -143,6 +143,16 @@ def mcp_scenario() -> Scenario:
     )
 
 
+FLOOR = "s0_floor"
+FLOOR_TITLE = "0. the floor: scenario 1's guarantees alone (bench/floor_app.py)"
+
+
+def floor_scenario(s1: Scenario) -> Scenario:
+    """Scenario 1's request to ``bench/floor_app.py``: what a read keeping the guarantees
+    costs with nothing else, the yardstick for how far the gateway's cost can fall."""
+    return Scenario(FLOOR, FLOOR_TITLE, s1.template, path="/call")
+
+
 S1_METRICS_OFF = "s1_metrics_off"
 S1_TRACING_ON = "s1_tracing_on"
 TELEMETRY_TITLES = {

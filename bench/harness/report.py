@@ -39,6 +39,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     at_least("scenario 4b throughput / bare (one lock key)", ratio("s4_write_shared_file"), 0.10)
     at_least("scenario 5 throughput / bare (PostgreSQL)", ratio("s5_read_postgres"), 0.20)
     at_least("scenario 6 throughput / bare (MCP tools/call)", ratio("s6_mcp_read"), 0.25)
+    # The floor (bench/floor_app.py): how close a read keeping the guarantees can come.
+    floor = ratio("s0_floor")
+    add("the floor throughput / bare (bench/floor_app.py)", floor, "(a yardstick)", None)
+    for key, name in (("s1_read", "scenario 1"), ("s6_mcp_read", "scenario 6")):
+        share = ratio(key)
+        if floor and share:
+            add(f"{name} throughput / the floor's", round(share / floor, 3), "(a yardstick)", None)
     rss = results["http"].get("rss_mb", {})
     at_most("gateway memory idle (MB)", rss.get("idle"), 100)
     pol = results["micro"].get("policy_decision_allow", {}).get("median_us")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -34,21 +35,30 @@ class Server:
 @contextlib.contextmanager
 def bare_server(response_bytes: int, scratch: Path, workers: int = 1) -> Iterator[Server]:
     port = free_port()
-    log_path = scratch / f"bare-{port}.log"
+    args = ["--response-bytes", str(response_bytes), "--workers", str(workers)]
+    with _started(BENCH / "bare_app.py", port, args, scratch / f"bare-{port}.log") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def floor_server(workspace: Path, scratch: Path) -> Iterator[Server]:
+    """``bench/floor_app.py`` on a directory of its own whose workspace is a copy of
+    ``workspace`` (scenario 1's files), knowing the bench's API key."""
+    root = scratch / f"floor-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(workspace, root / "workspace")
+    port = free_port()
+    args = ["--root", str(root), "--key", f"{AUTH.split()[-1]}=alice"]
+    with _started(BENCH / "floor_app.py", port, args, scratch / f"floor-{port}.log") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _started(script: Path, port: int, args: list[str], log_path: Path) -> Iterator[Server]:
+    """``script --port PORT ARGS`` until it answers ``GET /readyz``, then until the block
+    ends."""
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(BENCH / "bare_app.py"),
-                "--port",
-                str(port),
-                "--response-bytes",
-                str(response_bytes),
-                "--log-level",
-                "warning",
-                "--workers",
-                str(workers),
-            ],
+            [sys.executable, str(script), "--port", str(port), "--log-level", "warning", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -57,14 +67,14 @@ def bare_server(response_bytes: int, scratch: Path, workers: int = 1) -> Iterato
         deadline = time.monotonic() + 30
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"bare app exited: {log_path.read_text()}")
+                raise RuntimeError(f"{script.name} exited: {log_path.read_text()}")
             try:
                 if httpx.get(url + "/readyz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("the bare app did not start")
+                raise RuntimeError(f"{script.name} did not start")
             time.sleep(0.1)
         yield Server(url, proc.pid)
     finally:
