@@ -3,20 +3,22 @@ disturb. Wall-clock and CPU-time figures move 10-20 % with the load of other pro
 number of instructions a request executes does not (within ~0.1 % run to run).
 
     .venv/bin/python bench/instructions.py [--rev REV ...] [--calls 200] [--concurrency 16]
-        [--scenario rest|mcp] [--client httpx|asgi] [--postgres]
+        [--scenario rest|mcp|floor|bare] [--client httpx|asgi] [--postgres]
 
 For each revision (default: the working tree), a gateway app of that tree on a temporary
 project (SQLite, or with ``--postgres`` a fresh database of its own on 127.0.0.1:5432; the
-shipped tools.d) answers ``--calls`` ``POST /v1/executions`` of
-fs.read_file 1 KiB (scenario 1; ``--scenario mcp``: the same call as scenario 6's stateless
-2026-07-28 ``tools/call`` on ``/mcp``) in-process through httpx's ASGI transport,
-``--concurrency`` at a time, after a warm-up of 500; callgrind counts only the measured calls
-(instrumentation is switched on and off around them with ``callgrind_control``). Prints Ir
-(instructions) per call for each revision and the ratio to the first; writes
-``bench/results/instructions-<date>.json``. The count includes the client's side (httpx) and
-excludes uvicorn's, the same code in every revision; with ``--client asgi`` the calls go
-straight to the ASGI app and only the gateway is counted (to compare scenarios whose
-requests and answers differ, as MCP's and REST's do). About 3 minutes a revision on 2 cores.
+shipped tools.d) answers ``--calls`` ``POST /v1/executions`` of fs.read_file 1 KiB (scenario
+1; ``--scenario mcp``: the same call as scenario 6's stateless 2026-07-28 ``tools/call`` on
+``/mcp``; ``floor``: the same request to ``bench/floor_app.py``, the least work a read keeping
+the guarantees needs; ``bare``: ``bench/bare_app.py``'s echo) in-process through httpx's ASGI
+transport, ``--concurrency`` at a time, after a warm-up of 500; callgrind counts only the
+measured calls (instrumentation is switched on and off around them with
+``callgrind_control``). Prints Ir (instructions) per call for each revision and the ratio to
+the first; writes ``bench/results/instructions-<date>.json``. The count includes the client's
+side (httpx) and excludes uvicorn's, the same code in every revision; with ``--client asgi``
+the calls go straight to the ASGI app and only the gateway is counted (to compare scenarios
+whose requests and answers differ, as MCP's and REST's do). About 3 minutes a revision on 2
+cores.
 Needs Debian's ``valgrind`` (``apt-get install -y valgrind``).
 """
 
@@ -141,7 +143,22 @@ def child(
     from gateway.settings import load_settings
 
     logging.disable(logging.WARNING)
-    app = create_app(load_settings(root / "toolgate.yaml"))
+    if scenario in ("floor", "bare"):  # the yardsticks: bench/floor_app.py, bench/bare_app.py
+        import importlib.util
+
+        name = f"{scenario}_app"
+        spec = importlib.util.spec_from_file_location(name, tree / "bench" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if scenario == "bare":
+            app = module.create_app(1900)  # about the gateway's answer to scenario 1
+        else:
+            (root / "floor").mkdir()
+            shutil.copytree(ws, root / "floor" / "workspace")
+            app = module.create_app(root / "floor", {"tg_dev_alice": "alice"})
+    else:
+        app = create_app(load_settings(root / "toolgate.yaml"))
 
     def body() -> dict[str, Any]:
         return {
@@ -163,7 +180,13 @@ def child(
             ) as client:
 
                 async def call() -> tuple[int, str]:
-                    if scenario == "mcp":
+                    if scenario in ("floor", "bare"):
+                        content = json.dumps(body()).encode()
+                        path = "/call" if scenario == "floor" else "/echo"
+                        if raw:
+                            return await asgi_post(app, path, content, {})
+                        r = await client.post(path, content=content)
+                    elif scenario == "mcp":
                         content = mcp_body(uuid.uuid4().hex)
                         if raw:
                             return await asgi_post(app, "/mcp", content, MCP_HEADERS)
@@ -179,7 +202,7 @@ def child(
                 async def worker(k: int) -> None:
                     for _ in range(k):
                         status, text = await call()
-                        if status != 200 or '"succeeded"' not in text:
+                        if status != 200 or ('"succeeded"' not in text and scenario != "bare"):
                             raise SystemExit(f"call failed: {status} {text[:300]}")
 
                 async def batch(total: int) -> None:
@@ -305,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--scenario", choices=("rest", "mcp"), default="rest")
+    parser.add_argument("--scenario", choices=("rest", "mcp", "floor", "bare"), default="rest")
     parser.add_argument(
         "--client",
         choices=("httpx", "asgi"),
