@@ -6,7 +6,7 @@ It imports nothing of the project, so anything may import it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -130,10 +130,11 @@ class PolicyBackend(Protocol):
 
     async def decide(self, document: Mapping[str, JSON]) -> Decision: ...
 
-    async def listed(self, document: Mapping[str, JSON]) -> Listing | None:
-        """The policy's listing rule on a listing input document; None when the policy
-        defines no such rule (the caller then asks ``decide`` about a probe call). Never
-        raises."""
+    async def listed(self, documents: Sequence[Mapping[str, JSON]]) -> list[Listing] | None:
+        """The policy's listing rule on each listing input document (one listing: one answer
+        per document, in order, all within one deadline of the backend's); None when the
+        policy defines no such rule (the caller then asks ``decide`` about probe calls).
+        Never raises."""
         ...
 
     async def aclose(self) -> None: ...

@@ -3,17 +3,21 @@
 A tool is listed when the policy could ever allow the principal to call it, and the policy
 says so itself: its listing rule (``data.toolgate.listed``, docs/policies.md) is evaluated once
 per tool on a listing input document (the tool, the principal with its roles and credential,
-the workspace: no call), and only ``true`` lists. An evaluation error, or an answer that is
-undefined or not a boolean, leaves the tool out (fail closed), with one warning per listing.
-A policy that does not define the rule (one written before it existed) is asked the old way
-instead: its decision on a probe call of the tool with no arguments, the tool left out when
-that is deny. Nothing of the policy's logic is repeated here. The newest enabled version is
-listed (a call resolves it too, unless ``_meta`` names another); a deprecated one says so in
-its description and in ``_meta``.
+the workspace: no call), and only ``true`` lists. The backend is given the documents of all
+the tools at once and answers them within one deadline of its own (the OPA backend: one
+``opa_timeout`` for the whole listing, whatever the number of tools). An evaluation error, or
+an answer that is undefined, not a boolean or late, leaves the tool out (fail closed), with
+one warning per listing. A policy that does not define the rule (one written before it
+existed) is asked the old way instead: its decision on a probe call of each tool with no
+arguments, ``PROBES_AT_ONCE`` at a time (each with the backend's deadline for a decision), the
+tool left out when that is deny. Nothing of the policy's logic is repeated here. The newest
+enabled version is listed (a call resolves it too, unless ``_meta`` names another); a
+deprecated one says so in its description and in ``_meta``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -23,9 +27,12 @@ from gateway.mcp import meta
 from gateway.pipeline.policy import credential_input, tool_input
 from gateway.pipeline.records import sha256_json
 from gateway.runtime.container import Runtime
-from gateway.types import DecisionResult, SideEffect
+from gateway.types import DecisionResult, Listing, SideEffect
 
 log = logging.getLogger("toolgate.mcp")
+
+PROBES_AT_ONCE = 8
+"""The probe calls of one listing asked at a time (a policy without the listing rule)."""
 
 OPEN_WORLD_ADAPTERS = frozenset({"http", "browser"})
 """Adapters that reach beyond the gateway's own machine and workspace."""
@@ -56,15 +63,17 @@ async def visible(
     with services.lease() as services:
         if services.workspaces.get(workspace_id or "") is None:
             return []  # no call could run there: the policy need not be asked
+        candidates = listed(services)
+        documents = [
+            listing_input(services, principal, workspace_id, tool, roles, auth_method)
+            for tool in candidates
+        ]
+        answers = await services.policy.listed(documents)
+        if answers is None:  # no listing rule: the probe calls of a policy written before it
+            answers = await probed(services, documents)
         problems: dict[str, str] = {}
-        for tool in listed(services):
-            document = listing_input(services, principal, workspace_id, tool, roles, auth_method)
-            answer = await services.policy.listed(document)
-            if answer is None:  # no listing rule: the probe call of a policy written before it
-                probe = probe_input(services, principal, workspace_id, tool, roles, auth_method)
-                if (await services.policy.decide(probe)).result is not DecisionResult.DENY:
-                    tools.append(mcp_tool(tool))
-            elif answer.problem is not None:
+        for tool, answer in zip(candidates, answers, strict=True):
+            if answer.problem is not None:
                 problems[tool.name] = answer.problem
             elif answer.listed:
                 tools.append(mcp_tool(tool))
@@ -79,6 +88,19 @@ async def visible(
             cause,
         )
     return tools
+
+
+async def probed(services: Runtime, documents: list[dict[str, Any]]) -> list[Listing]:
+    """Each tool listed unless the policy denies its probe call: the decisions asked
+    ``PROBES_AT_ONCE`` at a time, so that a remote policy's deadlines run side by side."""
+    gate = asyncio.Semaphore(PROBES_AT_ONCE)
+
+    async def one(document: dict[str, Any]) -> Listing:
+        async with gate:
+            decision = await services.policy.decide(_probe(document))
+        return Listing(decision.result is not DecisionResult.DENY)
+
+    return await asyncio.gather(*(one(d) for d in documents))
 
 
 def listing_input(
@@ -116,7 +138,10 @@ def probe_input(
 ) -> dict[str, Any]:
     """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments:
     what a policy without a listing rule is asked."""
-    listing = listing_input(services, principal, workspace_id, tool, roles, auth_method)
+    return _probe(listing_input(services, principal, workspace_id, tool, roles, auth_method))
+
+
+def _probe(listing: dict[str, Any]) -> dict[str, Any]:
     return {
         **listing,
         "actor": {"agent_id": "", **listing["actor"]},

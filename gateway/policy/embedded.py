@@ -53,7 +53,7 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -194,12 +194,16 @@ class EmbeddedPolicy:
         cache.put(input_json, decision)
         return decision if not decision.extra else _copy(decision)
 
-    async def listed(self, document: Mapping[str, JSON]) -> Listing | None:
-        """The listing rule on a listing input document, on the event loop's thread (as
-        ``decide``); None when the sources do not define it. Never cached: a listing asks
-        once per tool, and a new backend comes with each change of the sources."""
+    async def listed(self, documents: Sequence[Mapping[str, JSON]]) -> list[Listing] | None:
+        """The listing rule on each listing input document, one after the other on the event
+        loop's thread (as ``decide``: in process, nothing to wait for); None when the sources
+        do not define it. Never cached: a listing asks once per tool, and a new backend comes
+        with each change of the sources."""
         if not self.lists:
             return None
+        return [self._listed(document) for document in documents]
+
+    def _listed(self, document: Mapping[str, JSON]) -> Listing:
         if self._closed:
             return Listing(False, "the policy backend is closed")
         try:

@@ -12,11 +12,13 @@ only reason, add one to ``FAILURES[<kind>]`` (an in-process counter by cause) an
 warning. OPA's ``decision_id`` (present when OPA logs decisions) is kept on the Decision, and
 the ``policy.decided`` event records it, so the gateway's record and OPA's decision log join.
 
-Listing (``listed``, for MCP tools/list): ``POST {opa_url}/v1/data/toolgate/listed``, the same
-deadline, never cached. Whether the rule exists is read from the gateway's own sources (OPA's
-undefined answer cannot tell "no such rule" from "no value"); any failure or non-boolean answer
-is not listed, returned with its cause for the caller to log once, not counted in FAILURES
-(those are decisions).
+Listing (``listed``, for MCP tools/list): ``POST {opa_url}/v1/data/toolgate/listed`` per tool,
+``LISTING_REQUESTS`` at a time, never cached, all by one deadline (``opa_timeout`` from the
+start of the listing: a listing of any number of tools waits one timeout at most, and a tool
+not answered by then is not listed). Whether the rule exists is read from the gateway's own
+sources (OPA's undefined answer cannot tell "no such rule" from "no value"); any failure or
+non-boolean answer is not listed, returned with its cause for the caller to log once, not
+counted in FAILURES (those are decisions).
 
 Decision cache: the same rules as the embedded backend's (``gateway.policy.reads``: keyed on
 the projection of the input onto what the modules can read, no cache when that cannot be
@@ -37,7 +39,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -61,6 +63,9 @@ from gateway.types import JSON, Decision, Listing
 log = logging.getLogger("toolgate.policy.opa")
 
 PACKAGE, RULE, LISTING = "toolgate", "decision", "listed"
+LISTING_REQUESTS = 8
+"""At most this many requests of one listing at a time: a listing of many tools takes a bounded
+share of the connections every call's decision needs."""
 FAILURES: collections.Counter[str] = collections.Counter()
 """Decisions the OPA backend denied because OPA gave no usable answer, by kind: ``timeout``,
 ``connection``, ``status`` (not 200), ``not_json``, ``undefined``, ``malformed``. Process-wide,
@@ -154,18 +159,30 @@ class OpaPolicy:
         cache.put(key, _copy(decision))  # a copy without decision_id: OPA made only this one
         return decision
 
-    async def listed(self, document: Mapping[str, JSON]) -> Listing | None:
-        """OPA's value of ``data.toolgate.listed`` for a listing input document; None when the
-        gateway's own sources do not define the rule (what OPA runs is not known before it
+    async def listed(self, documents: Sequence[Mapping[str, JSON]]) -> list[Listing] | None:
+        """OPA's value of ``data.toolgate.listed`` for each listing input document, asked
+        ``LISTING_REQUESTS`` at a time, all by one deadline (``opa_timeout`` from now); None when
+        the gateway's own sources do not define the rule (what OPA runs is not known before it
         answers, and an undefined answer cannot tell "no such rule" from "no value"). Never
         cached, never counted in FAILURES, never logged: the caller logs once per listing."""
         if not self.lists:
             return None
-        if self._closed or self._client is None:
-            return Listing(False, "the policy backend is closed")
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        gate = asyncio.Semaphore(LISTING_REQUESTS)
+        return await asyncio.gather(*(self._listed(d, deadline, gate) for d in documents))
+
+    async def _listed(
+        self, document: Mapping[str, JSON], deadline: float, gate: asyncio.Semaphore
+    ) -> Listing:
         if (problem := json_problem(document)) is not None:
             return Listing(False, f"the input document is not JSON: {problem}")
-        body, failure = await self._query(LISTING, document)
+        # Waiting for the gate needs no deadline of its own: whoever holds it is done by then.
+        async with gate:
+            if self._closed or self._client is None:
+                return Listing(False, "the policy backend is closed")
+            if asyncio.get_running_loop().time() >= deadline:
+                return Listing(False, self._late)
+            body, failure = await self._query(LISTING, document, deadline)
         if body is None:
             return Listing(False, failure[1])
         if "result" not in body:
@@ -173,19 +190,19 @@ class OpaPolicy:
         return parse_listing(body["result"])
 
     async def _query(
-        self, rule: str, document: Mapping[str, JSON]
+        self, rule: str, document: Mapping[str, JSON], deadline: float
     ) -> tuple[dict[str, Any] | None, tuple[str, str]]:
-        """OPA's answer for ``data.toolgate.<rule>`` as a JSON object, or None and the failure
-        (its FAILURES kind, its cause)."""
+        """OPA's answer for ``data.toolgate.<rule>`` as a JSON object by ``deadline`` (the
+        event loop's clock), or None and the failure (its FAILURES kind, its cause)."""
         import aiohttp
 
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout_at(deadline):
                 body = await self._client.query_rule(
                     dict(document), PACKAGE, rule, query_params={"provenance": "true"}
                 )
         except TimeoutError:
-            return None, ("timeout", f"OPA did not answer within {self._ms} ms")
+            return None, ("timeout", self._late)
         except aiohttp.ContentTypeError as exc:
             return None, ("not_json", f"OPA answered {exc.status} with {_kind(exc)}")
         except aiohttp.ClientResponseError as exc:
@@ -200,7 +217,8 @@ class OpaPolicy:
 
     async def _ask(self, document: Mapping[str, JSON]) -> tuple[Decision, bool]:
         """OPA's decision, and whether it was made by the gateway's own revision."""
-        body, failure = await self._query(RULE, document)
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        body, failure = await self._query(RULE, document, deadline)
         if body is None:
             return _failed(*failure), False
         self.opa_revisions = _revisions(body)
@@ -216,8 +234,8 @@ class OpaPolicy:
         return decision, self.revision in self.opa_revisions.values()
 
     @property
-    def _ms(self) -> int:
-        return round(self._timeout * 1000)
+    def _late(self) -> str:
+        return f"OPA did not answer within {round(self._timeout * 1000)} ms"
 
     async def aclose(self) -> None:
         """Refuse further decisions and close the HTTP session."""

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import shutil
 import textwrap
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from gateway.policy.data import PolicyData
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.policy.opa import OpaPolicy
+from gateway.policy.standin import StandIn
 from gateway.runtime.container import Runtime
 from gateway.settings import load_settings
 from gateway.store.store import Store
@@ -30,7 +32,7 @@ from gateway.testing import load_catalogue
 from gateway.types import DecisionResult, PolicyBackend
 from gateway.workspace import Workspace
 from tests.helpers import REPO
-from tests.policy.opa_helpers import standin
+from tests.policy.opa_helpers import Hanging, standin
 
 BACKENDS = ("embedded", "opa")
 
@@ -87,7 +89,9 @@ def scratch(tmp_path: Path, text: str) -> PolicySources:
 
 
 @asynccontextmanager
-async def backend(kind: str, sources: PolicySources) -> AsyncIterator[PolicyBackend]:
+async def backend(
+    kind: str, sources: PolicySources, opa_server: type[StandIn] = StandIn, timeout: float = 5
+) -> AsyncIterator[PolicyBackend]:
     if kind == "embedded":
         embedded = EmbeddedPolicy(sources)
         try:
@@ -95,8 +99,8 @@ async def backend(kind: str, sources: PolicySources) -> AsyncIterator[PolicyBack
         finally:
             await embedded.aclose()
         return
-    with standin(sources) as server:
-        opa = OpaPolicy(sources, server.url, timeout=5)
+    with standin(sources, opa_server) as server:
+        opa = OpaPolicy(sources, server.url, timeout=timeout)
         await opa.open()
         try:
             yield opa
@@ -207,3 +211,47 @@ def test_an_unknown_workspace_lists_nothing_without_asking(tmp_path: Path) -> No
             return await tools.visible(runtime(tmp_path, sources, policy), "alice", "nowhere")
 
     assert asyncio.run(main()) == []
+
+
+class HangsOnListed(Hanging):
+    hangs = "/v1/data/toolgate/listed"
+
+
+class HangsOnDecision(Hanging):
+    hangs = "/v1/data/toolgate/decision"
+
+
+@pytest.mark.parametrize(
+    ("opa_server", "text"), [(HangsOnListed, None), (HangsOnDecision, NO_LISTING_RULE)]
+)
+def test_a_hung_opa_holds_a_listing_about_one_timeout_whatever_the_number_of_tools(
+    tmp_path: Path,
+    opa_server: type[StandIn],
+    text: str | None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Asked one tool after the other, a listing took tools x opa_timeout (seconds with a hung
+    # OPA). The bound asserted is far above the fix's (one timeout; three for the probe calls,
+    # 8 at a time) and below the old cost, so it cannot flake.
+    sources = project(tmp_path) if text is None else scratch(tmp_path, text)
+    timeout = 0.2
+
+    async def main() -> tuple[int, float, list[Any]]:
+        async with backend("opa", sources, opa_server, timeout) as policy:
+            services = runtime(tmp_path, sources, policy)
+            count = len(tools.listed(services))
+            start = time.monotonic()
+            listed = await tools.visible(services, "alice", "demo", (), "api_key")
+            return count, time.monotonic() - start, listed
+
+    with caplog.at_level(logging.WARNING, logger="toolgate.mcp"):
+        count, elapsed, listed = asyncio.run(main())
+    assert count >= 10 and listed == []  # fail closed
+    assert elapsed < (count - 1) * timeout, f"{elapsed:.2f} s for {count} tools"
+    warnings = [r.getMessage() for r in caplog.records if r.name == "toolgate.mcp"]
+    if text is None:  # one warning for the listing, naming how many and the first cause
+        assert len(warnings) == 1, warnings
+        assert f"{count} tool(s) left out" in warnings[0]
+        assert "OPA did not answer within 200 ms" in warnings[0]
+    else:  # the probe calls are decisions: each denied one is the OPA backend's to log
+        assert warnings == []

@@ -4,7 +4,7 @@ real adapters and the real policy engine."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -50,11 +50,11 @@ class FunctionPolicy:
         self.inputs.append(document)
         return self._decide(document)
 
-    async def listed(self, document: Mapping[str, Any]) -> Listing | None:
+    async def listed(self, documents: Sequence[Mapping[str, Any]]) -> list[Listing] | None:
         if self._listed is None:
             return None
-        self.listing_inputs.append(document)
-        return self._listed(document)
+        self.listing_inputs.extend(documents)
+        return [self._listed(d) for d in documents]
 
     async def aclose(self) -> None:
         return None

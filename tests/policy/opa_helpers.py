@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +40,36 @@ class Misbehaving(StandIn):
         if self.reply is not None and method == "POST":
             return self.reply
         return super().answer(method, target, body)
+
+
+class Hanging(StandIn):
+    """A stand-in that never answers a POST to ``hangs`` (a Data API path) until it stops,
+    and counts the requests it holds at once (``most_in_flight``)."""
+
+    hangs = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.release = threading.Event()
+        self.in_flight = self.most_in_flight = 0
+        self._count = threading.Lock()
+
+    def answer(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+        if method != "POST" or not target.startswith(self.hangs):
+            return super().answer(method, target, body)
+        with self._count:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            self.release.wait()
+        finally:
+            with self._count:
+                self.in_flight -= 1
+        return 503, "text/plain", b"stopped"
+
+    def stop(self) -> None:
+        self.release.set()
+        super().stop()
 
 
 def run(coro: Any) -> Any:

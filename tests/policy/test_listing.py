@@ -5,6 +5,7 @@ policy's answers on a listing input, None for sources that do not define it, and
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +18,7 @@ from gateway.policy.opa import OpaPolicy
 from gateway.testing import free_port
 from gateway.types import Listing
 from tests.policy.helpers import BASE_INPUT
-from tests.policy.opa_helpers import Misbehaving, run, standin
+from tests.policy.opa_helpers import Hanging, Misbehaving, run, standin
 
 
 def listing(**actor: Any) -> dict[str, Any]:
@@ -29,17 +30,19 @@ def listing(**actor: Any) -> dict[str, Any]:
 ALICE, BOB, MALLORY = listing(), listing(user_id="bob"), listing(user_id="mallory")
 
 
-async def ask_opa(sources: PolicySources, url: str, documents: list[Any]) -> list[Any]:
-    backend = OpaPolicy(sources, url)
+async def ask_opa(
+    sources: PolicySources, url: str, documents: list[Any], timeout: float = 0.25
+) -> list[Any] | None:
+    backend = OpaPolicy(sources, url, timeout=timeout)
     await backend.open()
     try:
-        return [await backend.listed(d) for d in documents]
+        return await backend.listed(documents)
     finally:
         await backend.aclose()
 
 
 def test_the_shipped_policy_lists_what_the_actor_could_call(policy: EmbeddedPolicy) -> None:
-    answers = [asyncio.run(policy.listed(d)) for d in (ALICE, BOB, MALLORY)]
+    answers = asyncio.run(policy.listed([ALICE, BOB, MALLORY]))
     assert answers == [Listing(True), Listing(False), Listing(False)]
 
 
@@ -51,9 +54,9 @@ def test_opa_answers_as_the_embedded_backend(shipped: PolicySources) -> None:
 
 def test_sources_without_the_rule_answer_none(scratch: Any, shipped: PolicySources) -> None:
     sources = scratch('package toolgate\n\ndecision := {"result": "allow", "reasons": []}\n')
-    assert asyncio.run(EmbeddedPolicy(sources).listed(ALICE)) is None
+    assert asyncio.run(EmbeddedPolicy(sources).listed([ALICE])) is None
     with standin(sources) as server:
-        assert run(ask_opa(sources, server.url, [ALICE])) == [None]
+        assert run(ask_opa(sources, server.url, [ALICE])) is None
 
 
 def test_an_opa_without_the_rule_the_gateway_expects_lists_nothing(
@@ -88,6 +91,43 @@ def test_a_bad_opa_answer_lists_nothing_and_counts_no_failed_decision(
     assert dict(opa.FAILURES) == before
 
 
+def test_opa_answers_each_document_in_order(shipped: PolicySources) -> None:
+    documents = [ALICE, BOB, MALLORY] * 7  # more than LISTING_REQUESTS
+    with standin(shipped) as server:
+        answers = run(ask_opa(shipped, server.url, documents, timeout=5))
+        assert server.requests == len(documents)
+    assert answers == [Listing(True), Listing(False), Listing(False)] * 7
+    assert run(ask_opa(shipped, "http://127.0.0.1:1", [])) == []
+
+
+class HangsOnListed(Hanging):
+    hangs = "/v1/data/toolgate/listed"
+
+
+def test_a_hung_opa_answers_a_listing_within_one_deadline_a_few_at_a_time(
+    shipped: PolicySources,
+) -> None:
+    # One deadline for the whole listing: neither one per document in turn (80 timeouts) nor
+    # one per round of LISTING_REQUESTS (10 timeouts). The bound is far from all (no flake).
+    documents, timeout = [ALICE] * 80, 0.2
+
+    async def timed(url: str) -> tuple[float, list[Listing] | None]:
+        backend = OpaPolicy(shipped, url, timeout=timeout)
+        await backend.open()
+        try:
+            start = time.monotonic()
+            answers = await backend.listed(documents)
+            return time.monotonic() - start, answers
+        finally:
+            await backend.aclose()
+
+    with standin(shipped, HangsOnListed) as server:
+        elapsed, answers = run(timed(server.url))
+        assert 0 < server.most_in_flight <= opa.LISTING_REQUESTS
+    assert answers == [Listing(False, "OPA did not answer within 200 ms")] * len(documents)
+    assert elapsed < 5 * timeout, elapsed
+
+
 def test_a_stopped_opa_lists_nothing(shipped: PolicySources) -> None:
     (answer,) = run(ask_opa(shipped, f"http://127.0.0.1:{free_port()}", [ALICE]))
     assert answer.listed is False and "cannot reach OPA" in answer.problem
@@ -95,9 +135,15 @@ def test_a_stopped_opa_lists_nothing(shipped: PolicySources) -> None:
 
 def test_a_closed_or_non_json_listing_lists_nothing(shipped: PolicySources) -> None:
     backend = EmbeddedPolicy(shipped)
-    assert asyncio.run(backend.listed({**ALICE, "x": float("nan")})).listed is False
+    bad, good = asyncio.run(backend.listed([{**ALICE, "x": float("nan")}, ALICE]))
+    assert bad.listed is False and "not JSON" in (bad.problem or "")
+    assert good == Listing(True)
     asyncio.run(backend.aclose())
-    assert asyncio.run(backend.listed(ALICE)) == Listing(False, "the policy backend is closed")
+    closed = Listing(False, "the policy backend is closed")
+    assert asyncio.run(backend.listed([ALICE, BOB])) == [closed, closed]
+    opa_backend = OpaPolicy(shipped, f"http://127.0.0.1:{free_port()}")
+    answers = run(opa_backend.listed([{**ALICE, "x": float("nan")}, ALICE]))
+    assert "not JSON" in answers[0].problem and answers[1] == closed  # never opened
 
 
 @pytest.mark.parametrize(
