@@ -211,12 +211,23 @@ def _policy(
     result = decided.get("result")
     approval: dict[str, JSON] = {"required": awaiting is not None}
     if awaiting is not None and call is not None:
-        roles = services.policy_data.approvers.roles_for(call.tool.risk.value)
-        approval["approver_roles"] = list(roles)
+        approval.update(_approvers(services, call, decided))
         approval["self_approval"] = services.policy_data.approvers.allow_self_approval
     if isinstance(state, Authorized) and state.approval is not None:
         approval["covered_by"] = state.approval.id
     return {"result": result, "reasons": list(decided.get("reasons", [])), "approval": approval}
+
+
+def _approvers(services: Services, call: Call, decided: dict[str, Any]) -> dict[str, JSON]:
+    """Who may approve, as the decision names them (its ``approver_roles``, which the shipped
+    Rego checks an approval against), else as policy data's ``approvers`` for the tool's risk
+    (a policy whose decision names none, or names them other than as a list of strings).
+    The approve route checks the data's roles too (``runtime/approvals.check_approver``)."""
+    named = decided.get("approver_roles")
+    if isinstance(named, list) and all(isinstance(role, str) for role in named):
+        return {"approver_roles": list(named), "approver_roles_from": "decision"}
+    roles = services.policy_data.approvers.roles_for(call.tool.risk.value)
+    return {"approver_roles": list(roles), "approver_roles_from": "policy_data"}
 
 
 def _audit(request: ToolExecutionRequest, plan: Plan) -> None:

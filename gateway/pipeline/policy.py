@@ -121,11 +121,22 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
         input=recorded,
         input_truncated=truncated,
         **({"decision_id": decision.decision_id} if decision.decision_id else {}),
+        **(
+            _approvers_named(decision) if decision.result is DecisionResult.REQUIRE_APPROVAL else {}
+        ),
     )
     try:
         return await _follow(services, call, approval, decision, trail)
     except CallError as exc:  # failed here, the call keeps its policy.decided event
         return failed(Prepared(call, trail), exc)
+
+
+def _approvers_named(decision: Decision) -> dict[str, JSON]:
+    """The ``approver_roles`` a ``require_approval`` decision carries (the shipped policy's:
+    who may approve), for its ``policy.decided`` event; a dry-run plan shows them."""
+    if "approver_roles" not in decision.extra:
+        return {}
+    return {"approver_roles": decision.extra["approver_roles"]}
 
 
 def decision_ids(ticket: Ticket) -> dict[str, str]:

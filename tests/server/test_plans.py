@@ -12,7 +12,7 @@ import yaml
 from starlette.testclient import TestClient
 
 from gateway.server.app import create_app
-from gateway.settings import load_settings
+from gateway.settings import Settings, load_settings
 from tests.server.helpers import auth, body
 
 
@@ -76,9 +76,64 @@ def test_a_plan_for_a_call_needing_approval_names_the_approvers(
     assert plan["would"] == "await_approval", plan
     approval = plan["policy"]["approval"]
     assert approval["required"] is True and approval["approver_roles"] == ["approver"]
+    assert approval["approver_roles_from"] == "decision"
     assert plan["preview"]["exists"] is True
     assert (workspace_root / "doomed.txt").exists()
     assert client.get("/v1/approvals", headers=auth("tg_dev_bob")).json()["count"] == 0
+
+
+SHIPPED_APPROVERS = "approver_roles := object.get("
+SECURITY_APPROVES_DELETES = """approver_roles := ["security"] if {
+	call.tool == "fs.delete_file"
+} else := object.get("""
+
+
+def _edited_policy(project: Path, old: str, new: str, database_url: str) -> Settings:
+    """The project's settings after replacing ``old`` by ``new`` in its rego/toolgate.rego."""
+    module = project / "rego" / "toolgate.rego"
+    text = module.read_text()
+    assert text.count(old) == 1, old
+    module.write_text(text.replace(old, new))
+    return load_settings(project / "toolgate.yaml", env={}, database_url=database_url)
+
+
+def test_the_approvers_of_a_plan_are_those_of_the_decision(
+    project: Path, database_url: str, workspace_root: Path
+) -> None:
+    """A rule that names other approver roles than the data's `approvers`: the plan shows the
+    decision's, as the real call's policy.decided event records them."""
+    edited = _edited_policy(project, SHIPPED_APPROVERS, SECURITY_APPROVES_DELETES, database_url)
+    (workspace_root / "doomed.txt").write_text("bye")
+    delete = body("fs.delete_file", {"path": "doomed.txt"}, idempotency_key="d")
+    with TestClient(create_app(edited), raise_server_exceptions=False) as client:
+        plan = _plan(client, delete)
+        real = client.post("/v1/executions", json=delete, headers=auth())
+        assert real.status_code == 202, real.text
+        events = client.get(real.json()["links"]["events"], headers=auth()).json()["items"]
+    assert plan["would"] == "await_approval", plan
+    approval = plan["policy"]["approval"]
+    assert approval["approver_roles"] == ["security"], approval
+    assert approval["approver_roles_from"] == "decision"
+    decided = next(e for e in events if e["type"] == "policy.decided")
+    assert decided["data"]["approver_roles"] == ["security"], decided
+
+
+def test_without_approvers_in_the_decision_a_plan_names_the_data_s(
+    project: Path, database_url: str, workspace_root: Path
+) -> None:
+    """A policy whose require_approval decision carries no approver_roles: the plan falls
+    back to the data's `approvers` for the tool's risk, and says so."""
+    edited = _edited_policy(
+        project, '\t"approver_roles": sort(approver_roles),\n', "", database_url
+    )
+    (workspace_root / "doomed.txt").write_text("bye")
+    with TestClient(create_app(edited), raise_server_exceptions=False) as client:
+        plan = _plan(client, body("fs.delete_file", {"path": "doomed.txt"}, idempotency_key="d"))
+    approval = plan["policy"]["approval"]
+    assert plan["would"] == "await_approval", plan
+    assert approval["approver_roles"] == ["approver"], approval
+    assert approval["approver_roles_from"] == "policy_data"
+    assert approval["self_approval"] is False
 
 
 def test_a_failing_state_guard_is_reported(client: TestClient, workspace_root: Path) -> None:
