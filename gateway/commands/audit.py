@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from gateway.audit.verify import Report
     from gateway.store.store import Store
 
-CURRENT_SCHEMA = 2
+AUDIT_SCHEMA = 2
+"""The schema version that brought the audit trail (a later one reads the same)."""
 
 
 def since_ms(text: str | None) -> int | None:
@@ -68,7 +69,7 @@ async def _reading(settings: Settings) -> Store:
     except StoreError:
         store.engine.dispose()
         raise
-    if version is None or version < CURRENT_SCHEMA:
+    if version is None or version < AUDIT_SCHEMA:
         store.engine.dispose()
         raise UsageError(
             f"the store at {store.safe_url} is schema version {version or 1}, from before the "

@@ -222,7 +222,8 @@ def _approvers(services: Services, call: Call, decided: dict[str, Any]) -> dict[
     """Who may approve, as the decision names them (its ``approver_roles``, which the shipped
     Rego checks an approval against), else as policy data's ``approvers`` for the tool's risk
     (a policy whose decision names none, or names them other than as a list of strings).
-    The approve route checks the data's roles too (``runtime/approvals.check_approver``)."""
+    The approval keeps the decision's roles and the approve route checks them
+    (``runtime/approvals.check_approver``)."""
     named = decided.get("approver_roles")
     if isinstance(named, list) and all(isinstance(role, str) for role in named):
         return {"approver_roles": list(named), "approver_roles_from": "decision"}

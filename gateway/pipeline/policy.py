@@ -139,6 +139,16 @@ def _approvers_named(decision: Decision) -> dict[str, JSON]:
     return {"approver_roles": decision.extra["approver_roles"]}
 
 
+def named_approvers(decision: Decision) -> tuple[str, ...] | None:
+    """The roles a decision names as its approvers (``approver_roles``, a list of strings),
+    which its approval keeps and the approve route checks; ``None`` when it names none, or
+    not as a list of strings: then policy data's ``approvers`` for the tool's risk decide."""
+    named = decision.extra.get("approver_roles")
+    if isinstance(named, list) and all(isinstance(role, str) for role in named):
+        return tuple(named)
+    return None
+
+
 def decision_ids(ticket: Ticket) -> dict[str, str]:
     """What a decision-log event was for: an execution, or a dry-run plan (which has no
     execution: its record is this event and the ``toolgate.plans`` log line)."""
@@ -177,7 +187,7 @@ async def _follow(
         preview = await preview_of(services, call)
         if (metrics := services.telemetry.metrics) is not None:
             metrics.approval("requested")
-        awaiting = _approval(services, call, decision.reasons, preview)
+        awaiting = _approval(services, call, decision, preview)
         return Authorized(call, approval, awaiting, trail)
     return Authorized(call, approval, None, trail)
 
@@ -254,9 +264,7 @@ async def preview_of(services: Services, call: Call) -> JSON:
         return {"error": exc.message}
 
 
-def _approval(
-    services: Services, call: Call, reasons: tuple[str, ...], preview: JSON
-) -> ApprovalRecord:
+def _approval(services: Services, call: Call, decision: Decision, preview: JSON) -> ApprovalRecord:
     req = call.ticket.request
     now = int(time.time() * 1000)
     expires_ms = now + int(services.settings.approval_ttl * 1000)
@@ -271,9 +279,10 @@ def _approval(
         arguments_sha256=call.arguments_sha256,
         principal=req.principal,
         workspace_id=call.workspace.id,
-        reasons=reasons,
+        reasons=decision.reasons,
         arguments=dict(call.arguments),
         preview=preview,
         requested_ms=now,
         expires_ms=expires_ms,
+        approver_roles=named_approvers(decision),
     )

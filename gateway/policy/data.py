@@ -74,10 +74,6 @@ class PolicyData:
         """Whether ``principal`` holds a role named in ``approvers``."""
         return not self.approvers.named.isdisjoint(self.roles(principal))
 
-    def may_decide(self, principal: str, risk: str) -> bool:
-        """Whether ``principal`` holds an approver role for ``risk``."""
-        return not set(self.approvers.roles_for(risk)).isdisjoint(self.roles(principal))
-
     def quota(self, risk: str) -> int | None:
         return self.calls_per_minute.get(risk)
 

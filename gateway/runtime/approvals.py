@@ -45,14 +45,19 @@ class Verdict:
 
 
 def check_approver(runtime: Runtime, approval: ApprovalRecord, approver: str) -> None:
-    """Forbidden unless ``approver`` holds an approver role for the call's risk (and is not
-    the requester, unless policy data allows self-approval)."""
-    risk = _risk(runtime, approval)
+    """Forbidden unless ``approver`` holds one of the approver roles the policy's decision
+    named (kept on the approval), or, where it named none, one of policy data's approver
+    roles for the call's risk; and is not the requester, unless policy data allows
+    self-approval. The policy checks the approver again when the call resumes."""
     data = runtime.policy_data
-    if not data.may_decide(approver, risk):
+    if approval.approver_roles is not None:
+        roles, of = approval.approver_roles, "this approval"
+    else:
+        risk = _risk(runtime, approval)
+        roles, of = data.approvers.roles_for(risk), f"approvals of {risk}-risk tools"
+    if set(roles).isdisjoint(data.roles(approver)):
         raise Forbidden(
-            f"{approver} may not decide approvals of {risk}-risk tools "
-            f"(needs one of {list(data.approvers.roles_for(risk))})",
+            f"{approver} may not decide {of} (needs one of {list(roles)})",
             code="not_an_approver",
         )
     if approver == approval.principal and not data.approvers.allow_self_approval:

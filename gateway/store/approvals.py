@@ -20,7 +20,7 @@ from gateway.store.records import (
 from gateway.store.sql import Abort, Db, Sql, now_ms
 
 INSERT_APPROVAL = Sql(
-    f"INSERT INTO approvals ({rows.APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 16)})"
+    f"INSERT INTO approvals ({rows.APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 17)})"
 )
 APPROVAL_BY_ID = Sql(f"{rows.SELECT_APPROVAL} WHERE id = ?")
 PARK_EXECUTION = Sql(

@@ -43,7 +43,13 @@ def _chain_events(db: Db) -> None:
         db.many(SET_LINK, links)
 
 
-STEPS: dict[int, Callable[[Db], None]] = {2: _chain_events}
+def _approver_roles(db: Db) -> None:
+    """Version 3: an approval keeps the approver roles its decision named. Approvals already
+    there named none (``NULL``): policy data's ``approvers`` decide them, as before."""
+    db.run("ALTER TABLE approvals ADD COLUMN approver_roles_json TEXT")
+
+
+STEPS: dict[int, Callable[[Db], None]] = {2: _chain_events, 3: _approver_roles}
 """The step that brings a store to each version from the one before."""
 
 

@@ -106,6 +106,10 @@ class ApprovalRecord:
     decided_by: str | None = None
     decided_ms: int | None = None
     comment: str | None = None
+    approver_roles: tuple[str, ...] | None = None
+    """Who may decide, as the policy's decision named them (its ``approver_roles``); ``None``
+    when the decision named none (or the approval predates schema version 3): then policy
+    data's ``approvers`` for the tool's risk decide (``runtime/approvals.check_approver``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +128,7 @@ class ApprovalRecord:
             "decided_by": self.decided_by,
             "decided_at_ms": self.decided_ms,
             "comment": self.comment,
+            "approver_roles": None if self.approver_roles is None else list(self.approver_roles),
         }
 
 

@@ -21,7 +21,7 @@ EX_COLS = ", ".join(EXECUTION_COLUMNS)
 APPROVAL_COLUMNS = (
     "id, execution_id, status, tool_name, tool_version, arguments_sha256, principal, "
     "workspace_id, reasons_json, arguments_json, preview_json, requested_ms, expires_ms, "
-    "decided_by, decided_ms, comment"
+    "decided_by, decided_ms, comment, approver_roles_json"
 )
 EVENT_COLUMNS = "id, execution_id, seq, type, version, at_ms, data_json"
 CHAINED_EVENT_COLUMNS = f"{EVENT_COLUMNS}, prev, hash"
@@ -109,13 +109,14 @@ def approval_row(approval: ApprovalRecord) -> tuple[Any, ...]:
         approval.decided_by,
         approval.decided_ms,
         approval.comment,
+        None if approval.approver_roles is None else json.dumps(list(approval.approver_roles)),
     )
 
 
 def approval(row: Sequence[Any]) -> ApprovalRecord:
     (id_, execution_id, status, tool_name, tool_version, arguments_sha256, principal,
      workspace_id, reasons_json, arguments_json, preview_json, requested_ms, expires_ms,
-     decided_by, decided_ms, comment) = row  # fmt: skip
+     decided_by, decided_ms, comment, approver_roles_json) = row  # fmt: skip
     return ApprovalRecord(
         id=id_,
         execution_id=execution_id,
@@ -133,4 +134,7 @@ def approval(row: Sequence[Any]) -> ApprovalRecord:
         decided_by=decided_by,
         decided_ms=decided_ms,
         comment=comment,
+        approver_roles=(
+            None if approver_roles_json is None else tuple(json.loads(approver_roles_json))
+        ),
     )

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: the first schema. 2: events carry ``prev`` and ``hash`` (the audit trail's chain), and
 ``audit_checkpoints`` (``migrations.py`` upgrades a version 1 store in place)."""
 
@@ -132,6 +132,7 @@ class ApprovalRow(SQLModel, table=True):
     decided_by: str | None = Field(default=None, max_length=128)
     decided_ms: int | None = Field(default=None, sa_type=BigInteger)
     comment: str | None = None
+    approver_roles_json: str | None = None  # schema version 3
 
 
 class SchemaVersionRow(SQLModel, table=True):

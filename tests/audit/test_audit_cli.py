@@ -19,6 +19,7 @@ from gateway.events.chain import event_hash
 from gateway.events.model import make_event
 from gateway.settings import load_settings
 from gateway.store.store import Store
+from gateway.store.tables import SCHEMA_VERSION
 from tests.audit.helpers import external_hash, fill, filled, sql, toolgate, toolgate_here
 
 KINDS = ("edit", "delete", "swap", "insert", "tail", "gone", "rewrite", "clean")
@@ -254,6 +255,7 @@ def test_a_store_from_before_the_audit_trail_is_upgraded_and_chained(
         ("ALTER TABLE events DROP COLUMN prev", []),
         ("ALTER TABLE events DROP COLUMN hash", []),
         ("DROP TABLE audit_checkpoints", []),
+        ("ALTER TABLE approvals DROP COLUMN approver_roles_json", []),  # came with version 3
         ("UPDATE schema_version SET version = 1", []),
     )
     code, _, err = toolgate_here(project, database_url, "audit", "verify", capsys=capsys)
@@ -261,5 +263,5 @@ def test_a_store_from_before_the_audit_trail_is_upgraded_and_chained(
     code, _, err = toolgate_here(project, database_url, "audit", "checkpoint", capsys=capsys)
     assert code == 0, err
     assert chain_of(database_url, "ex_1") + chain_of(database_url, "ex_2") == chained
-    assert sql(database_url, ("SELECT version FROM schema_version", []))[0][0] == 2
+    assert sql(database_url, ("SELECT version FROM schema_version", []))[0][0] == SCHEMA_VERSION
     assert toolgate_here(project, database_url, "audit", "verify", capsys=capsys)[0] == 0

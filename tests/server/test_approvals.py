@@ -357,3 +357,38 @@ def test_approver_roles_by_risk_alone_list_and_decide(settings: Settings, doomed
         assert decided.status_code == 202, decided.text
         assert _wait(client, parked)["result"]["outcome"] == "succeeded"
     assert not doomed.exists()
+
+
+AUDITORS_APPROVE_DELETES = """approver_roles := ["auditor"] if {
+	call.tool == "fs.delete_file"
+} else := object.get("""
+
+
+def test_the_decision_s_approver_roles_decide_its_approval(
+    settings: Settings, project: Path, doomed: Path
+) -> None:
+    """A rule naming other approver roles than the data's ``approvers``: the approval keeps the
+    decision's roles and only they decide it. Checked against the data's roles, bob (an
+    ``approver``) could approve, and the resumed call then failed on the policy's own check
+    with his approval spent; carol (an ``auditor`` only) could not approve at all."""
+    module = project / "rego" / "toolgate.rego"
+    text = module.read_text()
+    assert text.count("approver_roles := object.get(") == 1
+    module.write_text(text.replace("approver_roles := object.get(", AUDITORS_APPROVE_DELETES))
+    actors = project / "policies" / "actors.yaml"
+    data = yaml.safe_load(actors.read_text())
+    data["actors"]["carol"]["roles"] = ["agent", "auditor"]
+    actors.write_text(yaml.safe_dump(data))
+    with TestClient(create_app(settings)) as client:
+        parked = _delete(client)
+        approval = f"/v1/approvals/{parked['approval']['id']}"
+        assert client.get(approval, headers=auth(BOB)).json()["approver_roles"] == ["auditor"]
+        refused = client.post(f"{approval}/approve", headers=auth(BOB))
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["code"] == "not_an_approver"
+        assert "['auditor']" in refused.json()["detail"]
+        assert client.get(approval, headers=auth(BOB)).json()["status"] == "pending"
+        decided = client.post(f"{approval}/approve", headers=auth(CAROL))
+        assert decided.status_code == 202, decided.text
+        assert _wait(client, parked)["result"]["outcome"] == "succeeded"
+    assert not doomed.exists()

@@ -1,4 +1,4 @@
--- schema version 2
+-- schema version 3
 -- sqlite
 CREATE TABLE executions (
 	id VARCHAR(64) NOT NULL, 
@@ -84,6 +84,7 @@ CREATE TABLE approvals (
 	decided_by VARCHAR(128), 
 	decided_ms BIGINT, 
 	comment VARCHAR, 
+	approver_roles_json VARCHAR, 
 	PRIMARY KEY (id)
 );
 CREATE INDEX ix_approvals_execution_id ON approvals (execution_id);
@@ -207,6 +208,7 @@ CREATE TABLE approvals (
 	decided_by VARCHAR(128), 
 	decided_ms BIGINT, 
 	comment VARCHAR, 
+	approver_roles_json VARCHAR, 
 	PRIMARY KEY (id)
 );
 CREATE INDEX ix_approvals_execution_id ON approvals (execution_id);

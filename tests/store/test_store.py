@@ -24,6 +24,7 @@ from gateway.store.records import (
 )
 from gateway.store.sql import Db
 from gateway.store.store import Store
+from gateway.store.tables import SCHEMA_VERSION
 from gateway.types import LockMode, Status
 
 pytestmark = pytest.mark.anyio
@@ -555,3 +556,61 @@ async def test_the_inline_sqlite_connection_leaves_no_statement_open(tmp_path: P
         busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     assert busy == 0  # no reader of this process pins the log
     await store.aclose()
+
+
+def _approval(approval_id: str, roles: tuple[str, ...] | None) -> ApprovalRecord:
+    now = int(time.time() * 1000)
+    return ApprovalRecord(
+        id=approval_id,
+        execution_id=f"ex_{approval_id}",
+        status="pending",
+        tool_name="fs.delete_file",
+        tool_version="1.0.0",
+        arguments_sha256="args",
+        principal="alice",
+        workspace_id="demo",
+        reasons=("needs a person",),
+        arguments={},
+        preview=None,
+        requested_ms=now,
+        expires_ms=now + 60_000,
+        approver_roles=roles,
+    )
+
+
+async def test_an_approval_keeps_the_approver_roles_its_decision_named(store: Store) -> None:
+    await store.checkpoint_for_approval(_approval("ap_named", ("auditor", "admin")), [])
+    await store.checkpoint_for_approval(_approval("ap_none", None), [])
+    await store.checkpoint_for_approval(_approval("ap_nobody", ()), [])
+    named = await store.get_approval("ap_named")
+    assert named is not None and named.approver_roles == ("auditor", "admin")
+    none = await store.get_approval("ap_none")
+    assert none is not None and none.approver_roles is None
+    nobody = await store.get_approval("ap_nobody")
+    assert nobody is not None and nobody.approver_roles == ()
+
+
+async def test_a_version_2_store_is_upgraded_and_its_approvals_name_no_roles(
+    database_url: str,
+) -> None:
+    first = Store(database_url)
+    await first.open()
+    await first.checkpoint_for_approval(_approval("ap_old", None), [])
+
+    def to_version_2(db: Db) -> None:  # what a version 2 store looks like
+        db.run("ALTER TABLE approvals DROP COLUMN approver_roles_json")
+        db.run("UPDATE schema_version SET version = 2")
+
+    await first._write(to_version_2)
+    await first.aclose()
+    second = Store(database_url)
+    await second.open()
+    try:
+        old = await second.get_approval("ap_old")
+        assert old is not None and old.approver_roles is None
+        await second.checkpoint_for_approval(_approval("ap_new", ("auditor",)), [])
+        new = await second.get_approval("ap_new")
+        assert new is not None and new.approver_roles == ("auditor",)
+        assert await second.schema_version() == SCHEMA_VERSION
+    finally:
+        await second.aclose()
