@@ -138,3 +138,56 @@ async def test_a_call_requeued_by_a_replica_that_took_this_one_for_gone_runs_onc
     assert [n["status"] for n in notes] == ["queued"], notes
     types = [e.type for e in events]
     assert types.count("tool.started") == 1 and types.count("tool.completed") == 1, types
+
+
+async def test_a_flow_whose_call_was_requeued_and_claimed_here_again_does_not_cancel_it(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    """The flow's fence finds the call queued again (taken for gone), and reads it back once
+    another worker here has claimed it: it is this process's and running, no cancel came.
+    The flow leaves it (it ends it neither cancelled nor otherwise), the second worker too
+    (the first still runs it), and recovery here finds it left behind and runs it, once."""
+    effect = Blocking()
+    effect.release.set()
+    runtime = _services(tmp_path, store, catalogue, effect)
+    survivor = _services(tmp_path, store, catalogue, effect)
+    assert isinstance(runtime, Runtime)
+    queued = await _queued(runtime)
+    claims = Claims(store, anyio.lowlevel.checkpoint)
+    real_append, real_set_status = store.append, store.set_status
+    requeued, fenced = anyio.Event(), anyio.Event()
+
+    async def append(execution_id: str, events: Any) -> None:
+        await real_append(execution_id, events)
+        if not requeued.is_set():  # the flow, dequeued, pauses; its lease runs out
+            requeued.set()
+            assert len(await recover(survivor)) == 1
+
+    async def set_status(*args: Any, **kwargs: Any) -> bool:
+        moved: bool = await real_set_status(*args, **kwargs)
+        if not moved and not fenced.is_set():  # tool.started refused: the call was requeued
+            fenced.set()
+            runtime.wake_workers()
+            await claims.again.wait()  # claimed here again before the flow reads it back
+        return moved
+
+    store.append = append  # type: ignore[method-assign]
+    store.set_status = set_status  # type: ignore[method-assign]
+    claimed: set[str] = set()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(_work, runtime, claimed)
+            await claims.again.wait()
+            while len(runtime.active):  # the first flow ends
+                await anyio.sleep(0.05)
+            await recover(runtime)  # the next pass here: nothing runs the call
+            while not (done := await store.get_execution(queued.id)) or not done.terminal:
+                await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+
+    assert done.outcome == "succeeded", done.result
+    assert effect.calls == 1
+    events = await store.events(queued.id)
+    notes = [e.data["because"] for e in events if e.data.get("by") == "recovery"]
+    assert notes == ["left_behind", "left_behind"], notes  # the survivor's, then this one's
