@@ -280,11 +280,17 @@ async def _run(load: Load, store: Store, victim_id: str, kill: Kill) -> None:
 
 
 def _recovery_note(events: list[Any], owner: str) -> Any | None:
-    for event in events:
-        data = event.data
-        if event.type == "state.checkpointed" and data.get("by") == "recovery":
-            return event if data.get("owner") == owner else None
-    return None
+    """The note of the last recovery that took the execution over from ``owner`` (it may
+    have been taken over before, from another owner or from ``owner`` by itself, when its
+    worker took a call it had just claimed for left behind, and been run again since)."""
+    notes = [
+        event
+        for event in events
+        if event.type == "state.checkpointed"
+        and event.data.get("by") == "recovery"
+        and event.data.get("owner") == owner
+    ]
+    return notes[-1] if notes else None
 
 
 async def _taken_over(store: Store, run_id: str, victim_id: str) -> dict[str, Any]:
