@@ -186,7 +186,8 @@ async def test_a_flow_whose_call_was_requeued_and_claimed_here_again_does_not_ca
                 await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
 
-    assert done.outcome == "succeeded", done.result
+    done = await store.get_execution(queued.id)
+    assert done is not None and done.outcome == "succeeded", done
     assert effect.calls == 1
     events = await store.events(queued.id)
     notes = [e.data["because"] for e in events if e.data.get("by") == "recovery"]
