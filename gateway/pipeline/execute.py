@@ -60,9 +60,13 @@ async def run(services: Services, state: Locked) -> Executed | Settled | Ended:
                 execution_id, running, Status.RUNNING, trail.events, owner=_owner(record)
             ):
                 now = await services.store.get_execution(execution_id)
-                if now is not None and now.owner != _owner(record):
+                if now is not None and (
+                    now.owner != _owner(record) or now.status is not Status.CANCELLING
+                ):
                     # taken over meanwhile (this replica was taken for gone): another runs
-                    # it, or will; this flow starts nothing and writes nothing
+                    # it, or will (queued again, even claimed here again: that worker leaves
+                    # it to this one's, and recovery here finds it left behind); this flow
+                    # starts nothing and writes nothing
                     log.warning(
                         "%s was taken over before it started: not started here", execution_id
                     )

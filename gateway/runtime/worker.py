@@ -24,16 +24,19 @@ IDLE_POLL = 1.0
 
 
 async def run_workers(runtime: Runtime) -> None:
+    claimed: set[str] = set()
     async with anyio.create_task_group() as tg:
         for _ in range(runtime.settings.workers):
-            tg.start_soon(_work, runtime)
+            tg.start_soon(_work, runtime, claimed)
         tg.start_soon(_recover_periodically, runtime, tg)
         if runtime.audit_signer is not None:
             interval = runtime.settings.audit.checkpoint_interval
             tg.start_soon(checkpoint_periodically, runtime.store, runtime.audit_signer, interval)
 
 
-async def _work(runtime: Runtime) -> None:
+async def _work(runtime: Runtime, claimed: set[str]) -> None:
+    """One worker: claim the next queued call, run it, again. ``claimed``: the calls the
+    workers of this process run now (shared by them)."""
     running = runtime.admission.executions
     while True:
         try:
@@ -44,6 +47,10 @@ async def _work(runtime: Runtime) -> None:
         if record is None:
             await runtime.queue_signal.wait(IDLE_POLL)
             continue
+        if record.id in claimed:
+            _claimed_twice(record)
+            continue
+        claimed.add(record.id)
         runtime.active.add(record.id)  # before any await: recovery must not requeue it
         try:
             with running.hold(record.principal, force=True):  # admitted when it was queued
@@ -52,6 +59,20 @@ async def _work(runtime: Runtime) -> None:
             log.exception("queued execution %s failed; recovery will settle it", record.id)
         finally:
             runtime.active.discard(record.id)
+            claimed.discard(record.id)
+
+
+def _claimed_twice(record: ExecutionRecord) -> None:
+    """Two workers here claimed one call: recovery queued it again between the claims, before
+    it started (another replica took this process for gone, its lease run out under a
+    pause; or this process's own pass read the first claim before its worker had marked the
+    call running, and took it for left behind). Both claims carry this process's id as
+    owner, so the fence on ``tool.started`` (``pipeline/execute.py``) cannot tell their flows
+    apart: both would run it. The worker that marked it first goes on with it (it starts it
+    while the call is still this process's; else another replica's worker has it); should
+    that flow end without starting it, recovery finds the call left behind here and queues
+    it again."""
+    log.warning("%s was claimed twice here (queued again meanwhile): run once", record.id)
 
 
 async def _claim_fairly(runtime: Runtime) -> ExecutionRecord | None:

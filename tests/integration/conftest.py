@@ -45,11 +45,24 @@ def replica_logs(request: pytest.FixtureRequest) -> Iterator[None]:
     starts = {name: (r.log, _size(r.log)) for name, r in cluster.replicas.items()}
     request.node.stash[LOG_STARTS] = starts
     yield
-    root = next(iter(starts.values()))[0].parent
-    folder = root / "logs" / re.sub(r"[^\w.-]+", "_", request.node.name)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = logs_folder(cluster, request.node)
     for name, (path, start) in starts.items():
         (folder / f"gateway-{name}.log").write_text(_tail(path, start))
+
+
+def logs_folder(cluster: Cluster, node: pytest.Item) -> Path:
+    """``logs/<test>/`` beside the replicas' logs: what is kept of one test (its part of
+    each replica's log; the evidence of a doubled side effect, ``test_replicas.py``)."""
+    root = next(iter(cluster.replicas.values())).log.parent
+    folder = root / "logs" / re.sub(r"[^\w.-]+", "_", node.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def evidence_dir(cluster: Cluster, request: pytest.FixtureRequest) -> Path:
+    """This test's ``logs/<test>/`` folder (``logs_folder``)."""
+    return logs_folder(cluster, request.node)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -4,11 +4,14 @@ once on one database."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import sqlalchemy as sa
 import yaml
 
 from gateway.testing import free_port, make_project, serve, stop, wait_healthy
@@ -111,3 +114,54 @@ class Cluster:
     url: str
     workspace: Path
     replicas: dict[str, Replica]
+
+
+EVIDENCE_TABLES = {
+    "executions": "SELECT * FROM executions WHERE id = ANY(%(ids)s) ORDER BY created_ms",
+    "events": "SELECT * FROM events WHERE execution_id = ANY(%(ids)s) ORDER BY execution_id, seq",
+    "locks": "SELECT * FROM locks WHERE holder = ANY(%(ids)s)",
+    "approvals": "SELECT * FROM approvals WHERE execution_id = ANY(%(ids)s)",
+    "idempotency": "SELECT * FROM idempotency WHERE execution_id = ANY(%(ids)s)",
+    "replicas": "SELECT * FROM replicas ORDER BY started_ms",
+    "recovery_notes": (
+        "SELECT execution_id, seq, at_ms, data_json FROM events "
+        "WHERE type = 'state.checkpointed' ORDER BY at_ms"
+    ),
+}
+"""What is kept of a call whose side effect happened twice, before the test's database is
+dropped: its executions' rows, events, locks, approvals and idempotency claims, every
+replica's row (whose ``id`` its ``owner`` names) and every recovery note of the database."""
+
+
+def evidence(url: str, run_id: str, call_ids: list[str]) -> dict[str, Any]:
+    """The rows of ``EVIDENCE_TABLES`` for the executions of ``run_id`` whose call_id is
+    one of ``call_ids`` or starts with one of them and a dash (an idempotent call's two
+    requests), as JSON-ready rows; ``data_json`` decoded."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            patterns = [f"{c}" for c in call_ids] + [f"{c}-%" for c in call_ids]
+            ids = [
+                row[0]
+                for row in conn.exec_driver_sql(
+                    "SELECT id FROM executions WHERE run_id = %(run)s AND call_id LIKE ANY(%(p)s)",
+                    {"run": run_id, "p": patterns},
+                )
+            ]
+            found: dict[str, Any] = {"execution_ids": ids}
+            for table, sql in EVIDENCE_TABLES.items():
+                found_rows = conn.exec_driver_sql(sql, {"ids": ids}).mappings()
+                rows = [_decoded(dict(row)) for row in found_rows]
+                if table == "recovery_notes":
+                    rows = [r for r in rows if r["data_json"].get("by") == "recovery"]
+                found[table] = rows
+            return found
+    finally:
+        engine.dispose()
+
+
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    for column in ("data_json", "request_json", "result_json"):
+        if isinstance(row.get(column), str):
+            row[column] = json.loads(row[column])
+    return row

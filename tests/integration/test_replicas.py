@@ -21,11 +21,12 @@ failed, and every execution the victim did not own succeeded. The takeover time 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from gateway.store.store import Store
 from gateway.testing import stop
 from gateway.types import Status
 from tests.helpers import ALICE, BOB
-from tests.integration.helpers import LEASE, Cluster, Replica
+from tests.integration.helpers import LEASE, Cluster, Replica, evidence
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.postgres]
 SETTLE_BOUND_MS = 10_000
@@ -262,8 +263,7 @@ async def _kill_mid_load(load: Load, store: Store, victim_id: str, kill: Kill) -
     kill.lease_until_ms = (await store.replicas())[victim_id].lease_until_ms
 
 
-async def _run(load: Load, store: Store, victim_id: str) -> Kill:
-    kill = Kill()
+async def _run(load: Load, store: Store, victim_id: str, kill: Kill) -> None:
     operations = iter(load.operations())
 
     async def worker() -> None:
@@ -277,15 +277,22 @@ async def _run(load: Load, store: Store, victim_id: str) -> Kill:
             tg.start_soon(worker)
     for call in load.calls:
         call.execution = await load.settle(call.execution)
-    return kill
 
 
 def _recovery_note(events: list[Any], owner: str) -> Any | None:
-    for event in events:
-        data = event.data
-        if event.type == "state.checkpointed" and data.get("by") == "recovery":
-            return event if data.get("owner") == owner else None
-    return None
+    """The note of the last recovery by another replica that took the execution over from
+    ``owner``. It may have been queued again before, and run again since: taken over from
+    another owner, or by ``owner`` itself (its pass took a call its worker had just claimed
+    for left behind: no takeover from it)."""
+    notes = [
+        event
+        for event in events
+        if event.type == "state.checkpointed"
+        and event.data.get("by") == "recovery"
+        and event.data.get("owner") == owner
+        and event.data.get("replica") != owner
+    ]
+    return notes[-1] if notes else None
 
 
 async def _taken_over(store: Store, run_id: str, victim_id: str) -> dict[str, Any]:
@@ -299,7 +306,16 @@ async def _taken_over(store: Store, run_id: str, victim_id: str) -> dict[str, An
 
 
 def _on_disk(workspace: Path, tag: str, call: Call) -> int:
-    """How many times ``call``'s side effect happened, as the workspace shows."""
+    """How many times ``call``'s side effect happened, as the workspace shows (a process
+    call's line and marker file agree)."""
+    happened = _times(workspace, tag, call)
+    if call.kind == "proc":
+        assert min(happened, 1) == int((workspace / "done" / call.name).exists()), call.name
+    return happened
+
+
+def _times(workspace: Path, tag: str, call: Call) -> int:
+    """``_on_disk`` without its check (it runs while the victim's scripts may still run)."""
     if call.kind == "idem":
         return _lines(workspace / f"ledger-{tag}.txt").count(call.name)
     if call.kind == "locked":
@@ -308,10 +324,31 @@ def _on_disk(workspace: Path, tag: str, call: Call) -> int:
     if call.kind == "approval":
         return int((workspace / "approved" / call.name).exists())
     if call.kind == "proc":
-        ran = _lines(workspace / "procs.txt").count(call.name)
-        assert ran == int((workspace / "done" / call.name).exists()), call.name
-        return ran
+        return _lines(workspace / "procs.txt").count(call.name)
     return 0
+
+
+async def _keep_doubled(
+    cluster: Cluster, load: Load, folder: Path, victim_id: str, kill: Kill
+) -> None:
+    """Fail, naming each execution and where its evidence is kept, when a call's side
+    effect happened more than once. The evidence (its rows and events, every replica, every
+    recovery note, the kill) is written to ``folder`` first: the database is dropped with
+    the module, and the replicas' logs alone did not tell such a run's story."""
+    doubled = [c for c in load.calls if _times(cluster.workspace, load.tag, c) > 1]
+    if not doubled:
+        return
+    kept = []
+    for call in doubled:
+        found = await anyio.to_thread.run_sync(evidence, cluster.url, load.tag, [call.name])
+        found["call"] = {"kind": call.kind, "name": call.name, "execution": call.execution}
+        found["seen_on_disk"] = _times(cluster.workspace, load.tag, call)
+        found["kill"] = {"victim": victim_id, **asdict(kill)}
+        found["replicas_by_name"] = {n: r.proc.pid for n, r in cluster.replicas.items()}
+        path = folder / f"doubled-{call.execution.get('id', call.name)}.json"
+        path.write_text(json.dumps(found, indent=1, sort_keys=True, default=sorted))
+        kept.append(f"{call.name} (execution {call.execution.get('id')}): {path}")
+    raise AssertionError("side effect doubled; evidence kept:\n" + "\n".join(kept))
 
 
 def _lines(path: Path) -> list[str]:
@@ -352,7 +389,7 @@ def _check_takeover(
     assert kill.in_flight, "the victim had nothing in flight when it was killed"
     assert kill.in_flight <= set(taken), kill.in_flight - set(taken)
     for note in taken.values():
-        assert note.data["replica"] != victim_id and note.data["because"] == because, note
+        assert note.data["because"] == because, note
     last = max(note.at_ms for note in taken.values())
     after_lease = last - kill.lease_until_ms
     assert after_lease <= SETTLE_BOUND_MS, (after_lease, taken)
@@ -386,10 +423,11 @@ def _live_markers(ids: set[str] | None) -> dict[str, list[int]]:
 
 
 async def _scenario(
-    cluster: Cluster, tag: str, victim_name: str
+    cluster: Cluster, tag: str, victim_name: str, folder: Path
 ) -> tuple[Load, Kill, dict[str, Any], str]:
     """The load across ``a``, ``b`` and the victim, the victim killed in the middle of it;
-    returns the load, the kill, what survivors took over and the victim's replica id."""
+    returns the load, the kill, what survivors took over and the victim's replica id. A
+    check that fails here looks for a doubled side effect first (``_keep_doubled``)."""
     victim = cluster.replicas[victim_name]
     assert victim.proc.poll() is None, f"{victim_name} is not running"
     store = Store(cluster.url)
@@ -397,28 +435,39 @@ async def _scenario(
         victim_id = await _replica_id(store, victim.proc.pid)
         async with httpx.AsyncClient(timeout=30) as client:
             live = [cluster.replicas["a"], cluster.replicas["b"], victim]
-            load = Load(tag, live, victim, client)
-            kill = await _run(load, store, victim_id)
-        assert not load.failures, load.failures
-        taken = await _taken_over(store, tag, victim_id)
-        for execution_id in kill.in_flight - set(taken):  # a COMMIT it sent as it died landed
-            events = await store.events(execution_id)
-            assert events[-1].type == "tool.completed" and events[-1].at_ms <= kill.at_ms
-            kill.in_flight.discard(execution_id)
-        unfinished = await store.unfinished([Status.RUNNING, Status.CANCELLING])
-        left = [r for r in unfinished if r.owner == victim_id]
-        assert not left, left
-        await _check_resumed_where_decided(store, load, cluster)
-        return load, kill, taken, victim_id
+            load, kill = Load(tag, live, victim, client), Kill()
+            try:
+                await _run(load, store, victim_id, kill)
+                return await _checked(cluster, store, load, kill, victim_id)
+            except Exception:
+                await _keep_doubled(cluster, load, folder, victim_id, kill)
+                raise
     finally:
         await store.aclose()
+
+
+async def _checked(
+    cluster: Cluster, store: Store, load: Load, kill: Kill, victim_id: str
+) -> tuple[Load, Kill, dict[str, Any], str]:
+    """The checks of ``_scenario`` once the load is settled."""
+    assert not load.failures, load.failures
+    taken = await _taken_over(store, load.tag, victim_id)
+    for execution_id in kill.in_flight - set(taken):  # a COMMIT it sent as it died landed
+        events = await store.events(execution_id)
+        assert events[-1].type == "tool.completed" and events[-1].at_ms <= kill.at_ms
+        kill.in_flight.discard(execution_id)
+    unfinished = await store.unfinished([Status.RUNNING, Status.CANCELLING])
+    left = [r for r in unfinished if r.owner == victim_id]
+    assert not left, left
+    await _check_resumed_where_decided(store, load, cluster)
+    return load, kill, taken, victim_id
 
 
 async def _check_resumed_where_decided(store: Store, load: Load, cluster: Cluster) -> None:
     """An approved call runs on the replica that received the decision (when it lived)."""
     ids = {r.pid: r.id for r in (await store.replicas()).values()}
     owner_of = {r.id: r.owner for r in await store.find_executions(None, load.tag, None, 1000)}
-    by_url = {r.url: ids[r.proc.pid] for r in cluster.replicas.values()}
+    by_url = {r.url: ids[r.proc.pid] for r in cluster.replicas.values() if r.proc.pid in ids}
     decided = [(c, c.decided_on) for c in load.calls if c.decided_on not in (None, load.victim.url)]
     assert decided, "no approval was decided by a survivor"
     for call, url in decided:
@@ -426,15 +475,16 @@ async def _check_resumed_where_decided(store: Store, load: Load, cluster: Cluste
 
 
 async def test_a_replica_of_another_node_is_taken_over_at_its_lease_expiry(
-    cluster: Cluster,
+    cluster: Cluster, evidence_dir: Path
 ) -> None:
-    load, kill, taken, victim_id = await _scenario(cluster, "other", "other")
+    load, kill, taken, victim_id = await _scenario(cluster, "other", "other", evidence_dir)
     _check_takeover(kill, taken, victim_id, "lease_expired", "another node")
     first_note = min(note.at_ms for note in taken.values())
     assert first_note >= kill.lease_until_ms, "taken over before its lease expired"
     deadline = time.monotonic() + 10
     while _marked_alive(set(taken)) and time.monotonic() < deadline:
         await anyio.sleep(0.1)  # the victim's scripts run on to their end: nobody stops them
+    await _keep_doubled(cluster, load, evidence_dir, victim_id, kill)
     signalled = [p.name for p in (cluster.workspace / "signals").glob("other-*")]
     assert not signalled, f"processes of another node were signalled: {signalled}"
     outcomes = _check_effects(load, cluster.workspace, taken)
@@ -450,11 +500,12 @@ async def test_a_replica_of_another_node_is_taken_over_at_its_lease_expiry(
 
 
 async def test_a_replica_killed_mid_load_is_taken_over_by_the_survivors(
-    cluster: Cluster,
+    cluster: Cluster, evidence_dir: Path
 ) -> None:
     other = cluster.replicas["other"]
     stop(other.proc)  # run alone, the other-node replica would race a and b to the lease
-    load, kill, taken, victim_id = await _scenario(cluster, "same", "same")
+    load, kill, taken, victim_id = await _scenario(cluster, "same", "same", evidence_dir)
+    await _keep_doubled(cluster, load, evidence_dir, victim_id, kill)
     _check_takeover(kill, taken, victim_id, "owner_gone", "same node")
     outcomes = _check_effects(load, cluster.workspace, taken)
     print(f"[same node] outcomes {outcomes}")
