@@ -285,6 +285,11 @@ class Call:
     arguments_sha256: str
     paths: Mapping[str, ResolvedPath]
     roles: tuple[str, ...]
+    templating: Mapping[str, Any] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """The template context, made when first asked for (``pipeline.context.template_context``)
+    and kept: the lock keys and the adapter call of one call render from the same one."""
 
     @property
     def request(self) -> ToolExecutionRequest:
