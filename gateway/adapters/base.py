@@ -23,10 +23,12 @@ import anyio
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.spec import AdapterSpec, NoOptions, Templating
 from gateway.errors import ToolgateError
+from gateway.frozen import quick_init
 from gateway.types import JSON, Outcome
 from gateway.workspace import ResolvedPath, Workspace
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Evidence:
     kind: str
@@ -42,6 +44,7 @@ class Evidence:
         return out
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SideEffectReport:
     attempted: bool
@@ -55,6 +58,7 @@ class SideEffectReport:
 NO_SIDE_EFFECT = SideEffectReport(False, False)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AdapterOutcome:
     """What the adapter observed. ``error`` explains a non-succeeded outcome."""
@@ -71,6 +75,7 @@ async def _no_checkpoint(state: Mapping[str, JSON]) -> None:
     return None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AdapterCall:
     """Everything an adapter gets for one call, the same for every adapter."""

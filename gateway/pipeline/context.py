@@ -14,8 +14,17 @@ from gateway.pipeline.records import NO_LOCKS, Call
 from gateway.pipeline.services import Services
 
 
-def template_context(call: Call) -> dict[str, Any]:
-    """What ``{dotted.path}`` templates in a declaration can see."""
+def template_context(call: Call) -> Mapping[str, Any]:
+    """What ``{dotted.path}`` templates in a declaration can see: made once a call (kept on
+    it), and read only (templates render from it, adapters read it)."""
+    found = call.templating
+    if found is None:
+        found = _template_context(call)
+        object.__setattr__(call, "templating", found)
+    return found
+
+
+def _template_context(call: Call) -> dict[str, Any]:
     req = call.ticket.request
     tool = call.tool
     return {

@@ -74,7 +74,8 @@ async def run(services: Services, state: Locked) -> Executed | Settled | Ended:
                 # a cancel arrived while it waited for locks: tool.started is not kept
                 return _cancelled_before_start(state, trail.seq)
             trail = trail.drained()
-        await services.faults.hit("before_adapter")
+        if services.faults.plan:  # a fault plan is set (tests, chaos runs)
+            await services.faults.hit("before_adapter")
     except StoreError:
         raise  # the store is down: nothing can be recorded now; recovery settles it later
     except Exception as exc:
@@ -127,7 +128,8 @@ async def _run_adapter(services: Services, state: Started, durable: bool) -> Exe
         raise Escaped(state, adapter_called=True) from exc
     try:
         await sink.flush()
-        await services.faults.hit("after_side_effect")
+        if services.faults.plan:
+            await services.faults.hit("after_side_effect")
     except StoreError:
         raise
     except Exception as exc:

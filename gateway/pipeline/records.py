@@ -15,6 +15,7 @@ from gateway.adapters.base import AdapterOutcome, Evidence, SideEffectReport
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
 from gateway.events.model import Event, make_event
+from gateway.frozen import quick_init
 from gateway.ids import sortable_id
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, Outcome, Revisions
@@ -36,6 +37,7 @@ def new_execution_id() -> str:
     return sortable_id("ex")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolExecutionRequest:
     """One agent request, parsed and authenticated (the caller is ``principal``)."""
@@ -124,6 +126,7 @@ _REQUEST_FIELDS = tuple(
 )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """The stable result of one execution (docs/api.md#toolresult)."""
@@ -153,6 +156,7 @@ class ToolResult:
         }
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Trail:
     """The events of a call not yet durable, and the number of its next event."""
@@ -173,6 +177,7 @@ class Trail:
 NO_LOCKS: Mapping[str, int] = MappingProxyType({})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Ticket:
     """How a call entered the pipeline; fixed from the first stage to the last."""
@@ -192,6 +197,7 @@ class Ticket:
     written and no quota is counted."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Requested:
     """A call as asked for: stage ``resolve`` takes it."""
@@ -264,6 +270,7 @@ class Requested:
         return cls(ticket, trail.emit("state.checkpointed", status="running", dequeued=True))
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """The exact tool version is known: stage ``normalise`` takes it."""
@@ -273,6 +280,7 @@ class Resolved:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Call:
     """What the call is once normalised, fixed from then on: what templates, probes, the
@@ -285,6 +293,11 @@ class Call:
     arguments_sha256: str
     paths: Mapping[str, ResolvedPath]
     roles: tuple[str, ...]
+    templating: Mapping[str, Any] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """The template context, made when first asked for (``pipeline.context.template_context``)
+    and kept: the lock keys and the adapter call of one call render from the same one."""
 
     @property
     def request(self) -> ToolExecutionRequest:
@@ -295,6 +308,7 @@ class Call:
         return self.ticket.execution_id
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """Normalised (and, after stage ``validate``, checked): stage ``policy`` takes it."""
@@ -303,6 +317,7 @@ class Prepared:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Authorized:
     """The policy let the call go on: stage ``reserve`` takes it."""
@@ -315,6 +330,7 @@ class Authorized:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Reserved:
     """Durable (or needing no reservation): stage ``lock`` takes it."""
@@ -325,6 +341,7 @@ class Reserved:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Locked:
     """Holding its locks: stage ``execute`` takes it."""
@@ -335,6 +352,7 @@ class Locked:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Started:
     """``tool.started`` is emitted: the adapter may be called (inside stage ``execute``)."""
@@ -346,6 +364,7 @@ class Started:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Executed:
     """The adapter returned or failed: stage ``result`` takes it."""
@@ -360,6 +379,7 @@ class Executed:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Settled:
     """A result, not yet committed: stages ``verify`` and ``commit`` take it (a call that
@@ -380,6 +400,7 @@ class Settled:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Ended:
     """The call resolved to an execution as the store holds it: nothing runs after this."""

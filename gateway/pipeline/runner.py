@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from gateway import jsontext
@@ -83,12 +83,28 @@ S = TypeVar("S")
 @dataclass(frozen=True, slots=True)
 class Stage(Generic[S]):
     """One stage: its name (that of its module), the record it takes, its function, and
-    whether a dry-run plan runs it (``plans``: the stages that change nothing)."""
+    whether a dry-run plan runs it (``plans``: the stages that change nothing); the fault
+    points before and after it (``FAULT_POINTS``) are filled in from its name."""
 
     name: str
     takes: type[S]
     run: Callable[[Services, S], Awaitable[State]]
     plans: bool = False
+    before: str | None = field(default=None, init=False, compare=False)
+    after: str | None = field(default=None, init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        before, after = FAULT_POINTS.get(self.name, (None, None))
+        object.__setattr__(self, "before", before)
+        object.__setattr__(self, "after", after)
+
+
+FAULT_POINTS: dict[str, tuple[str | None, str | None]] = {
+    "reserve": (None, "after_reserve"),
+    "verify": ("during_verify", None),
+    "commit": ("before_commit", "after_commit"),
+}
+"""Stage → (fault point before it, fault point after it); execute has its own two."""
 
 
 STAGES: tuple[Stage[Any], ...] = (
@@ -212,15 +228,21 @@ async def _run_timed(
     current: State = state
     last: ToolResult | None = None
     clock = time.perf_counter
-    for stage in stages:
-        if isinstance(current, Ended):
-            break
-        if isinstance(current, stage.takes):
-            start = clock()
-            current = await _run_stage(stage, services, current, execution_id)
-            metrics.stage(stage.name, clock() - start)
-            if isinstance(current, Settled):
-                last = current.result
+    timed: list[tuple[str, float]] = []  # observed together once the loop ends
+    start = clock()
+    try:
+        for stage in stages:
+            if isinstance(current, Ended):
+                break
+            if isinstance(current, stage.takes):
+                current = await _run_stage(stage, services, current, execution_id)
+                end = clock()  # the end of one stage is the start of the next
+                timed.append((stage.name, end - start))
+                start = end
+                if isinstance(current, Settled):
+                    last = current.result
+    finally:
+        metrics.stages_ran(timed)
     if isinstance(current, Ended) and current.record.id == execution_id:
         record = current.record  # a replay of an existing execution is not counted again
         if record.terminal:  # a parked call: when it ends
@@ -291,28 +313,22 @@ def _holds_locks(state: State) -> bool:
     return False
 
 
-FAULT_POINTS: dict[str, tuple[str | None, str | None]] = {
-    "reserve": (None, "after_reserve"),
-    "verify": ("during_verify", None),
-    "commit": ("before_commit", "after_commit"),
-}
-"""Stage → (fault point before it, fault point after it); execute has its own two."""
-
-
-_NO_FAULT_POINTS: tuple[str | None, str | None] = (None, None)
-
-
 async def _run_stage(
     stage: Stage[Any], services: Services, state: Working, execution_id: str
 ) -> State:
-    before, after = FAULT_POINTS.get(stage.name, _NO_FAULT_POINTS)
+    # the fault points are looked at only when a fault plan is set (tests, chaos runs)
+    faults = services.faults
     current: State = state
     try:
-        if before:
-            await services.faults.hit(before)
+        if stage.before and faults.plan:
+            await faults.hit(stage.before)
         current = await stage.run(services, state)
-        if after and (_durable(current, execution_id) or stage.name == "commit"):
-            await services.faults.hit(after)
+        if (
+            stage.after
+            and faults.plan
+            and (_durable(current, execution_id) or stage.name == "commit")
+        ):
+            await faults.hit(stage.after)
         return current
     except CallError as exc:
         if isinstance(current, Ended):

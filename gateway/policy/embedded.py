@@ -299,28 +299,34 @@ def _plain(value: Any, depth: int) -> bool:
     """True when ``value`` is certainly JSON: dicts with str keys, lists, and str, int, bool,
     None or finite floats, at most _PLAIN_DEPTH deep (so a cycle ends it). False means only
     "not sure": json_problem then looks again, the exact way. About twice as fast as that
-    (no cycle bookkeeping), on what the gateway actually passes."""
-    if depth > _PLAIN_DEPTH:
-        return False
-    items: Any
-    if type(value) is dict:
-        for key in value:
-            if type(key) is not str:
-                return False
-        items = value.values()
-    elif type(value) is list:
-        items = value
-    else:
-        return False
-    for item in items:
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        if kind is float:
-            if not math.isfinite(item):
-                return False
-        elif not _plain(item, depth + 1):
+    (no cycle bookkeeping), on what the gateway actually passes. Depth first, with a stack
+    of its own rather than a call per container (a policy input has a dozen)."""
+    stack = [(value, depth)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > _PLAIN_DEPTH:
             return False
+        items: Any
+        if type(value) is dict:
+            for key in value:
+                if type(key) is not str:
+                    return False
+            items = value.values()
+        elif type(value) is list:
+            items = value
+        else:
+            return False
+        for item in items:
+            kind = type(item)
+            if kind is str or kind is int or kind is bool or item is None:
+                continue
+            if kind is float:
+                if not math.isfinite(item):
+                    return False
+            elif kind is dict or kind is list:
+                stack.append((item, depth + 1))
+            else:
+                return False
     return True
 
 
