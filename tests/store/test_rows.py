@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -72,3 +73,19 @@ def test_data_that_is_not_json_is_stored_as_its_str_and_odd_fields_hash_the_gene
     flagged = Event("ev_2", "ex_1", 1, "tool.output", True, 42, {})  # a bool, not an int
     ((*_, digest2),) = chained_rows([flagged], 1, digest)
     assert digest2 == event_hash(digest, "ex_1", 1, "ev_2", "tool.output", True, 42, "{}")
+
+
+def test_an_event_is_immutable_and_its_id_and_time_come_from_one_clock_read() -> None:
+    event = make_event("ex_1", 3, "tool.started", {"adapter": "file"})
+    with pytest.raises(AttributeError):
+        event.seq = 4  # type: ignore[misc]
+    assert int(event.id[3:15], 16) == event.at_ms  # the id's milliseconds are the event's
+    assert event.to_json() == {
+        "id": event.id,
+        "execution_id": "ex_1",
+        "seq": 3,
+        "type": "tool.started",
+        "version": 1,
+        "at_ms": event.at_ms,
+        "data": {"adapter": "file"},
+    }
