@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect
-from gateway.store.transactor import Committed, Observer, Pool, quietly, timed, unavailable
+from gateway.store.transactor import Committed, Observer, Pool, Timer, quietly, timer, unavailable
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -89,7 +89,7 @@ class SqliteTransactor:
         self._driver_error = self.dialect.driver_error
         self._integrity_error = self.dialect.integrity_error
         self._pool = Pool(self.engine, self.dialect, begin=("BEGIN DEFERRED", "BEGIN IMMEDIATE"))
-        self._observer: Observer | None = None
+        self._timer: Timer | None = None
         self._batch_observer: Callable[[int], None] | None = None
         # SQLite has one writer at a time. Threads of this process that race for its lock
         # fall into SQLite's busy handler, which sleeps in whole milliseconds: so this
@@ -108,8 +108,8 @@ class SqliteTransactor:
         self._checkpoint_gate: anyio.Event | None = None
         self._checkpoint_conn: Any = None
 
-    def observe(self, hook: Observer | None) -> None:
-        self._observer = self._pool.observer = hook
+    def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
+        self._timer = self._pool.timer = timer(hook, thread_cpu)
 
     def observe_batches(self, hook: Callable[[int], None] | None) -> None:
         self._batch_observer = hook
@@ -154,11 +154,11 @@ class SqliteTransactor:
         aborts rolls back alone), and commit them together. Every queued caller learns its
         outcome only after the COMMIT."""
         batch, self._batch = self._batch, []
-        hook = self._observer
-        if hook is None:
+        timed = self._timer
+        if timed is None:
             outcomes = self._run_batch(batch)
         else:
-            outcomes = timed(hook, batch[0][0], self._run_batch, batch)
+            outcomes = timed(batch[0][0], self._run_batch, batch)
         if (sizes := self._batch_observer) is not None:
             sizes(len(batch))
         for (_, _, future), outcome in zip(batch, outcomes, strict=True):
@@ -218,8 +218,8 @@ class SqliteTransactor:
         if self._inline_lock.acquire(blocking=False):
             try:
                 db = self._inline_connection()
-                hook = self._observer
-                return fn(db, *args) if hook is None else timed(hook, fn, fn, db, *args)
+                timed = self._timer
+                return fn(db, *args) if timed is None else timed(fn, fn, db, *args)
             except (StoreError, self._driver_error):
                 pass  # busy or broken: the pooled path reports what is really wrong
             finally:

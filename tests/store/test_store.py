@@ -473,15 +473,20 @@ async def test_a_new_sqlite_database_has_small_pages_and_an_old_one_keeps_its_ow
 
 
 async def test_observe_times_each_transaction_under_its_operations_name(store: Store) -> None:
-    """The bench's timing hook: called after each transaction, until it is taken away."""
-    seen: list[tuple[str, float, float]] = []
+    """The timing hook (the metrics', the bench's): called after each transaction, until it is
+    taken away; the thread's CPU time only when asked for (the bench's stage table)."""
+    seen: list[tuple[str, float, float | None]] = []
     store.observe(lambda name, wall_s, cpu_s: seen.append((name, wall_s, cpu_s)))
     await store.reserve(record("ex1"), [], None)
     await store.get_execution("ex1")
-    store.observe(None)
+    store.observe(lambda name, wall_s, cpu_s: seen.append((name, wall_s, cpu_s)), thread_cpu=True)
     await store.heartbeat("ex1")
-    assert [name for name, _, _ in seen] == ["reserve", "get_execution"]
-    assert all(wall_s >= 0 and cpu_s >= 0 for _, wall_s, cpu_s in seen)
+    store.observe(None)
+    await store.get_execution("ex1")
+    assert [name for name, _, _ in seen] == ["reserve", "get_execution", "heartbeat"]
+    assert all(wall_s >= 0 for _, wall_s, _ in seen)
+    assert [cpu_s is None for _, _, cpu_s in seen] == [True, True, False]
+    assert seen[-1][2] is not None and seen[-1][2] >= 0
 
 
 async def test_queued_counts_stop_at_their_bounds_and_claims_avoid_principals(
