@@ -5,9 +5,10 @@ pool check-out, and the driver's prepared statements stay warm. The event loop h
 transaction to a lane through a queue and is woken once per batch the lane ran, not once per
 transaction; a worker-thread hop per transaction cost more CPU than the transaction itself.
 
-- **Writes** go to the one writer lane. The writes queued while it was busy commit together,
-  each in a savepoint of its own (as SQLite's group commit does: one that fails or aborts
-  rolls back alone), so concurrent calls share one COMMIT and its WAL flush.
+- **Writes** go to the writer lanes. The writes queued while a lane was busy commit together
+  (as SQLite's group commit does: one that fails or aborts rolls back alone, in a savepoint
+  of its own: :meth:`PostgresTransactor._group`), so concurrent calls share one COMMIT and
+  its WAL flush.
 - **Reads** go to READERS reader lanes, in autocommit: under READ COMMITTED every statement
   of a read transaction has a snapshot of its own anyway, so BEGIN and COMMIT bought nothing.
 
