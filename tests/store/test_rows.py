@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway import jsontext
 from gateway.events.chain import GENESIS, event_hash
-from gateway.events.model import Event, make_event
+from gateway.events.model import EVENT_TYPES, Event, make_event
 from gateway.store.rows import chained_rows
 
 _json = st.recursive(
@@ -38,17 +38,26 @@ def reference(events: list[Event], seq: int, prev: str) -> list[tuple[Any, ...]]
     return found
 
 
+_types = st.sampled_from(sorted(EVENT_TYPES)) | st.text()
+
+
 @given(
-    st.lists(st.dictionaries(st.text(), _json, max_size=5), min_size=1, max_size=5),
+    st.lists(
+        st.tuples(_types, st.dictionaries(st.text(), _json, max_size=5)), min_size=1, max_size=5
+    ),
     st.text(),
     st.integers(min_value=0, max_value=2**40),
     st.text(),
 )
 def test_chained_rows_are_the_stored_data_and_the_documented_hashes(
-    datas: list[dict[str, Any]], execution_id: str, seq: int, prev: str
+    typed: list[tuple[str, dict[str, Any]]], execution_id: str, seq: int, prev: str
 ) -> None:
-    """Quotes, control characters, non-ASCII, lone surrogates and floats included."""
-    events = [make_event(execution_id, 0, "tool.output", data) for data in datas]
+    """Quotes, control characters, non-ASCII, lone surrogates and floats included; the
+    event types and others."""
+    events = [
+        make_event(execution_id, 0, "tool.output", data)._replace(type=type_)
+        for type_, data in typed
+    ]
     try:
         expected: Any = reference(events, seq, prev)
     except UnicodeEncodeError:  # a lone surrogate in a hashed string: neither way can
