@@ -5,9 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import fields
 from json.encoder import encode_basestring
-from operator import attrgetter
 from typing import Any
 
 from gateway import jsontext
@@ -16,7 +14,7 @@ from gateway.events.model import EVENT_TYPES, Event
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Status
 
-EXECUTION_COLUMNS = tuple(f.name for f in fields(ExecutionRecord))
+EXECUTION_COLUMNS = ExecutionRecord._fields
 EX_COLS = ", ".join(EXECUTION_COLUMNS)
 APPROVAL_COLUMNS = (
     "id, execution_id, status, tool_name, tool_version, arguments_sha256, principal, "
@@ -30,19 +28,18 @@ SELECT_EXECUTION = f"SELECT {EX_COLS} FROM executions"
 SELECT_APPROVAL = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
 
 _STATUS_AT = EXECUTION_COLUMNS.index("status")
-_EXECUTION_VALUES = attrgetter(*EXECUTION_COLUMNS)
 
 
 def execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
-    row = list(_EXECUTION_VALUES(record))
-    row[_STATUS_AT] = row[_STATUS_AT].value
+    row = list(record)
+    row[_STATUS_AT] = record.status.value
     return tuple(row)
 
 
 def execution(row: Sequence[Any]) -> ExecutionRecord:
     values = list(row)
     values[_STATUS_AT] = Status(values[_STATUS_AT])
-    return ExecutionRecord(*values)
+    return ExecutionRecord._make(values)
 
 
 stored_json = jsontext.stored

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -56,7 +55,7 @@ def record(ex_id: str, call_id: str = "c1", payload: str = "p1", **kw: object) -
         created_ms=now,
         updated_ms=now,
     )
-    return replace(base, **kw)  # type: ignore[arg-type]
+    return base._replace(**kw)  # type: ignore[arg-type]
 
 
 def claim(scope: str = "s1", args: str = "args") -> IdempotencyClaim:
@@ -599,7 +598,7 @@ async def test_queued_counts_stop_at_their_bounds_and_claims_avoid_principals(
     now = int(time.time() * 1000)
     for i, who in enumerate(["alice", "alice", "alice", "carol"]):
         queued = record(f"q{i}", call_id=f"q{i}", principal=who, status=Status.QUEUED)
-        await store.reserve(replace(queued, created_ms=now + i), [], None)
+        await store.reserve(queued._replace(created_ms=now + i), [], None)
     assert await store.queued_counts("alice", 10, 10) == (3, 4)
     assert await store.queued_counts("alice", 2, 3) == (2, 3)  # each count stops at its bound
     assert await store.queued_counts("bob", 10, 10) == (0, 4)
