@@ -8,29 +8,28 @@ without coordination, and they sort by creation time across processes.
 
 The random digits come from the operating system's generator (``os.urandom``), drawn a few
 kilobytes at a time rather than once per id (a call makes eight ids; a system call each cost
-more than the rest of the id). Each slice is used once; a forked child draws its own.
+more than the rest of the id) and cut into pieces of the size asked for, each handed out once
+(``list.pop`` is atomic: no lock; two threads that refill at once each use their own
+pieces); a forked child draws its own.
 ``random_hex`` serves the trace and span ids of ``gateway/tracecontext.py`` from the same pool.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 _POOL_BYTES = 4096
 _DIGITS = 20  # hex digits of randomness per id (10 bytes)
 
-_lock = threading.Lock()
-_pool = ""  # hex digits not yet used
-_at = 0
+_pools: dict[int, list[str]] = {}  # digits -> pieces of that many hex digits, not yet used
 
 
 def _forget() -> None:
-    """In a forked child: nothing of the parent's pool may be used again (the parent uses
-    it), and the lock may have been held by a thread that does not exist here."""
-    global _lock, _pool, _at
-    _lock, _pool, _at = threading.Lock(), "", 0
+    """In a forked child: nothing of the parent's pools may be used again (the parent uses
+    them)."""
+    global _pools
+    _pools = {}
 
 
 os.register_at_fork(after_in_child=_forget)
@@ -38,16 +37,25 @@ os.register_at_fork(after_in_child=_forget)
 
 def random_hex(digits: int = _DIGITS) -> str:
     """``digits`` (at most ``2 * _POOL_BYTES``) random hex digits from the pool, used once."""
-    global _pool, _at
-    with _lock:
-        at = _at
-        end = at + digits
-        if end > len(_pool):
-            _pool, at, end = os.urandom(_POOL_BYTES).hex(), 0, digits
-        _at = end
-        return _pool[at:end]
+    try:
+        return _pools[digits].pop()
+    except (KeyError, IndexError):
+        return _refill(digits)
 
 
-def sortable_id(prefix: str) -> str:
-    """``<prefix>_`` + 12 hex digits of epoch milliseconds + 20 random hex digits."""
-    return f"{prefix}_{time.time_ns() // 1_000_000:012x}{random_hex()}"
+def _refill(digits: int) -> str:
+    """A new pool of ``digits``-digit pieces, and one of them. It replaces an empty pool, or
+    one another thread made meanwhile, whose pieces left are dropped (never handed out)."""
+    text = os.urandom(_POOL_BYTES).hex()
+    pieces = [text[at : at + digits] for at in range(0, len(text) - digits + 1, digits)]
+    mine = pieces.pop()
+    _pools[digits] = pieces
+    return mine
+
+
+def sortable_id(prefix: str, ms: int | None = None) -> str:
+    """``<prefix>_`` + 12 hex digits of epoch milliseconds (``ms``, else now) + 20 random hex
+    digits."""
+    if ms is None:
+        ms = time.time_ns() // 1_000_000
+    return f"{prefix}_{ms:012x}{random_hex()}"

@@ -7,7 +7,7 @@ import re
 import threading
 import time
 
-from gateway.ids import sortable_id
+from gateway.ids import _POOL_BYTES, random_hex, sortable_id
 
 
 def test_ids_have_the_documented_shape_and_are_unique() -> None:
@@ -55,3 +55,15 @@ def test_ids_made_on_many_threads_are_unique() -> None:
     for thread in threads:
         thread.join()
     assert len(set(found)) == len(found) == 16_000
+
+
+def test_random_digits_of_each_size_come_from_a_pool_of_that_size_each_piece_once() -> None:
+    # more than one pool's worth of each size: the refills too hand out each piece once
+    for digits in (16, 20, 32):
+        pieces = [random_hex(digits) for _ in range(3 * 2 * _POOL_BYTES // digits)]
+        assert all(re.fullmatch(f"[0-9a-f]{{{digits}}}", p) for p in pieces)
+        assert len(set(pieces)) == len(pieces)
+
+
+def test_an_id_made_for_a_given_millisecond_carries_it() -> None:
+    assert sortable_id("ev", 0x0123456789AB)[:15] == "ev_0123456789ab"

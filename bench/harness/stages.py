@@ -31,14 +31,14 @@ async def stage_breakdown(
 
     stages = tuple(Stage(s.name, s.takes, timed_stage(s.name, s.run)) for s in STAGES)
 
-    def timed_tx(name: str, wall_s: float, thread_cpu_s: float) -> None:
+    def timed_tx(name: str, wall_s: float, thread_cpu_s: float | None) -> None:
         # SQLite's group commit: one transaction for the writes of a loop turn (sequential
         # calls give batches of one), named after its first write.
         wall.setdefault("store tx " + name, []).append(wall_s)
-        cpu.setdefault("store tx " + name, []).append(thread_cpu_s)
+        cpu.setdefault("store tx " + name, []).append(thread_cpu_s or 0.0)
 
     requests = [make_request(i) for i in range(n)]
-    services.store.observe(timed_tx)
+    services.store.observe(timed_tx, thread_cpu=True)
     try:
         start, process_cpu = time.perf_counter(), time.process_time()
         for req in requests:

@@ -4,8 +4,7 @@ docs/api.md#get-v1executionsexecution_idevents."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.ids import sortable_id
 
@@ -29,15 +28,20 @@ EVENT_TYPES: dict[str, int] = {
 """Event type → its current schema version."""
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """One event of an execution's log: immutable, as stored.
+
+    A named tuple rather than a frozen dataclass: a call makes seven, and a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__`` (about three
+    times the cost of the whole tuple). Fields are read by name only."""
+
     id: str
     execution_id: str
     seq: int
     type: str
     version: int
     at_ms: int
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,8 +57,8 @@ class Event:
 
 def make_event(execution_id: str, seq: int, type_: str, data: dict[str, Any]) -> Event:
     """A new event; ``type_`` must be one of EVENT_TYPES."""
-    # positional: a keyword call costs a tenth of the event again (seven a call)
+    # positional: a keyword call costs a tenth of the event again (seven a call); one clock
+    # read for the id's time and the event's
     version = EVENT_TYPES[type_]
-    return Event(
-        sortable_id("ev"), execution_id, seq, type_, version, int(time.time() * 1000), data
-    )
+    ms = time.time_ns() // 1_000_000
+    return Event(sortable_id("ev", ms), execution_id, seq, type_, version, ms, data)

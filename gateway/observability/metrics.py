@@ -201,7 +201,7 @@ class Metrics:
         if timed_out:
             self.lock_timeouts.inc()
 
-    def store_transaction(self, name: str, wall_s: float, cpu_s: float) -> None:
+    def store_transaction(self, name: str, wall_s: float, cpu_s: float | None) -> None:
         """``store.observe``'s hook (called on the thread that ran the transaction)."""
         with self._store_lock:
             self.store_seconds.child(name).observe(wall_s)

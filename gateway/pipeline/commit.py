@@ -3,8 +3,6 @@ event in one transaction; only then is the result returned."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gateway import jsontext
 from gateway.events.model import make_event
 from gateway.pipeline.existing import same_call
@@ -55,8 +53,7 @@ async def run(services: Services, state: Settled) -> Ended:
     if not committed:  # someone else (a cancel, recovery) settled it first: theirs stands
         current = await services.store.get_execution(trail.execution_id)
         return Ended(current or state.record, release_locks=bool(fencing))
-    record = replace(
-        state.record,
+    record = state.record._replace(
         status=Status.COMPLETED,
         outcome=result.outcome.value,
         result_json=result_json,

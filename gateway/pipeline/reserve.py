@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 from gateway.adapters.registry import SPECS
 from gateway.errors import Conflict, IdempotencyMismatch, PolicyDenied
@@ -199,4 +198,4 @@ async def _checkpoint(
     """Park an execution that exists already (dequeued, and policy now wants a person)."""
     trail = _parked(trail, approval)
     await services.store.checkpoint_for_approval(approval, trail.events)
-    return Ended(replace(record, approval_id=approval.id, status=Status.AWAITING_APPROVAL))
+    return Ended(record._replace(approval_id=approval.id, status=Status.AWAITING_APPROVAL))

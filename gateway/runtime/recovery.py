@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -253,7 +253,7 @@ async def _cancelled_unstarted(
     log.info("cancelled %s: a cancel came before its side effect began", record.id)
     return await close_execution(
         services,
-        replace(record, owner=INSTANCE_ID),
+        record._replace(owner=INSTANCE_ID),
         Outcome.CANCELLED,
         error,
         effect,

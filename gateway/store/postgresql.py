@@ -5,9 +5,10 @@ pool check-out, and the driver's prepared statements stay warm. The event loop h
 transaction to a lane through a queue and is woken once per batch the lane ran, not once per
 transaction; a worker-thread hop per transaction cost more CPU than the transaction itself.
 
-- **Writes** go to the one writer lane. The writes queued while it was busy commit together,
-  each in a savepoint of its own (as SQLite's group commit does: one that fails or aborts
-  rolls back alone), so concurrent calls share one COMMIT and its WAL flush.
+- **Writes** go to the writer lanes. The writes queued while a lane was busy commit together
+  (as SQLite's group commit does: one that fails or aborts rolls back alone, in a savepoint
+  of its own: :meth:`PostgresTransactor._group`), so concurrent calls share one COMMIT and
+  its WAL flush.
 - **Reads** go to READERS reader lanes, in autocommit: under READ COMMITTED every statement
   of a read transaction has a snapshot of its own anyway, so BEGIN and COMMIT bought nothing.
 
@@ -34,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect, LockWait
-from gateway.store.transactor import Committed, Observer, Pool, quietly, timed, unavailable
+from gateway.store.transactor import Committed, Observer, Pool, Timer, quietly, timer, unavailable
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -171,11 +172,11 @@ class _Lane:
     def _read(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> _Outcome:
         """One read, in autocommit; retried once on a connection found dead."""
         driver_error = self.owner.dialect.driver_error
-        hook = self.owner.observer
+        timed = self.owner.timer
         for attempt in (1, 2):
             try:
                 db = self.session()
-                value = fn(db, *args) if hook is None else timed(hook, fn, fn, db, *args)
+                value = fn(db, *args) if timed is None else timed(fn, fn, db, *args)
                 return ("ok", value)
             except Abort as abort:
                 return ("ok", abort.value)
@@ -230,7 +231,7 @@ class PostgresTransactor:
             writing_ctes=True,
         )
         self._pool = Pool(self.engine, self.dialect, begin=(None, None))
-        self.observer: Observer | None = None
+        self.timer: Timer | None = None
         self._batch_observer: Callable[[int], None] | None = None
         self._writes: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -238,8 +239,8 @@ class PostgresTransactor:
         self._started = threading.Lock()
         self._closed = False
 
-    def observe(self, hook: Observer | None) -> None:
-        self.observer = self._pool.observer = hook
+    def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
+        self.timer = self._pool.timer = timer(hook, thread_cpu)
 
     def observe_batches(self, hook: Callable[[int], None] | None) -> None:
         self._batch_observer = hook
@@ -317,11 +318,11 @@ class PostgresTransactor:
             except StoreError as exc:
                 return [("error", exc)] * len(batch)
             try:
-                hook = self.observer
-                if hook is None:
+                timed = self.timer
+                if timed is None:
                     outcomes = self._group(lane, db, batch)
                 else:
-                    outcomes = timed(hook, batch[0][0], self._group, lane, db, batch)
+                    outcomes = timed(batch[0][0], self._group, lane, db, batch)
             except _Lost as lost:
                 lane.close()
                 if attempt == 1:

@@ -5,18 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import fields
 from json.encoder import encode_basestring
-from operator import attrgetter
 from typing import Any
 
 from gateway import jsontext
 from gateway.events.chain import FORMAT_JSON, event_hash
-from gateway.events.model import Event
+from gateway.events.model import EVENT_TYPES, Event
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Status
 
-EXECUTION_COLUMNS = tuple(f.name for f in fields(ExecutionRecord))
+EXECUTION_COLUMNS = ExecutionRecord._fields
 EX_COLS = ", ".join(EXECUTION_COLUMNS)
 APPROVAL_COLUMNS = (
     "id, execution_id, status, tool_name, tool_version, arguments_sha256, principal, "
@@ -30,19 +28,18 @@ SELECT_EXECUTION = f"SELECT {EX_COLS} FROM executions"
 SELECT_APPROVAL = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
 
 _STATUS_AT = EXECUTION_COLUMNS.index("status")
-_EXECUTION_VALUES = attrgetter(*EXECUTION_COLUMNS)
 
 
 def execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
-    row = list(_EXECUTION_VALUES(record))
-    row[_STATUS_AT] = row[_STATUS_AT].value
+    row = list(record)
+    row[_STATUS_AT] = record.status.value
     return tuple(row)
 
 
 def execution(row: Sequence[Any]) -> ExecutionRecord:
     values = list(row)
     values[_STATUS_AT] = Status(values[_STATUS_AT])
-    return ExecutionRecord(*values)
+    return ExecutionRecord._make(values)
 
 
 stored_json = jsontext.stored
@@ -55,36 +52,43 @@ def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any
 
     The hashed array is written here as ``chain.encoding`` writes it (its fast path: the
     same text, checked by tests/store/test_rows.py), with the execution's id escaped once
-    for all of its events; anything but plain ints and strs goes through ``event_hash``."""
+    for all of its events, each type's JSON string made once (``_TYPE_JSON``), and each
+    ``prev`` after the first a hex digest, a JSON string as it is; anything but plain ints
+    and strs goes through ``event_hash``."""
     found: list[tuple[Any, ...]] = []
-    data_json, q, sha256 = stored_json, encode_basestring, hashlib.sha256
+    data_json, q, sha256, types_json = stored_json, encode_basestring, hashlib.sha256, _TYPE_JSON
     xid: Any = None
     xid_json: str | None = None
-    for event in events:
-        data = data_json(event.data)
-        eid, type_, version, at_ms = event.id, event.type, event.version, event.at_ms
-        if event.execution_id is not xid:
-            xid = event.execution_id
+    prev_json = q(prev) if type(prev) is str and type(seq) is int else None
+    for eid, execution_id, _, type_, version, at_ms, value in events:
+        data = data_json(value)
+        if execution_id is not xid:
+            xid = execution_id
             xid_json = q(xid) if type(xid) is str else None
         if (
-            xid_json is not None
+            prev_json is not None
+            and xid_json is not None
             and type(eid) is str
             and type(type_) is str
             and type(version) is int
             and type(at_ms) is int
             and type(seq) is int
-            and type(prev) is str
         ):
+            type_json = types_json.get(type_) or q(type_)
             text = (
-                f"[{FORMAT_JSON},{q(prev)},{xid_json},{seq},{q(eid)},{q(type_)},"
+                f"[{FORMAT_JSON},{prev_json},{xid_json},{seq},{q(eid)},{type_json},"
                 f"{version},{at_ms},{q(data)}]"
             )
             digest = sha256(text.encode()).hexdigest()
         else:
             digest = event_hash(prev, xid, seq, eid, type_, version, at_ms, data)
         found.append((eid, xid, seq, type_, version, at_ms, data, prev, digest))
-        prev, seq = digest, seq + 1
+        prev, seq, prev_json = digest, seq + 1, f'"{digest}"'
     return found
+
+
+_TYPE_JSON = {name: encode_basestring(name) for name in EVENT_TYPES}
+"""Each event type as the JSON string the hashed array holds."""
 
 
 def event(row: Sequence[Any]) -> Event:

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect
-from gateway.store.transactor import Committed, Observer, Pool, quietly, timed, unavailable
+from gateway.store.transactor import Committed, Observer, Pool, Timer, quietly, timer, unavailable
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -40,6 +40,9 @@ CHECKPOINT_WAIT_MS = 20
 writer) before giving up until the next checkpoint: this process's writes wait meanwhile, and
 at 80 % load a long pause takes many times its length to drain (a passive checkpoint never
 waits)."""
+CAREFUL_AFTER_FAILURE = 8
+"""Group commits run with savepoints from the start after one had to be run again (writes
+that fail come in runs: a lock busy for one call is busy for the next)."""
 SQLITE_PAGE_SIZE = 2048
 """Page size of a new database (an existing one keeps its own): docs/performance.md."""
 
@@ -89,7 +92,7 @@ class SqliteTransactor:
         self._driver_error = self.dialect.driver_error
         self._integrity_error = self.dialect.integrity_error
         self._pool = Pool(self.engine, self.dialect, begin=("BEGIN DEFERRED", "BEGIN IMMEDIATE"))
-        self._observer: Observer | None = None
+        self._timer: Timer | None = None
         self._batch_observer: Callable[[int], None] | None = None
         # SQLite has one writer at a time. Threads of this process that race for its lock
         # fall into SQLite's busy handler, which sleeps in whole milliseconds: so this
@@ -101,6 +104,7 @@ class SqliteTransactor:
         self._inline_db: Db | None = None
         self._inline_lock = threading.Lock()
         self._batch: list[_Write] = []
+        self._careful = 0  # group commits left to run with savepoints (_run_batch)
         # ... and their WAL is checkpointed on a thread of its own, not by the commit that
         # crosses SQLite's threshold (copying pages back and an fsync, on the loop).
         self._commits_since_checkpoint = 0
@@ -108,8 +112,8 @@ class SqliteTransactor:
         self._checkpoint_gate: anyio.Event | None = None
         self._checkpoint_conn: Any = None
 
-    def observe(self, hook: Observer | None) -> None:
-        self._observer = self._pool.observer = hook
+    def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
+        self._timer = self._pool.timer = timer(hook, thread_cpu)
 
     def observe_batches(self, hook: Callable[[int], None] | None) -> None:
         self._batch_observer = hook
@@ -150,15 +154,15 @@ class SqliteTransactor:
 
     def _flush(self) -> None:
         """Group commit: run the write transactions queued during this turn of the event
-        loop as one SQLite transaction, each in a savepoint of its own (one that fails or
-        aborts rolls back alone), and commit them together. Every queued caller learns its
-        outcome only after the COMMIT."""
+        loop as one SQLite transaction and commit them together (one that fails or aborts
+        rolls back alone: _run_batch). Every queued caller learns its outcome only after
+        the COMMIT."""
         batch, self._batch = self._batch, []
-        hook = self._observer
-        if hook is None:
+        timed = self._timer
+        if timed is None:
             outcomes = self._run_batch(batch)
         else:
-            outcomes = timed(hook, batch[0][0], self._run_batch, batch)
+            outcomes = timed(batch[0][0], self._run_batch, batch)
         if (sizes := self._batch_observer) is not None:
             sizes(len(batch))
         for (_, _, future), outcome in zip(batch, outcomes, strict=True):
@@ -166,47 +170,74 @@ class SqliteTransactor:
                 future.set_result(outcome)
 
     def _run_batch(self, batch: list[_Write]) -> list[tuple[str, Any]]:
+        """First without savepoints (two statements a write, and the pages each write
+        touches copied to the statement journal); if a write that changed rows fails or
+        aborts, the transaction is rolled back and the batch run again with a savepoint per
+        write, and so are the next CAREFUL_AFTER_FAILURE batches (as PostgreSQL's group
+        commit does). A write that fails having changed no row (a busy lock, a lost race
+        seen by a read) needs nothing rolled back: the others go on."""
         if not self._inline_lock.acquire(blocking=False):  # another thread is using it
             return [("busy", None)] * len(batch)
         try:
-            try:
-                db = self._inline_connection()
-                raw, steps = db.raw, db.steps
-                steps.execute("BEGIN IMMEDIATE")
-            except StoreError as exc:
-                return [("error", exc)] * len(batch)
-            except self._driver_error as exc:
-                if getattr(exc, "sqlite_errorcode", None) in (_SQLITE_BUSY, _SQLITE_LOCKED):
-                    return [("busy", None)] * len(batch)
-                self._drop_inline()
-                return [("error", unavailable(exc))] * len(batch)
-            outcomes: list[tuple[str, Any]] = []
-            try:
-                for fn, args, _ in batch:
-                    steps.execute("SAVEPOINT w")
-                    try:
-                        outcomes.append(("ok", fn(db, *args)))
-                    except Abort as abort:
-                        steps.execute("ROLLBACK TO w")
-                        outcomes.append(("ok", abort.value))
-                    except self._integrity_error as exc:
-                        steps.execute("ROLLBACK TO w")
-                        outcomes.append(("error", exc))
-                    except self._driver_error:
-                        raise  # the connection may be broken: the whole batch fails
-                    except Exception as exc:
-                        steps.execute("ROLLBACK TO w")
-                        outcomes.append(("error", exc))
-                    steps.execute("RELEASE w")
-                raw.commit()
-            except self._driver_error as exc:
-                quietly(raw.rollback)
-                self._drop_inline()
-                return [("error", unavailable(exc))] * len(batch)
-            self._commits_since_checkpoint += 1
+            careful = self._careful > 0
+            self._careful = max(self._careful - 1, 0)
+            outcomes = self._in_transaction(batch, careful)
+            if outcomes is None:
+                self._careful = CAREFUL_AFTER_FAILURE
+                outcomes = self._in_transaction(batch, True)
+            assert outcomes is not None
             return outcomes
         finally:
             self._inline_lock.release()
+
+    def _in_transaction(self, batch: list[_Write], careful: bool) -> list[tuple[str, Any]] | None:
+        """BEGIN IMMEDIATE; each write (``careful``: each of several in a savepoint of its
+        own); COMMIT. None when a write that changed rows failed and it was not careful
+        (everything is rolled back)."""
+        try:
+            db = self._inline_connection()
+            raw, steps = db.raw, db.steps
+            steps.execute("BEGIN IMMEDIATE")
+        except StoreError as exc:
+            return [("error", exc)] * len(batch)
+        except self._driver_error as exc:
+            if getattr(exc, "sqlite_errorcode", None) in (_SQLITE_BUSY, _SQLITE_LOCKED):
+                return [("busy", None)] * len(batch)
+            self._drop_inline()
+            return [("error", unavailable(exc))] * len(batch)
+        savepoints = careful and len(batch) > 1
+        outcomes: list[tuple[str, Any]] = []
+        try:
+            for fn, args, _ in batch:
+                if savepoints:
+                    steps.execute("SAVEPOINT w")
+                changes = raw.total_changes  # rows changed by this connection so far
+                try:
+                    outcomes.append(("ok", fn(db, *args)))
+                    if savepoints:
+                        steps.execute("RELEASE w")
+                    continue
+                except Abort as abort:
+                    outcomes.append(("ok", abort.value))
+                except self._integrity_error as exc:
+                    outcomes.append(("error", exc))
+                except self._driver_error:
+                    raise  # the connection may be broken: the whole batch fails
+                except Exception as exc:
+                    outcomes.append(("error", exc))
+                if savepoints:
+                    steps.execute("ROLLBACK TO w")
+                    steps.execute("RELEASE w")
+                elif raw.total_changes != changes:  # it wrote, then failed: undo it all
+                    raw.rollback()
+                    return outcomes if len(batch) == 1 else None
+            raw.commit()
+        except self._driver_error as exc:
+            quietly(raw.rollback)
+            self._drop_inline()
+            return [("error", unavailable(exc))] * len(batch)
+        self._commits_since_checkpoint += 1
+        return outcomes
 
     async def read(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
         return await anyio.to_thread.run_sync(partial(self._pool.transaction, fn, False, *args))
@@ -218,8 +249,8 @@ class SqliteTransactor:
         if self._inline_lock.acquire(blocking=False):
             try:
                 db = self._inline_connection()
-                hook = self._observer
-                return fn(db, *args) if hook is None else timed(hook, fn, fn, db, *args)
+                timed = self._timer
+                return fn(db, *args) if timed is None else timed(fn, fn, db, *args)
             except (StoreError, self._driver_error):
                 pass  # busy or broken: the pooled path reports what is really wrong
             finally:

@@ -128,11 +128,12 @@ class Store:
         self._tx = self.transactor.transaction
         self._revocations = keys.Revocations(self._revoked_among)
 
-    def observe(self, hook: Observer | None) -> None:
+    def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
         """Time every transaction: ``hook(name, wall_s, thread_cpu_s)`` is called after each,
         on the thread that ran it, ``name`` its domain operation (e.g. ``"reserve"``; a
-        group-commit batch is named after its first write). ``None`` stops it."""
-        self.transactor.observe(hook)
+        group-commit batch is named after its first write); ``thread_cpu_s`` is None unless
+        ``thread_cpu`` (two system calls a transaction). ``None`` stops it."""
+        self.transactor.observe(hook, thread_cpu)
 
     def observe_batches(self, hook: Callable[[int], None] | None) -> None:
         """``hook(size)`` after each group commit (SQLite) of ``size`` writes."""

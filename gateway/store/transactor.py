@@ -28,10 +28,12 @@ log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-Observer = Callable[[str, float, float], None]
+Observer = Callable[[str, float, float | None], None]
 """``hook(name, wall_s, thread_cpu_s)``, called after each transaction on the thread that ran
 it: ``name`` is the domain operation's (a group-commit batch is named after its first write),
-the times span BEGIN to COMMIT."""
+the times span BEGIN to COMMIT. ``thread_cpu_s`` is None unless asked for (``observe(hook,
+thread_cpu=True)``): the thread's CPU clock is a system call, read twice a transaction, that
+only the bench's stage table uses."""
 
 
 class Transactor(Protocol):
@@ -54,7 +56,7 @@ class Transactor(Protocol):
         """The same, synchronously, on the calling thread (schema set-up, tools)."""
         ...
 
-    def observe(self, hook: Observer | None) -> None: ...
+    def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None: ...
 
     def observe_batches(self, hook: Callable[[int], None] | None) -> None:
         """``hook(size)`` after each group commit of ``size`` writes (a backend without group
@@ -93,13 +95,32 @@ def name_of(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__name__", None) or repr(fn)
 
 
-def timed(hook: Observer, fn: Callable[..., Any], run: Callable[..., T], *args: Any) -> T:
-    """``run(*args)``, reported to ``hook`` under ``fn``'s name."""
-    start, cpu = time.perf_counter(), time.thread_time()
-    try:
-        return run(*args)
-    finally:
-        hook(name_of(fn), time.perf_counter() - start, time.thread_time() - cpu)
+class Timer:
+    """Times transactions for an :data:`Observer` (the thread's CPU time only if asked)."""
+
+    __slots__ = ("hook", "thread_cpu")
+
+    def __init__(self, hook: Observer, thread_cpu: bool) -> None:
+        self.hook, self.thread_cpu = hook, thread_cpu
+
+    def __call__(self, fn: Callable[..., Any], run: Callable[..., T], *args: Any) -> T:
+        """``run(*args)``, reported to the hook under ``fn``'s name."""
+        if not self.thread_cpu:
+            start = time.perf_counter()
+            try:
+                return run(*args)
+            finally:
+                self.hook(name_of(fn), time.perf_counter() - start, None)
+        start, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return run(*args)
+        finally:
+            self.hook(name_of(fn), time.perf_counter() - start, time.thread_time() - cpu)
+
+
+def timer(hook: Observer | None, thread_cpu: bool) -> Timer | None:
+    """What a transactor times its transactions with: None when nothing observes them."""
+    return None if hook is None else Timer(hook, thread_cpu)
 
 
 class _CommitFailed(Exception):
@@ -117,7 +138,7 @@ class Pool:
     def __init__(self, engine: Engine, dialect: Dialect, begin: tuple[str | None, str | None]):
         self.engine, self.dialect = engine, dialect
         self._begin_read, self._begin_write = begin
-        self.observer: Observer | None = None
+        self.timer: Timer | None = None
 
     def transaction(self, fn: Callable[[Db, *Ts], T], write: bool, *args: *Ts) -> T:
         """Run ``fn`` in one transaction on a pooled connection.
@@ -134,10 +155,10 @@ class Pool:
                 raise unavailable(exc) from exc
             raw: Any = proxy.driver_connection
             try:
-                hook = self.observer
-                if hook is None:
+                timed = self.timer
+                if timed is None:
                     return self._in_transaction(raw, write, fn, args)
-                return timed(hook, fn, self._in_transaction, raw, write, fn, args)
+                return timed(fn, self._in_transaction, raw, write, fn, args)
             except _CommitFailed as failed:
                 proxy.invalidate()
                 raise unavailable(failed.cause) from failed.cause

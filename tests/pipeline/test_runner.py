@@ -93,8 +93,7 @@ async def test_recovery_settles_what_a_dead_owner_left(services: Services, store
     record = await run_call(services, request(call_id="seed"))  # a real execution to copy
     dead = "nohost:1:1"  # another host, heartbeat stale: its owner is gone
     stale = record.created_ms - 10 * 60_000
-    started = replace(
-        record,
+    started = record._replace(
         id="ex_dead1",
         call_id="d1",
         status=Status.RUNNING,
@@ -104,7 +103,7 @@ async def test_recovery_settles_what_a_dead_owner_left(services: Services, store
         updated_ms=stale,
         payload_sha256="p1",
     )
-    unstarted = replace(started, id="ex_dead2", call_id="d2", payload_sha256="p2")
+    unstarted = started._replace(id="ex_dead2", call_id="d2", payload_sha256="p2")
     for r, types in (
         (started, ["tool.requested", "tool.started"]),
         (unstarted, ["tool.requested"]),

@@ -11,7 +11,6 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +117,8 @@ class RecoveringAdapter(FunctionAdapter):
 async def _started_by(store: Store, services: Services, owner: str, id: str) -> ExecutionRecord:
     """A started execution of ``owner`` with a checkpointed pid, as a crash leaves it."""
     seed = await run_call(services, request(call_id=f"seed-{id}"))
-    record = replace(
-        seed, id=id, call_id=id, status=Status.RUNNING, outcome=None, result_json=None,
+    record = seed._replace(
+        id=id, call_id=id, status=Status.RUNNING, outcome=None, result_json=None,
         owner=owner, payload_sha256=id,
     )  # fmt: skip
     events = [

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway import jsontext
 from gateway.events.chain import GENESIS, event_hash
-from gateway.events.model import Event, make_event
+from gateway.events.model import EVENT_TYPES, Event, make_event
 from gateway.store.rows import chained_rows
 
 _json = st.recursive(
@@ -37,17 +38,26 @@ def reference(events: list[Event], seq: int, prev: str) -> list[tuple[Any, ...]]
     return found
 
 
+_types = st.sampled_from(sorted(EVENT_TYPES)) | st.text()
+
+
 @given(
-    st.lists(st.dictionaries(st.text(), _json, max_size=5), min_size=1, max_size=5),
+    st.lists(
+        st.tuples(_types, st.dictionaries(st.text(), _json, max_size=5)), min_size=1, max_size=5
+    ),
     st.text(),
     st.integers(min_value=0, max_value=2**40),
     st.text(),
 )
 def test_chained_rows_are_the_stored_data_and_the_documented_hashes(
-    datas: list[dict[str, Any]], execution_id: str, seq: int, prev: str
+    typed: list[tuple[str, dict[str, Any]]], execution_id: str, seq: int, prev: str
 ) -> None:
-    """Quotes, control characters, non-ASCII, lone surrogates and floats included."""
-    events = [make_event(execution_id, 0, "tool.output", data) for data in datas]
+    """Quotes, control characters, non-ASCII, lone surrogates and floats included; the
+    event types and others."""
+    events = [
+        make_event(execution_id, 0, "tool.output", data)._replace(type=type_)
+        for type_, data in typed
+    ]
     try:
         expected: Any = reference(events, seq, prev)
     except UnicodeEncodeError:  # a lone surrogate in a hashed string: neither way can
@@ -72,3 +82,19 @@ def test_data_that_is_not_json_is_stored_as_its_str_and_odd_fields_hash_the_gene
     flagged = Event("ev_2", "ex_1", 1, "tool.output", True, 42, {})  # a bool, not an int
     ((*_, digest2),) = chained_rows([flagged], 1, digest)
     assert digest2 == event_hash(digest, "ex_1", 1, "ev_2", "tool.output", True, 42, "{}")
+
+
+def test_an_event_is_immutable_and_its_id_and_time_come_from_one_clock_read() -> None:
+    event = make_event("ex_1", 3, "tool.started", {"adapter": "file"})
+    with pytest.raises(AttributeError):
+        event.seq = 4  # type: ignore[misc]
+    assert int(event.id[3:15], 16) == event.at_ms  # the id's milliseconds are the event's
+    assert event.to_json() == {
+        "id": event.id,
+        "execution_id": "ex_1",
+        "seq": 3,
+        "type": "tool.started",
+        "version": 1,
+        "at_ms": event.at_ms,
+        "data": {"adapter": "file"},
+    }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -12,7 +11,7 @@ import pytest
 
 from gateway.events.model import make_event
 from gateway.store import events as event_log
-from gateway.store import keys
+from gateway.store import keys, sqlite
 from gateway.store.records import (
     ApprovalRecord,
     ExecutionRecord,
@@ -22,7 +21,7 @@ from gateway.store.records import (
     LockRequest,
     Reserved,
 )
-from gateway.store.sql import Db
+from gateway.store.sql import Abort, Db
 from gateway.store.store import Store
 from gateway.store.tables import SCHEMA_VERSION
 from gateway.types import LockMode, Status
@@ -57,7 +56,7 @@ def record(ex_id: str, call_id: str = "c1", payload: str = "p1", **kw: object) -
         created_ms=now,
         updated_ms=now,
     )
-    return replace(base, **kw)  # type: ignore[arg-type]
+    return base._replace(**kw)  # type: ignore[arg-type]
 
 
 def claim(scope: str = "s1", args: str = "args") -> IdempotencyClaim:
@@ -376,6 +375,110 @@ async def test_writes_of_one_loop_turn_commit_together_and_fail_alone(tmp_path: 
     await store.aclose()
 
 
+async def _one_batch(store: Store, writes: list[object]) -> list[object]:
+    """Run ``writes`` (domain operations without arguments) queued in one turn of the loop;
+    each one's value, or the exception it raised."""
+    outcomes: list[object] = [None] * len(writes)
+
+    async def write(i: int, fn: object) -> None:
+        try:
+            outcomes[i] = await store._write(fn)  # type: ignore[arg-type]
+        except Exception as exc:
+            outcomes[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        for i, fn in enumerate(writes):
+            tg.start_soon(write, i, fn)
+    return outcomes
+
+
+def _counted(runs: list[str], name: str, sql: str) -> object:
+    def write(db: Db) -> str:
+        runs.append(name)
+        db.run(sql)
+        return name
+
+    return write
+
+
+async def test_a_group_commit_runs_without_savepoints_and_one_that_wrote_nothing_fails_alone(
+    tmp_path: Path,
+) -> None:
+    """SQLite group commit: the writes of a batch run without savepoints; one that fails or
+    aborts having changed no row (a busy lock, say) needs nothing undone, the others commit,
+    and nothing runs twice."""
+    store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
+    await store.open()
+    statements: list[str] = []
+    store.transactor._inline_connection().raw.set_trace_callback(statements.append)
+    runs: list[str] = []
+
+    def looks_then_aborts(db: Db) -> None:
+        runs.append("aborts")
+        db.one("SELECT version FROM schema_version")
+        raise Abort("busy")
+
+    writes = [
+        _counted(runs, "a", "INSERT INTO lock_fences (key, last_token) VALUES ('a', 1)"),
+        looks_then_aborts,
+        _counted(runs, "b", "INSERT INTO lock_fences (key, last_token) VALUES ('b', 1)"),
+    ]
+    assert await _one_batch(store, writes) == ["a", "busy", "b"]
+    assert runs == ["a", "aborts", "b"]
+    assert not [s for s in statements if "SAVEPOINT" in s or "ROLLBACK" in s]
+    assert store.transactor._careful == 0
+    rows = await store._read(lambda db: db.all("SELECT key FROM lock_fences ORDER BY key"))
+    assert rows == [("a",), ("b",)]
+    await store.aclose()
+
+
+async def test_a_write_that_fails_after_writing_reruns_its_batch_with_savepoints(
+    tmp_path: Path,
+) -> None:
+    """One that fails having changed rows: the transaction is rolled back and the batch run
+    again, each write in a savepoint, so that write alone is undone; the next batches start
+    with savepoints (failures come in runs). A lone write needs no second run."""
+    store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
+    await store.open()
+    statements: list[str] = []
+    store.transactor._inline_connection().raw.set_trace_callback(statements.append)
+    runs: list[str] = []
+
+    def writes_then_fails(db: Db) -> None:
+        runs.append("fails")
+        db.run("INSERT INTO lock_fences (key, last_token) VALUES ('x', 1)")
+        raise RuntimeError("after a write")
+
+    writes = [
+        _counted(runs, "a", "INSERT INTO lock_fences (key, last_token) VALUES ('a', 1)"),
+        writes_then_fails,
+        _counted(runs, "b", "INSERT INTO lock_fences (key, last_token) VALUES ('b', 1)"),
+    ]
+    outcomes = await _one_batch(store, writes)
+    assert outcomes[0] == "a" and outcomes[2] == "b"
+    assert isinstance(outcomes[1], RuntimeError)
+    assert runs == ["a", "fails", "a", "fails", "b"]  # stopped at the failure, then again
+    assert statements.count("SAVEPOINT w") == 3 and statements.count("ROLLBACK TO w") == 1
+    assert store.transactor._careful == sqlite.CAREFUL_AFTER_FAILURE
+    rows = await store._read(lambda db: db.all("SELECT key FROM lock_fences ORDER BY key"))
+    assert rows == [("a",), ("b",)]
+
+    statements.clear()
+    fences = [_counted(runs, n, f"INSERT INTO lock_fences VALUES ('{n}', 1)") for n in "cd"]
+    assert await _one_batch(store, fences) == ["c", "d"]
+    assert statements.count("SAVEPOINT w") == 2  # careful still
+    assert store.transactor._careful == sqlite.CAREFUL_AFTER_FAILURE - 1
+
+    store.transactor._careful = 0
+    runs.clear()
+    with pytest.raises(RuntimeError, match="after a write"):
+        await store._write(writes_then_fails)  # alone: rolled back with its transaction
+    assert runs == ["fails"]
+    assert store.transactor._careful == 0
+    assert await store._read(lambda db: db.one("SELECT 1 FROM lock_fences WHERE key = 'x'")) is None
+    await store.aclose()
+
+
 @pytest.mark.parametrize("how", ["anyio scope", "task.cancel"])
 async def test_a_write_cancelled_while_queued_commits_before_its_caller_sees_the_cancel(
     tmp_path: Path, how: str
@@ -474,15 +577,20 @@ async def test_a_new_sqlite_database_has_small_pages_and_an_old_one_keeps_its_ow
 
 
 async def test_observe_times_each_transaction_under_its_operations_name(store: Store) -> None:
-    """The bench's timing hook: called after each transaction, until it is taken away."""
-    seen: list[tuple[str, float, float]] = []
+    """The timing hook (the metrics', the bench's): called after each transaction, until it is
+    taken away; the thread's CPU time only when asked for (the bench's stage table)."""
+    seen: list[tuple[str, float, float | None]] = []
     store.observe(lambda name, wall_s, cpu_s: seen.append((name, wall_s, cpu_s)))
     await store.reserve(record("ex1"), [], None)
     await store.get_execution("ex1")
-    store.observe(None)
+    store.observe(lambda name, wall_s, cpu_s: seen.append((name, wall_s, cpu_s)), thread_cpu=True)
     await store.heartbeat("ex1")
-    assert [name for name, _, _ in seen] == ["reserve", "get_execution"]
-    assert all(wall_s >= 0 and cpu_s >= 0 for _, wall_s, cpu_s in seen)
+    store.observe(None)
+    await store.get_execution("ex1")
+    assert [name for name, _, _ in seen] == ["reserve", "get_execution", "heartbeat"]
+    assert all(wall_s >= 0 for _, wall_s, _ in seen)
+    assert [cpu_s is None for _, _, cpu_s in seen] == [True, True, False]
+    assert seen[-1][2] is not None and seen[-1][2] >= 0
 
 
 async def test_queued_counts_stop_at_their_bounds_and_claims_avoid_principals(
@@ -491,7 +599,7 @@ async def test_queued_counts_stop_at_their_bounds_and_claims_avoid_principals(
     now = int(time.time() * 1000)
     for i, who in enumerate(["alice", "alice", "alice", "carol"]):
         queued = record(f"q{i}", call_id=f"q{i}", principal=who, status=Status.QUEUED)
-        await store.reserve(replace(queued, created_ms=now + i), [], None)
+        await store.reserve(queued._replace(created_ms=now + i), [], None)
     assert await store.queued_counts("alice", 10, 10) == (3, 4)
     assert await store.queued_counts("alice", 2, 3) == (2, 3)  # each count stops at its bound
     assert await store.queued_counts("bob", 10, 10) == (0, 4)
