@@ -62,8 +62,8 @@ class Door:
     auth_method: str
     base_url: str
     tasks: Any
-    headers: Sequence[tuple[bytes, bytes]]
-    """The request's headers as the ASGI scope holds them (read with ``header``)."""
+    traceparent: str | None
+    """The request's ``traceparent`` header (its first), for a call whose ``_meta`` has none."""
     session_id: str | None
 
     @classmethod
@@ -74,40 +74,52 @@ class Door:
         return cls.of_request(request)
 
     @classmethod
-    def of_request(cls, request: Request) -> Door:
+    def of_request(cls, request: Request, first: Mapping[str, str] | None = None) -> Door:
+        """``first``: the request's headers this reads (``DOOR_HEADERS``), each name's first
+        value, when the caller read them already (gateway/mcp/stateless.py)."""
         scope = request.scope
         principal = scope.get(PRINCIPAL_SCOPE_KEY)
         if not isinstance(principal, str):
             raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
+        if first is None:
+            first = first_headers(scope["headers"], DOOR_HEADERS)
         state = request.app.state
-        raw = scope["headers"]
         services = state.services.latest
-        version = header(raw, b"mcp-protocol-version")
+        version = first.get("mcp-protocol-version")
         return cls(
             services=services,
             principal=principal,
             roles=tuple(scope.get(ROLES_SCOPE_KEY, ())),
             auth_method=str(scope.get(AUTH_METHOD_SCOPE_KEY, "")),
-            base_url=services.settings.mcp.public_url or _base_url(request),
+            base_url=services.settings.mcp.public_url or _base_url(request, first.get("host")),
             tasks=state.tasks,
-            headers=raw,
+            traceparent=first.get("traceparent"),
             # Only a 2025-11-25 session is one (the SDK checked it): in 2026-07-28 the
             # header is the client's say-so and names no run.
             session_id=(
-                header(raw, b"mcp-session-id")
+                first.get("mcp-session-id")
                 if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
                 else None
             ),
         )
 
 
-def header(raw: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
-    """``Headers(raw=raw).get(name)`` (the first value; ``name`` in lower case), without
-    the KeyError Starlette's raises and catches for a header that is not there."""
+DOOR_HEADERS = {
+    name.encode(): name
+    for name in ("host", "mcp-protocol-version", "mcp-session-id", "traceparent")
+}
+"""The headers ``Door.of_request`` reads, by their names in an ASGI scope."""
+
+
+def first_headers(raw: Sequence[tuple[bytes, bytes]], names: Mapping[bytes, str]) -> dict[str, str]:
+    """The first value of each header of ``names`` (lower case) that ``raw`` holds, as
+    Starlette's ``Headers.get`` finds it, in one pass."""
+    first: dict[str, str] = {}
     for key, value in raw:
-        if key == name:
-            return value.decode("latin-1")
-    return None
+        name = names.get(key)
+        if name is not None and name not in first:
+            first[name] = value.decode("latin-1")
+    return first
 
 
 _BASE_URLS: dict[tuple[Any, ...], str] = {}
@@ -115,12 +127,11 @@ _BASE_URLS: dict[tuple[Any, ...], str] = {}
 time at this door); a few entries, forgotten all at once when there are too many."""
 
 
-def _base_url(request: Request) -> str:
-    """The request's scheme, ``Host`` and root path: the ``Host`` is one of
+def _base_url(request: Request, host: str | None) -> str:
+    """The request's scheme, ``Host`` (``host``) and root path: the ``Host`` is one of
     ``mcp.allowed_hosts`` (DNS-rebinding protection refused any other before a handler
     ran); ``mcp.public_url``, when set, is used instead (Door.of_request)."""
     scope = request.scope
-    host = next((value for name, value in scope["headers"] if name == b"host"), None)
     server = scope.get("server")
     root = scope.get("app_root_path", scope.get("root_path", ""))
     key = (scope.get("scheme"), tuple(server) if server else None, host, root)
@@ -220,13 +231,19 @@ async def _answered(work: Awaitable[_T], name: str) -> _T | dict[str, Any]:
     """What ``work`` answers, a refusal as an ``isError`` result, or an internal error's."""
     try:
         return await work
-    except ToolgateError as exc:
+    except Exception as exc:
+        return _failed(exc, name)
+
+
+def _failed(exc: Exception, name: str) -> dict[str, Any]:
+    """The ``isError`` result of a call that raised ``exc`` (raised again if it is the
+    SDK's, which it answers as a JSON-RPC error)."""
+    if isinstance(exc, ToolgateError):
         return results.refused(exc)
-    except MCPError:
-        raise
-    except Exception:
-        log.exception("tools/call of %s failed", name)
-        return results.internal("tools/call failed")
+    if isinstance(exc, MCPError):
+        raise exc
+    log.error("tools/call of %s failed", name, exc_info=exc)
+    return results.internal("tools/call failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,8 +280,10 @@ that very string (``results.call_result_and_text``), or None."""
 async def plain_call(door: Door, call: PlainCall, watch: Watch) -> Answer | None:
     """The result of ``call`` as ``call_tool`` answers it, or None when the client went away
     before the end (the execution is then cancelled, as when the SDK cancels a handler)."""
-    found = await _answered(_plain(door, call, watch), call.name)
-    answer = (found, None) if isinstance(found, dict) else found
+    try:
+        answer = await _plain(door, call, watch)
+    except Exception as exc:
+        answer = _failed(exc, call.name), None
     if answer is not None:
         answer[0].setdefault("resultType", "complete")
     return answer
@@ -368,24 +387,30 @@ def _execution_request(
         client_name=client_name,
         default_workspace=door.services.settings.mcp.workspace,
     )
-    _bounded({"arguments": arguments, "_meta": raw}, door.services.settings.json_limits)
+    limits = door.services.settings.json_limits
+    shape = _bounded({"arguments": arguments, "_meta": raw}, limits)
     body = meta.execution_body(name, arguments, raw, origin)
-    request = parse_request(body, door.principal, roles=door.roles, auth_method=door.auth_method)
-    return _with_trace(request, raw.get(meta.TRACEPARENT) or header(door.headers, b"traceparent"))
+    # The body's arguments are the checked ones (copied), at the level they have there: as
+    # the REST door does for its body, tell normalisation that they need no check again.
+    checked = jsonlimits.Checked(body, limits, shape)
+    request = parse_request(
+        body, door.principal, roles=door.roles, auth_method=door.auth_method, checked=checked
+    )
+    return _with_trace(request, raw.get(meta.TRACEPARENT) or door.traceparent)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _bounded(params: dict[str, Any], limits: jsonlimits.JsonLimits) -> None:
+def _bounded(params: dict[str, Any], limits: jsonlimits.JsonLimits) -> jsonlimits.Shape:
     """Refuse, before anything runs, in the arguments and ``_meta`` what the REST door
     refuses in a body (400 ``malformed_json``, ``json_too_deep``, ``json_too_many_values``):
     a lone UTF-16 surrogate (``"\\ud800"``, which no store, hash or answer can encode), a
     number JSON cannot carry, nesting or size past the bounds (the arguments nest at the
     level they have in a REST body). A JSON-RPC invalid-params error: the message holds no
-    surrogate of the request (each is written as its escape)."""
+    surrogate of the request (each is written as its escape). Returns what it measured."""
     try:
-        jsonlimits.check(params, limits, "params")
+        return jsonlimits.check(params, limits, "params")
     except jsonlimits.JsonLimitError as exc:
         text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", exc.message)
         raise MCPError(

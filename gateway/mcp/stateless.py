@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import re
 from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
@@ -97,6 +98,7 @@ NOT_PLAIN_META = frozenset({"progressToken", meta.DRY_RUN})
 """``_meta`` keys that make a call more than plain (the SDK path serves them)."""
 RESERVED = "io.modelcontextprotocol/"
 ENVELOPE = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY})
+_RESERVED = operator.methodcaller("startswith", RESERVED)
 _SURROGATE_IN_BODY = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 """A UTF-16 surrogate in JSON text: escaped, or encoded in the bytes (``json.loads`` lets
 both through); a pair (a character beyond the BMP, escaped) matches too."""
@@ -119,14 +121,13 @@ class StatelessCalls:
         self._hosts = (frozenset(hosts), tuple(h[:-1] for h in hosts if h.endswith(":*")))
         self._origins = (frozenset(origins), tuple(o[:-1] for o in origins if o.endswith(":*")))
 
-    async def __call__(self, request: Request, send: Send) -> Receive | None:
-        """Answer the request if it is a plain call (None), else return what the SDK's
-        transport reads the request from (its ``receive``, or a replay of the body read
-        here)."""
+    async def __call__(self, request: Request, heads: Heads, send: Send) -> Receive | None:
+        """Answer the request (its headers read: ``heads``) if it is a plain call (None),
+        else return what the SDK's transport reads the request from (its ``receive``, or a
+        replay of the body read here)."""
         scope, receive = request.scope, request.receive
         if scope["method"] != "POST":
             return receive
-        heads = Heads.of(scope["headers"])
         if heads.first.get("mcp-method") != "tools/call" or not heads.certain:
             return receive
         if not self._admitted(heads) and (
@@ -142,7 +143,7 @@ class StatelessCalls:
         if found is None:
             return _replay(body, receive)
         call, version = found
-        await _Exchange(self.writer, scope, receive, send).serve(request, call, version)
+        await _Exchange(self.writer, scope, receive, send).serve(request, heads, call, version)
         return None
 
     def _admitted(self, heads: Heads) -> bool:
@@ -223,11 +224,13 @@ _READ = {
     name.encode(): name
     for name in (*_ROUTING, "content-type", "host", "origin", "accept", "content-length")
 }
+_READ.update(calls.DOOR_HEADERS)
 
 
 @dataclass(slots=True)
 class Heads:
-    """The request headers this module reads, in one pass over the ASGI list."""
+    """The request headers this module, the endpoint and ``calls.Door`` read, in one pass
+    over the ASGI list."""
 
     first: dict[str, str]
     """Each name's first value, as Starlette's ``Headers.get`` finds it."""
@@ -240,22 +243,36 @@ class Heads:
 
     @classmethod
     def of(cls, raw: list[tuple[bytes, bytes]]) -> Heads:
-        first: dict[str, str] = {}
-        duplicated, certain = False, True
-        for key, value in raw:
-            name = _READ.get(key)
-            if name is None:
-                if not key.islower() and key.lower() in _READ:
-                    certain = False
-                continue
-            if name not in first:
-                first[name] = value.decode("latin-1")
-            elif name in _ROUTING:
-                duplicated = True
+        named = dict(raw)
+        if len(named) == len(raw) and b"".join(named).islower():
+            # No name twice and none in upper case (what ASGI servers send): looked up.
+            found = named.keys() & _READ.keys()
+            first = {_READ[key]: named[key].decode("latin-1") for key in found}
+            duplicated, certain = False, True
+        else:
+            first, duplicated, certain = _read(raw)
         length = first.get("content-length")
         if length is not None and not length.isdigit():
             certain = False
         return cls(first, duplicated, certain)
+
+
+def _read(raw: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], bool, bool]:
+    """``Heads.of`` of any list: each name's first value, whether a routing header is
+    duplicated, whether no name of ``_READ`` is in upper case, header by header."""
+    first: dict[str, str] = {}
+    duplicated, certain = False, True
+    for key, value in raw:
+        name = _READ.get(key)
+        if name is None:
+            if not key.islower() and key.lower() in _READ:
+                certain = False
+            continue
+        if name not in first:
+            first[name] = value.decode("latin-1")
+        elif name in _ROUTING:
+            duplicated = True
+    return first, duplicated, certain
 
 
 def _route(
@@ -309,7 +326,7 @@ def _surely_valid(body: bytes, params: dict[str, Any], raw_meta: dict[str, Any])
         type(params.get("name")) is str
         and (arguments is None or type(arguments) is dict)
         and raw_meta.get(CLIENT_CAPABILITIES_META_KEY) == {}
-        and all(key in ENVELOPE or not key.startswith(RESERVED) for key in raw_meta)
+        and not any(map(_RESERVED, raw_meta.keys() - ENVELOPE))
         and (
             (b"\\u" not in body and b"\xed" not in body) or _SURROGATE_IN_BODY.search(body) is None
         )
@@ -411,7 +428,7 @@ class Writer:
             identifier = str(request_id)
         else:
             risky.append(identifier := _strict(request_id))
-        if any(_SURROGATE_IN_TEXT.search(piece) is not None for piece in risky):
+        if any(map(_SURROGATE_IN_TEXT.search, risky)):
             return None
         return f'{{"jsonrpc":"2.0","id":{identifier},"result":{{{",".join(members)}}}}}'
 
@@ -478,10 +495,12 @@ class _Exchange:
         self.pinger: asyncio.Task[None] | None = None
         self.stop: asyncio.Event | None = None
 
-    async def serve(self, request: Request, call: calls.PlainCall, version: str) -> None:
+    async def serve(
+        self, request: Request, heads: Heads, call: calls.PlainCall, version: str
+    ) -> None:
         status = 200
         try:
-            door = calls.Door.of_request(request)
+            door = calls.Door.of_request(request, heads.first)
             answer = await calls.plain_call(door, call, self)
             if answer is None:
                 return  # the client went away: nobody to answer

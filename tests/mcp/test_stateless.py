@@ -23,6 +23,7 @@ from mcp.server import _streamable_http_modern as sdk_modern
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import JSONRPCResponse
 from mcp_types import methods as sdk_methods
+from starlette.datastructures import Headers
 from starlette.types import Message
 
 from gateway import jsontext
@@ -395,6 +396,25 @@ def test_the_headers_are_read_in_one_pass_as_starlette_and_the_sdk_read_them() -
     # What the SDK reads otherwise than this module would: the SDK serves such a request.
     assert not stateless.Heads.of([*raw, (b"Mcp-Method", b"tools/call")]).certain
     assert not stateless.Heads.of([*raw, (b"content-length", b"1_0")]).certain
+
+
+_header_names = st.sampled_from(
+    b"host Host mcp-method mcp-name MCP-Name accept x-other X-Other traceparent content-length "
+    b"mcp-protocol-version mcp-session-id".split()
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.lists(st.tuples(_header_names, st.sampled_from([b"a", b"10", b""])), max_size=7))
+def test_the_headers_are_read_alike_however_they_come(raw: list[tuple[bytes, bytes]]) -> None:
+    """``Heads.of`` looks the headers up when no name comes twice or in upper case, and
+    reads them one by one otherwise: the same either way, and Starlette's first values."""
+    heads = stateless.Heads.of(raw)
+    first, duplicated, certain = stateless._read(raw)
+    length = first.get("content-length")
+    assert heads == stateless.Heads(first, duplicated, certain and (length in (None, "10")))
+    read = Headers(raw=[(k, v) for k, v in raw if k.islower()])
+    assert heads.first == {name: read[name] for name in first}
 
 
 # -- in process: a client that goes away, a call past the SDK's window ---------------------
