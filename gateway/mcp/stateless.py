@@ -41,10 +41,12 @@ malformed, down both paths and compares the answers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import operator
 import re
 from dataclasses import dataclass
+from itertools import compress
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
@@ -99,6 +101,8 @@ NOT_PLAIN_META = frozenset({"progressToken", meta.DRY_RUN})
 RESERVED = "io.modelcontextprotocol/"
 ENVELOPE = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY})
 _RESERVED = operator.methodcaller("startswith", RESERVED)
+_IS_NOT_NONE = functools.partial(operator.is_not, None)
+_LATIN1 = operator.methodcaller("decode", "latin-1")
 _SURROGATE_IN_BODY = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 """A UTF-16 surrogate in JSON text: escaped, or encoded in the bytes (``json.loads`` lets
 both through); a pair (a character beyond the BMP, escaped) matches too."""
@@ -246,8 +250,10 @@ class Heads:
         named = dict(raw)
         if len(named) == len(raw) and b"".join(named).islower():
             # No name twice and none in upper case (what ASGI servers send): looked up.
-            found = named.keys() & _READ.keys()
-            first = {_READ[key]: named[key].decode("latin-1") for key in found}
+            found = tuple(named.keys() & _READ.keys())
+            # {_READ[key]: named[key].decode("latin-1") for key in found}, in C
+            values = map(_LATIN1, map(named.__getitem__, found))
+            first = dict(zip(map(_READ.__getitem__, found), values, strict=True))
             duplicated, certain = False, True
         else:
             first, duplicated, certain = _read(raw)
@@ -637,7 +643,8 @@ def sieved(out: dict[str, Any]) -> dict[str, Any] | None:
         blocks.append({"text": text, "type": "text"})
     shaped: dict[str, Any] = {}
     if meta_ is not None:
-        shaped["_meta"] = {key: value for key, value in meta_.items() if value is not None}
+        # {key: value for key, value in meta_.items() if value is not None}, in C
+        shaped["_meta"] = dict(compress(meta_.items(), map(_IS_NOT_NONE, meta_.values())))
     shaped["content"] = blocks
     if is_error is not None:
         shaped["isError"] = is_error
