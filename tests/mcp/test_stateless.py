@@ -29,6 +29,7 @@ from starlette.types import Message
 from gateway import jsontext
 from gateway.mcp import calls, results, stateless
 from gateway.mcp.endpoint import build_server, serves_plain_calls
+from gateway.mcp.writer import Writer, sieved
 from gateway.server.app import create_app
 from gateway.settings import load_settings
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
@@ -332,7 +333,7 @@ def test_a_result_is_written_as_the_sdk_writes_it(out: dict[str, Any], request_i
         expected: str | type[Exception] = _sdk_encoded(request_id, out)
     except Exception as exc:  # the SDK's sieve refuses it: so must the fast path
         expected = type(exc)
-    writer = stateless.Writer(build_server().server_info_stamp)
+    writer = Writer(build_server().server_info_stamp)
     try:
         got: str | type[Exception] = writer.encoded(request_id, dict(out), MODERN)
     except Exception as exc:
@@ -346,15 +347,15 @@ def test_a_result_is_written_as_the_sdk_writes_it(out: dict[str, Any], request_i
 def test_results_of_the_shapes_the_gateway_builds_are_sieved_without_the_sdk() -> None:
     out = results.refused(calls.ToolgateError("no", code="invalid_arguments"))
     out["resultType"] = "complete"
-    assert stateless.sieved(out) == sdk_methods.serialize_server_result("tools/call", MODERN, out)
-    assert stateless.sieved({**out, "resultType": "task"}) is None
-    assert stateless.sieved({**out, "content": [{"type": "image", "data": ""}]}) is None
+    assert sieved(out) == sdk_methods.serialize_server_result("tools/call", MODERN, out)
+    assert sieved({**out, "resultType": "task"}) is None
+    assert sieved({**out, "content": [{"type": "image", "data": ""}]}) is None
 
 
 def test_text_standing_for_structured_content_is_written_as_the_sdk_writes_it() -> None:
     """The JSON of ``structuredContent`` is written once when a text block is it (ASCII,
     no DEL: ``jsontext.response`` writes those unescaped), else encoded again."""
-    writer = stateless.Writer(build_server().server_info_stamp)
+    writer = Writer(build_server().server_info_stamp)
     for structured in (
         {"content": "x" * 1024, "size": 1024},
         {"a": "caf\u00e9", "b": "\U0001f600"},
