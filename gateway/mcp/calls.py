@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol, TypeVar
 
@@ -24,12 +24,12 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from starlette.requests import Request
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway import jsonlimits, tracecontext
 from gateway.errors import LimitExceeded, ToolgateError
 from gateway.mcp import meta, results, tools
+from gateway.mcp.context import Door
 from gateway.pipeline.plan import plan_call
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
@@ -40,107 +40,12 @@ from gateway.store.records import ApprovalRecord, ExecutionRecord
 
 log = logging.getLogger("toolgate.mcp")
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-PRINCIPAL_SCOPE_KEY = "toolgate.principal"
-ROLES_SCOPE_KEY = "toolgate.roles"
-"""The roles the caller's credential carries (a JWT's), for the policy input."""
-AUTH_METHOD_SCOPE_KEY = "toolgate.auth_method"
 PROGRESS_POLL_S = 0.2
 TASK_RESULT_WAIT_S = 30.0
 _T = TypeVar("_T")
 LIMIT_EXCEEDED = -32029
 """The JSON-RPC error code of a request refused by a bound on load (a server-defined code;
 ``data`` is the error with its ``code``, ``retry_after`` and ``setting``): ``tasks/result``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Door:
-    """What a handler needs of the HTTP request that carried the message."""
-
-    services: Runtime
-    principal: str
-    roles: tuple[str, ...]
-    auth_method: str
-    base_url: str
-    tasks: Any
-    traceparent: str | None
-    """The request's ``traceparent`` header (its first), for a call whose ``_meta`` has none."""
-    session_id: str | None
-
-    @classmethod
-    def of(cls, ctx: ServerRequestContext[Any, Any]) -> Door:
-        request = ctx.request
-        if not isinstance(request, Request):
-            raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
-        return cls.of_request(request)
-
-    @classmethod
-    def of_request(cls, request: Request, first: Mapping[str, str] | None = None) -> Door:
-        """``first``: the request's headers this reads (``DOOR_HEADERS``), each name's first
-        value, when the caller read them already (gateway/mcp/stateless.py)."""
-        scope = request.scope
-        principal = scope.get(PRINCIPAL_SCOPE_KEY)
-        if not isinstance(principal, str):
-            raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
-        if first is None:
-            first = first_headers(scope["headers"], DOOR_HEADERS)
-        state = request.app.state
-        services = state.services.latest
-        version = first.get("mcp-protocol-version")
-        return cls(
-            services=services,
-            principal=principal,
-            roles=tuple(scope.get(ROLES_SCOPE_KEY, ())),
-            auth_method=str(scope.get(AUTH_METHOD_SCOPE_KEY, "")),
-            base_url=services.settings.mcp.public_url or _base_url(request, first.get("host")),
-            tasks=state.tasks,
-            traceparent=first.get("traceparent"),
-            # Only a 2025-11-25 session is one (the SDK checked it): in 2026-07-28 the
-            # header is the client's say-so and names no run.
-            session_id=(
-                first.get("mcp-session-id")
-                if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
-                else None
-            ),
-        )
-
-
-DOOR_HEADERS = {
-    name.encode(): name
-    for name in ("host", "mcp-protocol-version", "mcp-session-id", "traceparent")
-}
-"""The headers ``Door.of_request`` reads, by their names in an ASGI scope."""
-
-
-def first_headers(raw: Sequence[tuple[bytes, bytes]], names: Mapping[bytes, str]) -> dict[str, str]:
-    """The first value of each header of ``names`` (lower case) that ``raw`` holds, as
-    Starlette's ``Headers.get`` finds it, in one pass."""
-    first: dict[str, str] = {}
-    for key, value in raw:
-        name = names.get(key)
-        if name is not None and name not in first:
-            first[name] = value.decode("latin-1")
-    return first
-
-
-_BASE_URLS: dict[tuple[Any, ...], str] = {}
-"""Starlette's ``base_url`` by what it is made of (building it is a good part of a call's
-time at this door); a few entries, forgotten all at once when there are too many."""
-
-
-def _base_url(request: Request, host: str | None) -> str:
-    """The request's scheme, ``Host`` (``host``) and root path: the ``Host`` is one of
-    ``mcp.allowed_hosts`` (DNS-rebinding protection refused any other before a handler
-    ran); ``mcp.public_url``, when set, is used instead (Door.of_request)."""
-    scope = request.scope
-    server = scope.get("server")
-    root = scope.get("app_root_path", scope.get("root_path", ""))
-    key = (scope.get("scheme"), tuple(server) if server else None, host, root)
-    found = _BASE_URLS.get(key)
-    if found is None:
-        if len(_BASE_URLS) >= 64:
-            _BASE_URLS.clear()
-        found = _BASE_URLS[key] = str(request.base_url).rstrip("/")
-    return found
 
 
 def _raw_meta(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from gateway import __version__
 from gateway.errors import ToolgateError
 from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
 from gateway.http.problems import problem
-from gateway.mcp import calls, oauth
+from gateway.mcp import calls, context, oauth
 from gateway.mcp.stateless import Heads, StatelessCalls
 from gateway.runtime.admission import Gauge
 from gateway.settings import Settings
@@ -192,9 +192,9 @@ class McpEndpoint:
             await response(scope, receive, send)
             return
         principal = identity.principal
-        scope[calls.PRINCIPAL_SCOPE_KEY] = principal
-        scope[calls.ROLES_SCOPE_KEY] = identity.roles
-        scope[calls.AUTH_METHOD_SCOPE_KEY] = identity.method
+        scope[context.PRINCIPAL_SCOPE_KEY] = principal
+        scope[context.ROLES_SCOPE_KEY] = identity.roles
+        scope[context.AUTH_METHOD_SCOPE_KEY] = identity.method
         if not modern:
             # The session manager binds a 2025-11-25 session to the credential that opened it.
             token = AccessToken(token="", client_id=principal, scopes=[], subject=principal)

@@ -76,7 +76,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import jsontext
-from gateway.mcp import calls, meta, results
+from gateway.mcp import calls, context, meta, results
 from gateway.mcp.writer import Writer
 
 SSE_WINDOW_S = 15.0
@@ -219,12 +219,12 @@ _READ = {
     name.encode(): name
     for name in (*_ROUTING, "content-type", "host", "origin", "accept", "content-length")
 }
-_READ.update(calls.DOOR_HEADERS)
+_READ.update(context.DOOR_HEADERS)
 
 
 @dataclass(slots=True)
 class Heads:
-    """The request headers this module, the endpoint and ``calls.Door`` read, in one pass
+    """The request headers this module, the endpoint and ``context.Door`` read, in one pass
     over the ASGI list."""
 
     first: dict[str, str]
@@ -384,7 +384,7 @@ class _Exchange:
         self.writer = writer
         self.scope, self.receive, self.send = scope, receive, send
         self.streaming = False
-        self.door: calls.Door | None = None
+        self.door: context.Door | None = None
         self.run: calls.Run | None = None
         self.gone = False
         """The client went away before the run was done (the watcher cancels it)."""
@@ -399,7 +399,7 @@ class _Exchange:
     ) -> None:
         status = 200
         try:
-            door = calls.Door.of_request(request, heads.first)
+            door = context.Door.of_request(request, heads.first)
             answer = await calls.plain_call(door, call, self)
             if answer is None:
                 return  # the client went away: nobody to answer
@@ -422,7 +422,7 @@ class _Exchange:
 
     # -- calls.Watch --------------------------------------------------------------------
 
-    def start(self, door: calls.Door, run: calls.Run) -> None:
+    def start(self, door: context.Door, run: calls.Run) -> None:
         loop = asyncio.get_running_loop()
         self.door, self.run = door, run
         self.watcher = loop.create_task(self._watch())
