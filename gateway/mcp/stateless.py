@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -95,8 +94,6 @@ NOT_PLAIN_META = frozenset({"progressToken", meta.DRY_RUN})
 """``_meta`` keys that make a call more than plain (the SDK path serves them)."""
 RESERVED = "io.modelcontextprotocol/"
 ENVELOPE = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY})
-_RESERVED = operator.methodcaller("startswith", RESERVED)
-_LATIN1 = operator.methodcaller("decode", "latin-1")
 _SURROGATE_IN_BODY = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 """A UTF-16 surrogate in JSON text: escaped, or encoded in the bytes (``json.loads`` lets
 both through); a pair (a character beyond the BMP, escaped) matches too."""
@@ -238,38 +235,22 @@ class Heads:
 
     @classmethod
     def of(cls, raw: list[tuple[bytes, bytes]]) -> Heads:
-        named = dict(raw)
-        if len(named) == len(raw) and b"".join(named).islower():
-            # No name twice and none in upper case (what ASGI servers send): looked up.
-            found = tuple(named.keys() & _READ.keys())
-            # {_READ[key]: named[key].decode("latin-1") for key in found}, in C
-            values = map(_LATIN1, map(named.__getitem__, found))
-            first = dict(zip(map(_READ.__getitem__, found), values, strict=True))
-            duplicated, certain = False, True
-        else:
-            first, duplicated, certain = _read(raw)
+        first: dict[str, str] = {}
+        duplicated, certain = False, True
+        for key, value in raw:
+            name = _READ.get(key)
+            if name is None:
+                if not key.islower() and key.lower() in _READ:
+                    certain = False
+                continue
+            if name not in first:
+                first[name] = value.decode("latin-1")
+            elif name in _ROUTING:
+                duplicated = True
         length = first.get("content-length")
         if length is not None and not length.isdigit():
             certain = False
         return cls(first, duplicated, certain)
-
-
-def _read(raw: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], bool, bool]:
-    """``Heads.of`` of any list: each name's first value, whether a routing header is
-    duplicated, whether no name of ``_READ`` is in upper case, header by header."""
-    first: dict[str, str] = {}
-    duplicated, certain = False, True
-    for key, value in raw:
-        name = _READ.get(key)
-        if name is None:
-            if not key.islower() and key.lower() in _READ:
-                certain = False
-            continue
-        if name not in first:
-            first[name] = value.decode("latin-1")
-        elif name in _ROUTING:
-            duplicated = True
-    return first, duplicated, certain
 
 
 def _route(
@@ -323,7 +304,7 @@ def _surely_valid(body: bytes, params: dict[str, Any], raw_meta: dict[str, Any])
         type(params.get("name")) is str
         and (arguments is None or type(arguments) is dict)
         and raw_meta.get(CLIENT_CAPABILITIES_META_KEY) == {}
-        and not any(map(_RESERVED, raw_meta.keys() - ENVELOPE))
+        and all(key in ENVELOPE or not key.startswith(RESERVED) for key in raw_meta)
         and (
             (b"\\u" not in body and b"\xed" not in body) or _SURROGATE_IN_BODY.search(body) is None
         )

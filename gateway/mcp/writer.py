@@ -11,10 +11,7 @@ holds the two equal.
 
 from __future__ import annotations
 
-import functools
-import operator
 import re
-from itertools import compress
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
@@ -26,7 +23,6 @@ from pydantic import ValidationError
 from gateway import jsontext
 from gateway.mcp import calls
 
-_IS_NOT_NONE = functools.partial(operator.is_not, None)
 _SURROGATE_IN_TEXT = re.compile(r"\\ud[89a-f]")
 """A UTF-16 surrogate in what ``json`` writes with ``ensure_ascii`` (its escape, in lower
 case); a pair (a character beyond the BMP) matches too."""
@@ -101,7 +97,7 @@ class Writer:
             identifier = str(request_id)
         else:
             risky.append(identifier := _strict(request_id))
-        if any(map(_SURROGATE_IN_TEXT.search, risky)):
+        if any(_SURROGATE_IN_TEXT.search(piece) is not None for piece in risky):
             return None
         return f'{{"jsonrpc":"2.0","id":{identifier},"result":{{{",".join(members)}}}}}'
 
@@ -188,8 +184,7 @@ def sieved(out: dict[str, Any]) -> dict[str, Any] | None:
         blocks.append({"text": text, "type": "text"})
     shaped: dict[str, Any] = {}
     if meta_ is not None:
-        # {key: value for key, value in meta_.items() if value is not None}, in C
-        shaped["_meta"] = dict(compress(meta_.items(), map(_IS_NOT_NONE, meta_.values())))
+        shaped["_meta"] = {key: value for key, value in meta_.items() if value is not None}
     shaped["content"] = blocks
     if is_error is not None:
         shaped["isError"] = is_error
