@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol, TypeVar
 
@@ -24,12 +24,12 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from starlette.requests import Request
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway import jsonlimits, tracecontext
 from gateway.errors import LimitExceeded, ToolgateError
 from gateway.mcp import meta, results, tools
+from gateway.mcp.context import Door
 from gateway.pipeline.plan import plan_call
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
@@ -40,96 +40,12 @@ from gateway.store.records import ApprovalRecord, ExecutionRecord
 
 log = logging.getLogger("toolgate.mcp")
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-PRINCIPAL_SCOPE_KEY = "toolgate.principal"
-ROLES_SCOPE_KEY = "toolgate.roles"
-"""The roles the caller's credential carries (a JWT's), for the policy input."""
-AUTH_METHOD_SCOPE_KEY = "toolgate.auth_method"
 PROGRESS_POLL_S = 0.2
 TASK_RESULT_WAIT_S = 30.0
 _T = TypeVar("_T")
 LIMIT_EXCEEDED = -32029
 """The JSON-RPC error code of a request refused by a bound on load (a server-defined code;
 ``data`` is the error with its ``code``, ``retry_after`` and ``setting``): ``tasks/result``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Door:
-    """What a handler needs of the HTTP request that carried the message."""
-
-    services: Runtime
-    principal: str
-    roles: tuple[str, ...]
-    auth_method: str
-    base_url: str
-    tasks: Any
-    headers: Sequence[tuple[bytes, bytes]]
-    """The request's headers as the ASGI scope holds them (read with ``header``)."""
-    session_id: str | None
-
-    @classmethod
-    def of(cls, ctx: ServerRequestContext[Any, Any]) -> Door:
-        request = ctx.request
-        if not isinstance(request, Request):
-            raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
-        return cls.of_request(request)
-
-    @classmethod
-    def of_request(cls, request: Request) -> Door:
-        scope = request.scope
-        principal = scope.get(PRINCIPAL_SCOPE_KEY)
-        if not isinstance(principal, str):
-            raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
-        state = request.app.state
-        raw = scope["headers"]
-        services = state.services.latest
-        version = header(raw, b"mcp-protocol-version")
-        return cls(
-            services=services,
-            principal=principal,
-            roles=tuple(scope.get(ROLES_SCOPE_KEY, ())),
-            auth_method=str(scope.get(AUTH_METHOD_SCOPE_KEY, "")),
-            base_url=services.settings.mcp.public_url or _base_url(request),
-            tasks=state.tasks,
-            headers=raw,
-            # Only a 2025-11-25 session is one (the SDK checked it): in 2026-07-28 the
-            # header is the client's say-so and names no run.
-            session_id=(
-                header(raw, b"mcp-session-id")
-                if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
-                else None
-            ),
-        )
-
-
-def header(raw: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
-    """``Headers(raw=raw).get(name)`` (the first value; ``name`` in lower case), without
-    the KeyError Starlette's raises and catches for a header that is not there."""
-    for key, value in raw:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
-_BASE_URLS: dict[tuple[Any, ...], str] = {}
-"""Starlette's ``base_url`` by what it is made of (building it is a good part of a call's
-time at this door); a few entries, forgotten all at once when there are too many."""
-
-
-def _base_url(request: Request) -> str:
-    """The request's scheme, ``Host`` and root path: the ``Host`` is one of
-    ``mcp.allowed_hosts`` (DNS-rebinding protection refused any other before a handler
-    ran); ``mcp.public_url``, when set, is used instead (Door.of_request)."""
-    scope = request.scope
-    host = next((value for name, value in scope["headers"] if name == b"host"), None)
-    server = scope.get("server")
-    root = scope.get("app_root_path", scope.get("root_path", ""))
-    key = (scope.get("scheme"), tuple(server) if server else None, host, root)
-    found = _BASE_URLS.get(key)
-    if found is None:
-        if len(_BASE_URLS) >= 64:
-            _BASE_URLS.clear()
-        found = _BASE_URLS[key] = str(request.base_url).rstrip("/")
-    return found
 
 
 def _raw_meta(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
@@ -220,13 +136,19 @@ async def _answered(work: Awaitable[_T], name: str) -> _T | dict[str, Any]:
     """What ``work`` answers, a refusal as an ``isError`` result, or an internal error's."""
     try:
         return await work
-    except ToolgateError as exc:
+    except Exception as exc:
+        return _failed(exc, name)
+
+
+def _failed(exc: Exception, name: str) -> dict[str, Any]:
+    """The ``isError`` result of a call that raised ``exc`` (raised again if it is the
+    SDK's, which it answers as a JSON-RPC error)."""
+    if isinstance(exc, ToolgateError):
         return results.refused(exc)
-    except MCPError:
-        raise
-    except Exception:
-        log.exception("tools/call of %s failed", name)
-        return results.internal("tools/call failed")
+    if isinstance(exc, MCPError):
+        raise exc
+    log.error("tools/call of %s failed", name, exc_info=exc)
+    return results.internal("tools/call failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,8 +185,10 @@ that very string (``results.call_result_and_text``), or None."""
 async def plain_call(door: Door, call: PlainCall, watch: Watch) -> Answer | None:
     """The result of ``call`` as ``call_tool`` answers it, or None when the client went away
     before the end (the execution is then cancelled, as when the SDK cancels a handler)."""
-    found = await _answered(_plain(door, call, watch), call.name)
-    answer = (found, None) if isinstance(found, dict) else found
+    try:
+        answer = await _plain(door, call, watch)
+    except Exception as exc:
+        answer = _failed(exc, call.name), None
     if answer is not None:
         answer[0].setdefault("resultType", "complete")
     return answer
@@ -368,24 +292,30 @@ def _execution_request(
         client_name=client_name,
         default_workspace=door.services.settings.mcp.workspace,
     )
-    _bounded({"arguments": arguments, "_meta": raw}, door.services.settings.json_limits)
+    limits = door.services.settings.json_limits
+    shape = _bounded({"arguments": arguments, "_meta": raw}, limits)
     body = meta.execution_body(name, arguments, raw, origin)
-    request = parse_request(body, door.principal, roles=door.roles, auth_method=door.auth_method)
-    return _with_trace(request, raw.get(meta.TRACEPARENT) or header(door.headers, b"traceparent"))
+    # The body's arguments are the checked ones (copied), at the level they have there: as
+    # the REST door does for its body, tell normalisation that they need no check again.
+    checked = jsonlimits.Checked(body, limits, shape)
+    request = parse_request(
+        body, door.principal, roles=door.roles, auth_method=door.auth_method, checked=checked
+    )
+    return _with_trace(request, raw.get(meta.TRACEPARENT) or door.traceparent)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _bounded(params: dict[str, Any], limits: jsonlimits.JsonLimits) -> None:
+def _bounded(params: dict[str, Any], limits: jsonlimits.JsonLimits) -> jsonlimits.Shape:
     """Refuse, before anything runs, in the arguments and ``_meta`` what the REST door
     refuses in a body (400 ``malformed_json``, ``json_too_deep``, ``json_too_many_values``):
     a lone UTF-16 surrogate (``"\\ud800"``, which no store, hash or answer can encode), a
     number JSON cannot carry, nesting or size past the bounds (the arguments nest at the
     level they have in a REST body). A JSON-RPC invalid-params error: the message holds no
-    surrogate of the request (each is written as its escape)."""
+    surrogate of the request (each is written as its escape). Returns what it measured."""
     try:
-        jsonlimits.check(params, limits, "params")
+        return jsonlimits.check(params, limits, "params")
     except jsonlimits.JsonLimitError as exc:
         text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", exc.message)
         raise MCPError(

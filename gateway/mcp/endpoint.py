@@ -39,8 +39,8 @@ from gateway import __version__
 from gateway.errors import ToolgateError
 from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
 from gateway.http.problems import problem
-from gateway.mcp import calls, oauth
-from gateway.mcp.stateless import StatelessCalls
+from gateway.mcp import calls, context, oauth
+from gateway.mcp.stateless import Heads, StatelessCalls
 from gateway.runtime.admission import Gauge
 from gateway.settings import Settings
 
@@ -172,17 +172,19 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        services = request.app.state.services
-        modern = _modern(scope)
+        heads = Heads.of(scope["headers"])
+        version = heads.first.get(MCP_PROTOCOL_VERSION_HEADER)
+        # The request goes to the SDK's 2026-07-28 entry (``_handle_request``'s test).
+        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
         try:
             identity = identity_of(request)
             if not modern and _opens_session(request):  # (a modern request never does)
-                services.admission.sessions.check(identity.principal)
+                request.app.state.services.admission.sessions.check(identity.principal)
         except ToolgateError as exc:
             response = problem(
                 exc.http_status, exc.code, exc.message, retryable=exc.retryable, **exc.details
             )
-            jwt = services.settings.jwt
+            jwt = request.app.state.services.settings.jwt
             if exc.http_status == 401 and jwt is not None:
                 sent = scope.get(IDENTITY_SCOPE_KEY) is not None
                 header = oauth.challenge(jwt, "invalid_token" if sent else None)
@@ -190,9 +192,9 @@ class McpEndpoint:
             await response(scope, receive, send)
             return
         principal = identity.principal
-        scope[calls.PRINCIPAL_SCOPE_KEY] = principal
-        scope[calls.ROLES_SCOPE_KEY] = identity.roles
-        scope[calls.AUTH_METHOD_SCOPE_KEY] = identity.method
+        scope[context.PRINCIPAL_SCOPE_KEY] = principal
+        scope[context.ROLES_SCOPE_KEY] = identity.roles
+        scope[context.AUTH_METHOD_SCOPE_KEY] = identity.method
         if not modern:
             # The session manager binds a 2025-11-25 session to the credential that opened it.
             token = AccessToken(token="", client_id=principal, scopes=[], subject=principal)
@@ -204,7 +206,7 @@ class McpEndpoint:
         if modern and self.stateless is not None and manager.running:
             # Ahead of the SDK's body bound, which never refuses what reaches it: the
             # gateway's (RequestBounds, the same max_body_bytes) refuses it first.
-            replay = await self.stateless(request, send)
+            replay = await self.stateless(request, heads, send)
             if replay is None:
                 return
             receive = replay
@@ -225,14 +227,6 @@ def _opens_session(request: Request) -> bool:
         and MCP_SESSION_ID_HEADER not in headers
         and (version is None or version in HANDSHAKE_PROTOCOL_VERSIONS)
     )
-
-
-def _modern(scope: Scope) -> bool:
-    """The request goes to the SDK's 2026-07-28 entry (``_handle_request``'s test)."""
-    for name, value in scope["headers"]:
-        if name == b"mcp-protocol-version":
-            return value.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
-    return False
 
 
 _OPENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcp_opener", default=None)

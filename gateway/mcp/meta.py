@@ -97,9 +97,11 @@ def execution_body(
 ) -> dict[str, Any]:
     """The ``POST /v1/executions`` body of one ``tools/call``."""
     args = dict(arguments or {})
-    body: dict[str, Any] = {
-        key: meta[mkey] for mkey, key in REQUEST_KEYS.items() if meta.get(mkey) is not None
-    }
+    body: dict[str, Any] = {}
+    for mkey, value in meta.items():  # (fewer than REQUEST_KEYS, as a rule)
+        key = REQUEST_KEYS.get(mkey)
+        if key is not None and value is not None:
+            body[key] = value
     if "run_id" not in body:
         body["run_id"] = _default_run_id(origin, meta)
     if "call_id" not in body:

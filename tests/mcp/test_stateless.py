@@ -23,11 +23,13 @@ from mcp.server import _streamable_http_modern as sdk_modern
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import JSONRPCResponse
 from mcp_types import methods as sdk_methods
+from starlette.datastructures import Headers
 from starlette.types import Message
 
 from gateway import jsontext
 from gateway.mcp import calls, results, stateless
 from gateway.mcp.endpoint import build_server, serves_plain_calls
+from gateway.mcp.writer import Writer, sieved
 from gateway.server.app import create_app
 from gateway.settings import load_settings
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
@@ -331,7 +333,7 @@ def test_a_result_is_written_as_the_sdk_writes_it(out: dict[str, Any], request_i
         expected: str | type[Exception] = _sdk_encoded(request_id, out)
     except Exception as exc:  # the SDK's sieve refuses it: so must the fast path
         expected = type(exc)
-    writer = stateless.Writer(build_server().server_info_stamp)
+    writer = Writer(build_server().server_info_stamp)
     try:
         got: str | type[Exception] = writer.encoded(request_id, dict(out), MODERN)
     except Exception as exc:
@@ -345,15 +347,15 @@ def test_a_result_is_written_as_the_sdk_writes_it(out: dict[str, Any], request_i
 def test_results_of_the_shapes_the_gateway_builds_are_sieved_without_the_sdk() -> None:
     out = results.refused(calls.ToolgateError("no", code="invalid_arguments"))
     out["resultType"] = "complete"
-    assert stateless.sieved(out) == sdk_methods.serialize_server_result("tools/call", MODERN, out)
-    assert stateless.sieved({**out, "resultType": "task"}) is None
-    assert stateless.sieved({**out, "content": [{"type": "image", "data": ""}]}) is None
+    assert sieved(out) == sdk_methods.serialize_server_result("tools/call", MODERN, out)
+    assert sieved({**out, "resultType": "task"}) is None
+    assert sieved({**out, "content": [{"type": "image", "data": ""}]}) is None
 
 
 def test_text_standing_for_structured_content_is_written_as_the_sdk_writes_it() -> None:
     """The JSON of ``structuredContent`` is written once when a text block is it (ASCII,
     no DEL: ``jsontext.response`` writes those unescaped), else encoded again."""
-    writer = stateless.Writer(build_server().server_info_stamp)
+    writer = Writer(build_server().server_info_stamp)
     for structured in (
         {"content": "x" * 1024, "size": 1024},
         {"a": "caf\u00e9", "b": "\U0001f600"},
@@ -395,6 +397,29 @@ def test_the_headers_are_read_in_one_pass_as_starlette_and_the_sdk_read_them() -
     # What the SDK reads otherwise than this module would: the SDK serves such a request.
     assert not stateless.Heads.of([*raw, (b"Mcp-Method", b"tools/call")]).certain
     assert not stateless.Heads.of([*raw, (b"content-length", b"1_0")]).certain
+
+
+_header_names = st.sampled_from(
+    b"host Host mcp-method mcp-name MCP-Name accept x-other X-Other traceparent content-length "
+    b"mcp-protocol-version mcp-session-id".split()
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.lists(st.tuples(_header_names, st.sampled_from([b"a", b"10", b""])), max_size=7))
+def test_the_headers_are_read_alike_however_they_come(raw: list[tuple[bytes, bytes]]) -> None:
+    """``Heads.of`` reads each header's first value as Starlette's ``Headers.get`` finds it
+    (the endpoint and ``context.Door`` read them there), a routing header twice, and a
+    name of those it reads in upper case (the SDK would read it: it then decides)."""
+    heads = stateless.Heads.of(raw)
+    read = Headers(raw=[(k, v) for k, v in raw if k.islower()])
+    names = {k.decode() for k, _ in raw if k.islower()} & set(stateless._READ.values())
+    assert heads.first == {name: read[name] for name in names}
+    routing = [k for k, _ in raw if k.decode() in stateless._ROUTING]
+    assert heads.duplicated == (len(routing) != len(set(routing)))
+    upper = any(not k.islower() and k.lower() in stateless._READ for k, _ in raw)
+    length = heads.first.get("content-length")
+    assert heads.certain == (not upper and length in (None, "10"))
 
 
 # -- in process: a client that goes away, a call past the SDK's window ---------------------
