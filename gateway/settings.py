@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -248,6 +249,11 @@ class AuditSettings(_Frozen):
     another replica's that signs with a key of its own."""
 
 
+@cache
+def _json_limits(max_depth: int, max_values: int) -> JsonLimits:
+    return JsonLimits(max_depth=max_depth, max_values=max_values)
+
+
 class Settings(_Frozen):
     base_dir: Path
     host: str = "127.0.0.1"
@@ -394,7 +400,10 @@ class Settings(_Frozen):
 
     @property
     def json_limits(self) -> JsonLimits:
-        return JsonLimits(max_depth=self.max_json_depth, max_values=self.max_json_values)
+        """The JSON bounds of a request's body and arguments: one object for the same bounds
+        (asked on every call; kept by value, not on the model, so that a copy with other
+        bounds never sees stale ones)."""
+        return _json_limits(self.max_json_depth, self.max_json_values)
 
     def path(self, value: Path) -> Path:
         """``value`` resolved against the configuration file's directory."""

@@ -52,3 +52,14 @@ def test_the_settings_documented_with_zero_take_it(tmp_path: Path) -> None:
 def test_a_positive_only_duration_still_refuses_zero(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="positive"):
         _settings(tmp_path, lock_lease=0)
+
+
+def test_json_limits_are_made_once_and_follow_a_copy_with_other_bounds(tmp_path: Path) -> None:
+    """Asked on every call, the bounds object is made once for the same bounds; a copy of the
+    settings with other bounds (tests make them) has its own, never the original's."""
+    settings = load_settings(make_project(tmp_path, f"sqlite:///{tmp_path}/t.db"), env={})
+    assert settings.json_limits is settings.json_limits
+    assert settings.json_limits.max_depth == settings.max_json_depth
+    shallow = settings.model_copy(update={"max_json_depth": 3})
+    assert shallow.json_limits.max_depth == 3
+    assert settings.json_limits.max_depth == settings.max_json_depth != 3
