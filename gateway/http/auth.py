@@ -18,6 +18,7 @@ raise the error (or ``missing_api_key``). Nothing else reads the header.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -87,13 +88,15 @@ class Authenticator:
                 return key
         return None
 
-    async def authenticate(self, header: str, store: Store) -> Identity:
-        """The identity of an ``Authorization`` header's value; Unauthenticated otherwise."""
+    def authenticate(self, header: str, store: Store) -> Awaitable[Identity]:
+        """The identity of an ``Authorization`` header's value; Unauthenticated otherwise
+        (raised at once for a header that is no bearer credential, else when awaited). Not a
+        coroutine of its own around :meth:`credential`: this runs on every request."""
         scheme, _, credential = header.partition(" ")
         credential = credential.strip()
         if scheme.lower() != "bearer" or not credential:
             raise Unauthenticated("use Authorization: Bearer <api key>", code="bad_authorization")
-        return await self.credential(credential, store)
+        return self.credential(credential, store)
 
     async def credential(self, credential: str, store: Store) -> Identity:
         """The identity of a bare credential (an API key or a JWT: the sign-in form's)."""

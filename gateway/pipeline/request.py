@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway import jsonlimits, tracecontext
@@ -21,35 +21,41 @@ from gateway.yamlsrc import list_wording
 # C0 and C1 control characters (NUL, newline, ESC...): an identifier carrying one can forge
 # lines in logs and terminals and breaks the header it may be copied into.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+"""No control character, as a pattern pydantic-core checks itself along with the lengths (no
+Python call per string). Its Rust engine's ``$`` is the end of the text, never before a final
+newline (Python's would let ``"id\\n"`` through)."""
+_PRINTABLE_PROBLEM = "Value error, must not contain control characters"
 MAX_ID_LENGTH = 256
 LATEST_DEADLINE_MS = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z: a later deadline is no deadline, and overflows a float."""
 
 
-def _printable(value: str) -> str:
-    if _CONTROL.search(value) is not None:
-        raise ValueError("must not contain control characters")
-    return value
+def _printable(min_length: int, max_length: int) -> StringConstraints:
+    return StringConstraints(pattern=PRINTABLE, min_length=min_length, max_length=max_length)
 
 
-Text = Annotated[str, AfterValidator(_printable)]
-"""A string of the request that is recorded, logged or compared: no control characters."""
-Id = Annotated[Text, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+# Strings of the request that are recorded, logged or compared: no control characters.
+Id = Annotated[str, _printable(1, MAX_ID_LENGTH)]
+Text = Annotated[str, _printable(0, MAX_ID_LENGTH)]
+Name = Annotated[str, _printable(1, 128)]
+Version = Annotated[str, _printable(0, 128)]
+Token = Annotated[str, _printable(0, 4096)]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="rust-regex")
 
 
 class ToolRef(_Body):
-    name: Text = Field(min_length=1, max_length=128)
-    requested_version: Text | None = Field(default=None, max_length=128)
+    name: Name
+    requested_version: Version | None = None
 
 
 class ActorBody(_Body):
     user_id: Id | None = None
     """The principal is the user; a ``user_id`` sent must be the principal."""
-    agent_id: Text = Field(default="", max_length=MAX_ID_LENGTH)
+    agent_id: Text = ""
 
 
 class WorkspaceBody(_Body):
@@ -61,7 +67,7 @@ class ExecutionRequestBody(_Body):
     """The JSON body of ``POST /v1/executions`` (docs/api.md#request-body)."""
 
     run_id: Id
-    turn_id: Text = Field(default="", max_length=MAX_ID_LENGTH)
+    turn_id: Text = ""
     call_id: Id
     tool: ToolRef
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -70,9 +76,9 @@ class ExecutionRequestBody(_Body):
     deadline: int | None = Field(
         default=None, gt=0, le=LATEST_DEADLINE_MS, description="epoch milliseconds"
     )
-    cancellation_token: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
+    cancellation_token: Text | None = None
     idempotency_key: Id | None = None
-    approval_token: Text | None = Field(default=None, max_length=4096)
+    approval_token: Token | None = None
     expected_state: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -160,7 +166,9 @@ def _errors(exc: PydanticValidationError) -> list[dict[str, str]]:
     return [
         {
             "field": ".".join(str(p) for p in err["loc"]) or "(body)",
-            "problem": list_wording(err["msg"]),
+            "problem": _PRINTABLE_PROBLEM
+            if err["type"] == "string_pattern_mismatch"
+            else list_wording(err["msg"]),
         }
         for err in exc.errors(include_url=False)
     ]

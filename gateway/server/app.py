@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 from starlette.applications import Starlette
@@ -13,6 +13,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from gateway.errors import ToolgateError
 from gateway.http.auth import Authenticator, AuthMiddleware
@@ -78,31 +79,31 @@ def create_app(
                 await close_runtime(app.state.services)
 
     table = [  # the router tries each route in turn: the calls' routes first
-        Route("/v1/executions", routes.create_execution, methods=["POST"]),
+        _route("/v1/executions", routes.create_execution, ["POST"]),
         Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
-        Route("/v1/executions", routes.list_executions, methods=["GET"]),
-        Route("/v1/executions/{execution_id}", routes.get_execution, methods=["GET"]),
-        Route("/v1/executions/{execution_id}/events", routes.execution_events, methods=["GET"]),
-        Route("/v1/executions/{execution_id}/cancel", routes.cancel_execution, methods=["POST"]),
-        Route("/v1/executions/{execution_id}/resolve", routes.resolve_execution, methods=["POST"]),
-        Route("/v1/runs/{run_id}/events", routes.run_events, methods=["GET"]),
-        Route("/v1/plans", routes.create_plan, methods=["POST"]),
-        Route("/v1/cancellations", routes.cancel_by_token, methods=["POST"]),
-        Route("/v1/tools", routes.list_tools, methods=["GET"]),
-        Route("/v1/tools/{name}", routes.get_tool, methods=["GET"]),
-        Route("/v1/approvals", routes.list_approvals, methods=["GET"]),
-        Route("/v1/approvals/{approval_id}", routes.get_approval, methods=["GET"]),
-        Route("/v1/approvals/{approval_id}/approve", routes.approve, methods=["POST"]),
-        Route("/v1/approvals/{approval_id}/deny", routes.deny, methods=["POST"]),
-        Route("/v1/artifacts/{artifact_id}", artifacts.get_artifact, methods=["GET"]),
-        Route("/v1/policy/bundle", routes.policy_bundle, methods=["GET"]),
-        Route("/v1/admin/reload", routes.reload, methods=["POST"]),
-        Route("/metrics", routes.metrics, methods=["GET"]),
-        Route("/healthz", routes.healthz, methods=["GET"]),
-        Route("/readyz", routes.readyz, methods=["GET"]),
-        Route("/openapi.json", openapi_json, methods=["GET"]),
-        Route(oauth.WELL_KNOWN, oauth.protected_resource, methods=["GET"]),
-        Route(oauth.WELL_KNOWN + "/{path:path}", oauth.protected_resource, methods=["GET"]),
+        _route("/v1/executions", routes.list_executions, ["GET"]),
+        _route("/v1/executions/{execution_id}", routes.get_execution, ["GET"]),
+        _route("/v1/executions/{execution_id}/events", routes.execution_events, ["GET"]),
+        _route("/v1/executions/{execution_id}/cancel", routes.cancel_execution, ["POST"]),
+        _route("/v1/executions/{execution_id}/resolve", routes.resolve_execution, ["POST"]),
+        _route("/v1/runs/{run_id}/events", routes.run_events, ["GET"]),
+        _route("/v1/plans", routes.create_plan, ["POST"]),
+        _route("/v1/cancellations", routes.cancel_by_token, ["POST"]),
+        _route("/v1/tools", routes.list_tools, ["GET"]),
+        _route("/v1/tools/{name}", routes.get_tool, ["GET"]),
+        _route("/v1/approvals", routes.list_approvals, ["GET"]),
+        _route("/v1/approvals/{approval_id}", routes.get_approval, ["GET"]),
+        _route("/v1/approvals/{approval_id}/approve", routes.approve, ["POST"]),
+        _route("/v1/approvals/{approval_id}/deny", routes.deny, ["POST"]),
+        _route("/v1/artifacts/{artifact_id}", artifacts.get_artifact, ["GET"]),
+        _route("/v1/policy/bundle", routes.policy_bundle, ["GET"]),
+        _route("/v1/admin/reload", routes.reload, ["POST"]),
+        _route("/metrics", routes.metrics, ["GET"]),
+        _route("/healthz", routes.healthz, ["GET"]),
+        _route("/readyz", routes.readyz, ["GET"]),
+        _route("/openapi.json", openapi_json, ["GET"]),
+        _route(oauth.WELL_KNOWN, oauth.protected_resource, ["GET"]),
+        _route(oauth.WELL_KNOWN + "/{path:path}", oauth.protected_resource, ["GET"]),
         *UI_ROUTES,
     ]
     return Starlette(
@@ -114,6 +115,28 @@ def create_app(
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,
     )
+
+
+class _Handler:
+    """A handler ``(request) -> response`` as its route's ASGI app. Starlette's
+    ``request_response`` would run each call inside a second exception layer (another
+    Request, another send wrapper) below the ExceptionMiddleware, which maps whatever the
+    handler raises with the same ``HANDLERS``."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: Callable[[Request], Awaitable[Response]]) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.handler(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+
+def _route(
+    path: str, handler: Callable[[Request], Awaitable[Response]], methods: list[str]
+) -> Route:
+    return Route(path, _Handler(handler), methods=methods, name=handler.__name__)
 
 
 async def _sweeper(services: Runtime) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Scope
 
 from gateway import jsonlimits
 from gateway.declarations import definitions
@@ -57,16 +58,40 @@ async def read_json(
     framing (``Content-Length`` or chunked), refused when over ``limit`` bytes before it is
     parsed, then decoded and bounded (:func:`gateway.jsonlimits.decode`) by ``limits``
     (default: the settings'). With ``optional``, an empty body is ``None``."""
-    body = await _read_body(request, limit)
+    heads = _Heads(request.scope)
+    body = await _read_body(request, limit, heads)
     if optional and not body.strip():
         return None
-    return (await _decoded(request, body, limits)).value
+    return (await _decoded(request, body, limits, heads)).value
+
+
+class _Heads:
+    """The headers the routes that read a body look at, found in one pass over the ASGI
+    list (``Request.headers`` scans it again for each name, and raises and catches a
+    KeyError for each one absent). The first of a repeated header counts, as in
+    ``Headers.get``; every ``traceparent``, as in ``Headers.getlist``."""
+
+    __slots__ = ("first", "traceparent")
+
+    WANTED = frozenset((b"content-type", b"content-length", b"idempotency-key", b"prefer"))
+
+    def __init__(self, scope: Scope) -> None:
+        first: dict[bytes, str] = {}
+        traceparent: list[str] = []
+        for name, value in scope["headers"]:
+            if name in self.WANTED:
+                if name not in first:
+                    first[name] = value.decode("latin-1")
+            elif name == b"traceparent":
+                traceparent.append(value.decode("latin-1"))
+        self.first = first
+        self.traceparent = traceparent
 
 
 async def _decoded(
-    request: Request, body: bytearray, limits: jsonlimits.JsonLimits | None
+    request: Request, body: bytearray, limits: jsonlimits.JsonLimits | None, heads: _Heads
 ) -> jsonlimits.Checked:
-    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    ctype = heads.first.get(b"content-type", "application/json").split(";")[0].strip()
     if ctype != "application/json" and not ctype.endswith("+json"):
         raise UnsupportedMediaType(f"send Content-Type: application/json (got {ctype!r})")
     if limits is None:
@@ -79,8 +104,8 @@ async def _decoded(
         raise MalformedRequest(exc.message, code=exc.code) from exc
 
 
-async def _read_body(request: Request, limit: int) -> bytearray:
-    declared = request.headers.get("content-length")
+async def _read_body(request: Request, limit: int, heads: _Heads) -> bytearray:
+    declared = heads.first.get(b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the body is larger than {limit} bytes")
     # ASGI's receive, read as Request.stream reads it, without its async generator
@@ -106,18 +131,17 @@ async def _execution_response(services: Runtime, record: ExecutionRecord) -> Res
     return render.EncodedJson(body, status)
 
 
-async def _call_of(request: Request, services: Runtime) -> ToolExecutionRequest:
+async def _call_of(request: Request, services: Runtime, heads: _Heads) -> ToolExecutionRequest:
     """The call a ``POST /v1/executions`` or ``POST /v1/plans`` body asks for."""
     identity = identity_of(request)  # authenticated before the body is read
     settings = services.settings
-    raw = await _read_body(request, settings.max_body_bytes)
-    checked = await _decoded(request, raw, settings.json_limits)
-    headers = request.headers
+    raw = await _read_body(request, settings.max_body_bytes, heads)
+    checked = await _decoded(request, raw, settings.json_limits, heads)
     return parse_request(
         checked.value,
         identity.principal,
-        headers.get("idempotency-key"),
-        headers.getlist("traceparent"),
+        heads.first.get(b"idempotency-key"),
+        heads.traceparent,
         identity.roles,
         identity.method,
         checked=checked,
@@ -126,8 +150,9 @@ async def _call_of(request: Request, services: Runtime) -> ToolExecutionRequest:
 
 async def create_execution(request: Request) -> Response:
     services = services_of(request)
-    call = await _call_of(request, services)
-    respond_async = "respond-async" in request.headers.get("prefer", "").lower()
+    heads = _Heads(request.scope)
+    call = await _call_of(request, services, heads)
+    respond_async = "respond-async" in heads.first.get(b"prefer", "").lower()
     if respond_async:  # bounded by the queue; a worker holds the execution slot when it runs
         metrics = services.telemetry.metrics
         await admission.check_queued(services.store, services.settings, call.principal, metrics)
@@ -141,7 +166,7 @@ async def create_execution(request: Request) -> Response:
 async def create_plan(request: Request) -> Response:
     """What ``POST /v1/executions`` with this body would do, with no side effect."""
     services = services_of(request)
-    call = await _call_of(request, services)
+    call = await _call_of(request, services, _Heads(request.scope))
     with services.admission.executions.hold(call.principal):
         plan = await plan_call(services, call)
     return JSONResponse(plan.to_json())

@@ -194,6 +194,7 @@ HOSTILE = {
     "too many values": (_raw("{" + ", ".join(f'"a{i}": {i}' for i in range(10_001)) + "}"), MANY),
     "control character in run_id": (_raw(run_id='"r\\u001b[2J"'), REQ),
     "newline in call_id": (_raw(call_id='"c\\n1"'), REQ),
+    "newline ending call_id": (_raw(call_id='"c1\\n"'), REQ),
     "control character in agent_id": (_raw(actor='{"agent_id": "a\\u0000"}'), REQ),
     "control character in user_id": (_raw(actor='{"user_id": "alice\\u0000"}'), REQ),
     "control character in workspace.id": (_raw(workspace='{"id": "demo\\u0085"}'), REQ),
@@ -215,6 +216,19 @@ def test_hostile_json_is_a_400_and_runs_nothing(
     assert _files(workspace_root) == []
     listed = client.get("/v1/executions", headers=auth()).json()
     assert listed["count"] == 0
+
+
+def test_a_control_character_is_named_as_such(client: TestClient) -> None:
+    response = client.post(
+        "/v1/executions",
+        content=_raw(turn_id='"t\\u001b"'),
+        headers={**auth(), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert errors == [
+        {"field": "turn_id", "problem": "Value error, must not contain control characters"}
+    ]
 
 
 def test_hostile_bodies_are_refused_on_every_route(client: TestClient) -> None:
