@@ -666,11 +666,14 @@ async def test_the_inline_sqlite_connection_leaves_no_statement_open(tmp_path: P
     await store.aclose()
 
 
-def _approval(approval_id: str, roles: tuple[str, ...] | None) -> ApprovalRecord:
+def pending_approval(
+    approval_id: str, execution_id: str | None = None, roles: tuple[str, ...] | None = None
+) -> ApprovalRecord:
+    """A pending approval of a delete by alice (as the policy stage makes one)."""
     now = int(time.time() * 1000)
     return ApprovalRecord(
         id=approval_id,
-        execution_id=f"ex_{approval_id}",
+        execution_id=execution_id or f"ex_{approval_id}",
         status="pending",
         tool_name="fs.delete_file",
         tool_version="1.0.0",
@@ -687,11 +690,12 @@ def _approval(approval_id: str, roles: tuple[str, ...] | None) -> ApprovalRecord
 
 
 async def test_an_approval_keeps_the_approver_roles_its_decision_named(store: Store) -> None:
-    await store.checkpoint_for_approval(_approval("ap_named", ("auditor", "admin")), [])
-    await store.checkpoint_for_approval(_approval("ap_none", None), [])
-    await store.checkpoint_for_approval(_approval("ap_nobody", ()), [])
+    named_roles = ("auditor", "admin")
+    await store.checkpoint_for_approval(pending_approval("ap_named", roles=named_roles), [])
+    await store.checkpoint_for_approval(pending_approval("ap_none"), [])
+    await store.checkpoint_for_approval(pending_approval("ap_nobody", roles=()), [])
     named = await store.get_approval("ap_named")
-    assert named is not None and named.approver_roles == ("auditor", "admin")
+    assert named is not None and named.approver_roles == named_roles
     none = await store.get_approval("ap_none")
     assert none is not None and none.approver_roles is None
     nobody = await store.get_approval("ap_nobody")
@@ -703,7 +707,7 @@ async def test_a_version_2_store_is_upgraded_and_its_approvals_name_no_roles(
 ) -> None:
     first = Store(database_url)
     await first.open()
-    await first.checkpoint_for_approval(_approval("ap_old", None), [])
+    await first.checkpoint_for_approval(pending_approval("ap_old"), [])
 
     def to_version_2(db: Db) -> None:  # what a version 2 store looks like
         db.run("ALTER TABLE approvals DROP COLUMN approver_roles_json")
@@ -716,7 +720,7 @@ async def test_a_version_2_store_is_upgraded_and_its_approvals_name_no_roles(
     try:
         old = await second.get_approval("ap_old")
         assert old is not None and old.approver_roles is None
-        await second.checkpoint_for_approval(_approval("ap_new", ("auditor",)), [])
+        await second.checkpoint_for_approval(pending_approval("ap_new", roles=("auditor",)), [])
         new = await second.get_approval("ap_new")
         assert new is not None and new.approver_roles == ("auditor",)
         assert await second.schema_version() == SCHEMA_VERSION

@@ -4,8 +4,6 @@ its call still waits for it."""
 
 from __future__ import annotations
 
-import time
-
 import anyio
 import pytest
 
@@ -21,7 +19,7 @@ from gateway.store.records import (
 )
 from gateway.store.store import Store
 from gateway.types import LockMode, Status
-from tests.store.test_store import record
+from tests.store.test_store import pending_approval, record
 
 pytestmark = pytest.mark.anyio
 
@@ -30,22 +28,7 @@ async def _parked(store: Store, ex_id: str) -> ApprovalRecord:
     """An execution parked for a pending approval (as the policy stage leaves it)."""
     reserved = await store.reserve(record(ex_id, call_id=ex_id), [], None)
     assert isinstance(reserved, Reserved)
-    now = int(time.time() * 1000)
-    approval = ApprovalRecord(
-        id=f"ap_{ex_id}",
-        execution_id=ex_id,
-        status="pending",
-        tool_name="fs.delete_file",
-        tool_version="1.0.0",
-        arguments_sha256="args",
-        principal="alice",
-        workspace_id="demo",
-        reasons=("why",),
-        arguments={},
-        preview=None,
-        requested_ms=now,
-        expires_ms=now + 60_000,
-    )
+    approval = pending_approval(f"ap_{ex_id}", ex_id)
     event = make_event(ex_id, 0, "approval.requested", {"approval_id": approval.id})
     await store.checkpoint_for_approval(approval, [event])
     return approval
