@@ -30,6 +30,7 @@ from gateway.instance import INSTANCE_ID
 from gateway.runtime.container import Runtime
 from gateway.runtime.recovery import recover
 from gateway.runtime.worker import _work
+from gateway.store.records import ExecutionRecord
 from gateway.store.store import Store
 from tests.runtime.test_takeover_races import Blocking, _queued, _services
 
@@ -77,6 +78,22 @@ async def _workers_run_it(runtime: Runtime, store: Store, effect: Blocking, exec
             tg.cancel_scope.cancel()
 
 
+async def _ran_once_after_two_claims(
+    store: Store, claims: Claims, effect: Blocking, execution: str
+) -> ExecutionRecord:
+    """Claimed twice, requeued once by recovery, started, run and completed once."""
+    assert claims.got == 2
+    assert effect.calls == 1, "the side effect ran twice"
+    done = await store.get_execution(execution)
+    assert done is not None and done.outcome == "succeeded", done
+    events = await store.events(execution)
+    notes = [e.data for e in events if e.data.get("by") == "recovery"]
+    assert [n["status"] for n in notes] == ["queued"], notes
+    types = [e.type for e in events]
+    assert types.count("tool.started") == 1 and types.count("tool.completed") == 1, types
+    return done
+
+
 async def test_a_call_requeued_here_between_its_claim_and_its_worker_runs_once(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:
@@ -92,15 +109,8 @@ async def test_a_call_requeued_here_between_its_claim_and_its_worker_runs_once(
     claims = Claims(store, recovery_here_before_the_worker_knows)
     await _workers_run_it(runtime, store, effect, queued.id)
 
-    assert claims.got == 2
-    assert effect.calls == 1, "the side effect ran twice"
-    done = await store.get_execution(queued.id)
-    assert done is not None and done.outcome == "succeeded" and done.owner == INSTANCE_ID, done
-    events = await store.events(queued.id)
-    notes = [e.data for e in events if e.data.get("by") == "recovery"]
-    assert [n["status"] for n in notes] == ["queued"], notes
-    types = [e.type for e in events]
-    assert types.count("tool.started") == 1 and types.count("tool.completed") == 1, types
+    done = await _ran_once_after_two_claims(store, claims, effect, queued.id)
+    assert done.owner == INSTANCE_ID, done
 
 
 async def test_a_call_requeued_by_a_replica_that_took_this_one_for_gone_runs_once(
@@ -129,15 +139,7 @@ async def test_a_call_requeued_by_a_replica_that_took_this_one_for_gone_runs_onc
     store.append = append  # type: ignore[method-assign]
     await _workers_run_it(runtime, store, effect, queued.id)
 
-    assert claims.got == 2
-    assert effect.calls == 1, "the side effect ran twice"
-    done = await store.get_execution(queued.id)
-    assert done is not None and done.outcome == "succeeded", done
-    events = await store.events(queued.id)
-    notes = [e.data for e in events if e.data.get("by") == "recovery"]
-    assert [n["status"] for n in notes] == ["queued"], notes
-    types = [e.type for e in events]
-    assert types.count("tool.started") == 1 and types.count("tool.completed") == 1, types
+    await _ran_once_after_two_claims(store, claims, effect, queued.id)
 
 
 async def test_a_flow_whose_call_was_requeued_and_claimed_here_again_does_not_cancel_it(

@@ -392,6 +392,15 @@ async def _one_batch(store: Store, writes: list[object]) -> list[object]:
     return outcomes
 
 
+async def _traced_sqlite(tmp_path: Path) -> tuple[Store, list[str]]:
+    """An open SQLite store and the statements its inline connection runs, as they run."""
+    store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
+    await store.open()
+    statements: list[str] = []
+    store.transactor._inline_connection().raw.set_trace_callback(statements.append)
+    return store, statements
+
+
 def _counted(runs: list[str], name: str, sql: str) -> object:
     def write(db: Db) -> str:
         runs.append(name)
@@ -407,10 +416,7 @@ async def test_a_group_commit_runs_without_savepoints_and_one_that_wrote_nothing
     """SQLite group commit: the writes of a batch run without savepoints; one that fails or
     aborts having changed no row (a busy lock, say) needs nothing undone, the others commit,
     and nothing runs twice."""
-    store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
-    await store.open()
-    statements: list[str] = []
-    store.transactor._inline_connection().raw.set_trace_callback(statements.append)
+    store, statements = await _traced_sqlite(tmp_path)
     runs: list[str] = []
 
     def looks_then_aborts(db: Db) -> None:
@@ -438,10 +444,7 @@ async def test_a_write_that_fails_after_writing_reruns_its_batch_with_savepoints
     """One that fails having changed rows: the transaction is rolled back and the batch run
     again, each write in a savepoint, so that write alone is undone; the next batches start
     with savepoints (failures come in runs). A lone write needs no second run."""
-    store = Store(f"sqlite:///{tmp_path / 'toolgate.db'}")
-    await store.open()
-    statements: list[str] = []
-    store.transactor._inline_connection().raw.set_trace_callback(statements.append)
+    store, statements = await _traced_sqlite(tmp_path)
     runs: list[str] = []
 
     def writes_then_fails(db: Db) -> None:
