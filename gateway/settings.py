@@ -229,6 +229,13 @@ class McpSettings(_Frozen):
     session_idle_timeout: Duration = Field(default=1800.0, gt=0)
     """A 2025-11-25 session with no request in flight for this long is closed (its slot
     is given back)."""
+    max_listings_per_principal: int = Field(default=4, ge=1, le=10_000)
+    """``tools/list`` requests one principal may have asking the policy at once, per gateway
+    process (more: error ``-32029``, ``too_many_listings``): each asks about every tool, and a
+    slow OPA server holds them (``opa_timeout``)."""
+    max_listings_total: int = Field(default=64, ge=1, le=100_000)
+    """``tools/list`` requests asking the policy at once in one gateway process, for everyone
+    (more: error ``-32029``, ``overloaded``)."""
     fast_calls: bool = True
     """Answer the plain ``tools/call`` requests of 2026-07-28 without the SDK's transport
     (the same answers for less CPU: gateway/mcp/stateless.py); false: the SDK answers all."""
@@ -390,12 +397,10 @@ class Settings(_Frozen):
         for share, total in pairs:
             if getattr(self, share) > getattr(self, total):
                 raise ValueError(f"{share} ({getattr(self, share)}) is above {total}")
-        mcp = self.mcp
-        if mcp.max_sessions_per_principal > mcp.max_sessions_total:
-            raise ValueError(
-                f"mcp.max_sessions_per_principal ({mcp.max_sessions_per_principal}) is above "
-                "mcp.max_sessions_total"
-            )
+        for key in ("sessions", "listings"):
+            share, total = f"max_{key}_per_principal", f"max_{key}_total"
+            if getattr(self.mcp, share) > getattr(self.mcp, total):
+                raise ValueError(f"mcp.{share} ({getattr(self.mcp, share)}) is above mcp.{total}")
         return self
 
     @property

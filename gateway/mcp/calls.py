@@ -70,9 +70,13 @@ async def list_tools(
             code=INVALID_PARAMS,
             message=f"_meta[{meta.WORKSPACE!r}] names a workspace by its id, a string",
         )
-    listed = await tools.visible(
-        door.services, door.principal, workspace, door.roles, door.auth_method
-    )
+    try:
+        with door.services.admission.listings.hold(door.principal):
+            listed = await tools.visible(
+                door.services, door.principal, workspace, door.roles, door.auth_method
+            )
+    except LimitExceeded as exc:  # one principal's listings must not hold the policy's time
+        raise MCPError(code=LIMIT_EXCEEDED, message=exc.message, data=exc.to_json()) from exc
     listed.append(copy.deepcopy(STATUS_TOOL_DEF))
     if _modern(ctx):
         return {"tools": listed, "resultType": "complete"}

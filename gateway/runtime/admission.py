@@ -9,7 +9,8 @@ process has a :class:`Gauge` with a share per principal and a total:
 - ``waiters``: long-polls (``GET /v1/executions/{id}?wait=``, MCP ``wait_s`` and
   ``tasks/result``);
 - ``streams``: live event streams (Server-Sent Events, the API's and the page's);
-- ``sessions``: MCP 2025-11-25 sessions.
+- ``sessions``: MCP 2025-11-25 sessions;
+- ``listings``: MCP ``tools/list`` requests while they ask the policy about each tool.
 
 Taking a slot past the principal's share raises :class:`TooManyRequests` (429), past the
 total :class:`Overloaded` (503), both with a ``Retry-After``; nothing is done. These are
@@ -127,7 +128,7 @@ class Gauge:
 class Admission:
     """The gauges of one gateway process, bounded as ``settings`` say."""
 
-    __slots__ = ("executions", "sessions", "streams", "waiters")
+    __slots__ = ("executions", "listings", "sessions", "streams", "waiters")
 
     def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         counted = None if metrics is None else metrics.refused
@@ -153,6 +154,7 @@ class Admission:
         self.waiters = gauge("waiters", "long-polls open")
         self.streams = gauge("streams", "event streams open", retry_after=5)
         self.sessions = gauge("sessions", "MCP sessions open", retry_after=5, section="mcp")
+        self.listings = gauge("listings", "tools/list requests running", section="mcp")
 
 
 QUEUED_RETRY_S = 5

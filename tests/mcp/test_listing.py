@@ -8,6 +8,7 @@ real gateway."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shutil
 import textwrap
@@ -17,7 +18,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import pytest
+import yaml
 
 from gateway.mcp import tools
 from gateway.policy.data import PolicyData
@@ -26,12 +29,13 @@ from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.policy.opa import OpaPolicy
 from gateway.policy.standin import StandIn
 from gateway.runtime.container import Runtime
+from gateway.server.app import create_app
 from gateway.settings import load_settings
 from gateway.store.store import Store
-from gateway.testing import load_catalogue
+from gateway.testing import load_catalogue, make_project
 from gateway.types import DecisionResult, PolicyBackend
 from gateway.workspace import Workspace
-from tests.helpers import REPO
+from tests.helpers import ALICE, BOB, REPO
 from tests.policy.opa_helpers import Hanging, standin
 
 BACKENDS = ("embedded", "opa")
@@ -255,3 +259,82 @@ def test_a_hung_opa_holds_a_listing_about_one_timeout_whatever_the_number_of_too
         assert "OPA did not answer within 200 ms" in warnings[0]
     else:  # the probe calls are decisions: each denied one is the OPA backend's to log
         assert warnings == []
+
+
+def test_one_principals_listings_held_by_a_hung_opa_do_not_hold_anyone_elses(
+    tmp_path: Path,
+) -> None:
+    """``mcp.max_listings_per_principal``: a principal's ``tools/list`` past its share is
+    refused at once (-32029, ``too_many_listings``) while its first one waits on a hung OPA,
+    another principal's is still asked, and the slot comes back when the first ends. Through
+    the gateway's ASGI app, its MCP door and its admission."""
+    config = make_project(tmp_path, f"sqlite:///{tmp_path}/toolgate.db")
+    sources = load_policy_sources(tmp_path / "rego", tmp_path / "policies")
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/list",
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/list",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        },
+    }
+
+    async def main(url: str) -> dict[str, Any]:
+        settings = yaml.safe_load(config.read_text())
+        settings.update(policy_backend="opa", opa_url=url, opa_timeout=1.5)
+        settings["mcp"] = {**settings.get("mcp", {}), "max_listings_per_principal": 1}
+        config.write_text(yaml.safe_dump(settings))
+        app = create_app(load_settings(config))
+        seen: dict[str, Any] = {}
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1:8080"
+            ) as c:
+
+                async def listing(key: str) -> tuple[float, dict[str, Any]]:
+                    start = time.monotonic()
+                    sent = {**headers, "Authorization": f"Bearer {key}"}
+                    answer = await c.post("/mcp", json=body, headers=sent)
+                    assert answer.status_code == 200, answer.text
+                    return time.monotonic() - start, rpc_message(answer.text)
+
+                first = asyncio.ensure_future(listing(ALICE))
+                await asyncio.sleep(0.3)  # alice's first listing waits on OPA now
+                seen["again"] = await listing(ALICE)
+                seen["bob"], seen["first"] = await asyncio.gather(listing(BOB), first)
+                seen["after"] = await listing(ALICE)
+        return seen
+
+    with standin(sources, HangsOnListed) as server:
+        seen = asyncio.run(main(server.url))
+    elapsed, again = seen["again"]
+    assert elapsed < 1.0, elapsed  # refused at once, not after OPA's timeout
+    error = again["error"]
+    assert error["code"] == -32029, again
+    assert "at most 1 at once, mcp.max_listings_per_principal" in error["message"], again
+    assert error["data"]["type"] == "too_many_listings", again
+    assert error["data"]["setting"] == "mcp.max_listings_per_principal", again
+    for who in ("first", "bob", "after"):  # asked, and fail closed when OPA does not answer
+        assert seen[who][1]["result"]["tools"][0]["name"] == "toolgate.execution_status", (
+            who,
+            seen[who],
+        )
+        assert len(seen[who][1]["result"]["tools"]) == 1, (who, seen[who])
+
+
+def rpc_message(text: str) -> dict[str, Any]:
+    """The JSON-RPC message of an answer, a JSON body or the last ``data:`` of an event
+    stream."""
+    if text.lstrip().startswith("{"):
+        return cast(dict[str, Any], json.loads(text))
+    data = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+    return cast(dict[str, Any], json.loads(data[-1]))

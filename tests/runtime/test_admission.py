@@ -60,6 +60,7 @@ def test_admission_takes_its_bounds_from_the_settings(tmp_path: Path) -> None:
     assert admission.waiters.bound.total == 90
     assert admission.sessions.bound.share == settings.mcp.max_sessions_per_principal
     assert admission.streams.bound.code == "too_many_streams"
+    assert admission.listings.bound.share_setting == "mcp.max_listings_per_principal"
 
 
 @pytest.mark.parametrize(
@@ -68,6 +69,7 @@ def test_admission_takes_its_bounds_from_the_settings(tmp_path: Path) -> None:
         ("max_executions_per_principal", 300, "max_executions_per_principal (300) is above"),
         ("max_queued_per_principal", 20_000, "max_queued_per_principal (20000) is above"),
         ("mcp", {"max_sessions_per_principal": 2000}, "mcp.max_sessions_per_principal (2000)"),
+        ("mcp", {"max_listings_per_principal": 65}, "mcp.max_listings_per_principal (65)"),
     ],
 )
 def test_a_share_above_its_total_is_refused_at_load(
