@@ -64,6 +64,18 @@ def check_approver(runtime: Runtime, approval: ApprovalRecord, approver: str) ->
         raise Forbidden("nobody approves their own request", code="self_approval")
 
 
+def may_see(runtime: Runtime, approval: ApprovalRecord, principal: str) -> bool:
+    """Whether ``principal`` sees ``approval`` as one who may decide it: a holder of a role
+    named in policy data's ``approvers`` (they see every approval), or of one of the roles
+    the approval's own decision named (they are sent its page). The requester sees their own
+    through the API; listing every approval takes a role of the data's ``approvers``."""
+    data = runtime.policy_data
+    if data.may_list_approvals(principal):
+        return True
+    named = approval.approver_roles
+    return named is not None and not set(named).isdisjoint(data.roles(principal))
+
+
 def _risk(runtime: Runtime, approval: ApprovalRecord) -> str:
     for tool in runtime.catalogue.versions(approval.tool_name):
         if str(tool.version) == approval.tool_version:

@@ -395,7 +395,7 @@ async def get_approval(request: Request) -> Response:
     principal = principal_of(request)
     approval = await services.store.get_approval(request.path_params["approval_id"])
     if approval is None or (
-        approval.principal != principal and not services.policy_data.may_list_approvals(principal)
+        approval.principal != principal and not approvals.may_see(services, approval, principal)
     ):
         raise NotFound("no such approval")
     return JSONResponse(approval.to_json())

@@ -87,9 +87,9 @@ async def inbox(request: Request) -> Response:
 async def _approval_view(request: Request) -> tuple[Runtime, ApprovalRecord, str]:
     services = services_of(request)
     principal = session_of(request).principal
-    _require_approver(services, principal)
     approval = await services.store.get_approval(request.path_params["approval_id"])
-    if approval is None:
+    if approval is None or not approvals.may_see(services, approval, principal):
+        _require_approver(services, principal)  # an agent's key: said so, as on the inbox
         raise NotFound("There is no such approval.")
     return services, approval, principal
 

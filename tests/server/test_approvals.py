@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from starlette.testclient import TestClient
 from gateway.pipeline.records import sha256_json
 from gateway.server.app import create_app
 from gateway.settings import Settings
-from tests.helpers import BOB, CAROL
+from tests.helpers import ALICE, BOB, CAROL
 from tests.server.helpers import auth, body
 
 
@@ -364,13 +365,9 @@ AUDITORS_APPROVE_DELETES = """approver_roles := ["auditor"] if {
 } else := object.get("""
 
 
-def test_the_decision_s_approver_roles_decide_its_approval(
-    settings: Settings, project: Path, doomed: Path
-) -> None:
-    """A rule naming other approver roles than the data's ``approvers``: the approval keeps the
-    decision's roles and only they decide it. Checked against the data's roles, bob (an
-    ``approver``) could approve, and the resumed call then failed on the policy's own check
-    with his approval spent; carol (an ``auditor`` only) could not approve at all."""
+def _auditors_approve_deletes(project: Path) -> None:
+    """A rule naming other approver roles than the data's ``approvers`` for deletes: only
+    ``auditor``, a role carol (an agent too) holds and the data's ``approvers`` does not name."""
     module = project / "rego" / "toolgate.rego"
     text = module.read_text()
     assert text.count("approver_roles := object.get(") == 1
@@ -379,6 +376,17 @@ def test_the_decision_s_approver_roles_decide_its_approval(
     data = yaml.safe_load(actors.read_text())
     data["actors"]["carol"]["roles"] = ["agent", "auditor"]
     actors.write_text(yaml.safe_dump(data))
+
+
+def test_the_decision_s_approver_roles_decide_its_approval(
+    settings: Settings, project: Path, doomed: Path
+) -> None:
+    """The approval keeps the decision's roles and only they decide it. Checked against the
+    data's roles, bob (an ``approver``) could approve, and the resumed call then failed on the
+    policy's own check with his approval spent; carol (an ``auditor`` only) could not approve
+    at all. She sees the approval she may decide, not the list of all (the data's
+    ``approvers`` do)."""
+    _auditors_approve_deletes(project)
     with TestClient(create_app(settings)) as client:
         parked = _delete(client)
         approval = f"/v1/approvals/{parked['approval']['id']}"
@@ -388,7 +396,44 @@ def test_the_decision_s_approver_roles_decide_its_approval(
         assert refused.json()["code"] == "not_an_approver"
         assert "['auditor']" in refused.json()["detail"]
         assert client.get(approval, headers=auth(BOB)).json()["status"] == "pending"
+        seen = client.get(approval, headers=auth(CAROL))
+        assert seen.status_code == 200 and seen.json()["status"] == "pending", seen.text
+        listed = client.get("/v1/approvals", headers=auth(CAROL))
+        assert listed.status_code == 403 and listed.json()["code"] == "not_an_approver"
         decided = client.post(f"{approval}/approve", headers=auth(CAROL))
         assert decided.status_code == 202, decided.text
+        assert _wait(client, parked)["result"]["outcome"] == "succeeded"
+    assert not doomed.exists()
+
+
+def test_the_page_of_an_approval_opens_to_the_roles_its_decision_named(
+    settings: Settings, project: Path, doomed: Path
+) -> None:
+    """Carol, sent the approval's page, signs in, sees it and approves there: the page let
+    only the data's ``approvers`` in (403 'your key is an agent's'), though she alone may
+    decide it. Alice, who may not, still meets the 403."""
+    _auditors_approve_deletes(project)
+    with TestClient(create_app(settings), follow_redirects=False) as client:
+        parked = _delete(client)
+        page_url = f"/ui/approvals/{parked['approval']['id']}"
+        for key, name in ((ALICE, "alice"), (CAROL, "carol")):
+            client.cookies.clear()
+            form = client.get("/ui/signin")
+            token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert token is not None, form.text
+            signed = client.post("/ui/signin", data={"csrf": token.group(1), "api_key": key})
+            assert signed.status_code == 303, signed.text
+            shown = client.get(page_url)
+            if name == "alice":
+                assert shown.status_code == 403, shown.text
+                assert "not_an_approver" in shown.text
+        assert shown.status_code == 200, shown.text
+        assert "doomed.txt" in shown.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text)
+        assert csrf is not None
+        decided = client.post(
+            f"{page_url}/decide", data={"decision": "approve", "csrf": csrf.group(1)}
+        )
+        assert decided.status_code == 303, decided.text
         assert _wait(client, parked)["result"]["outcome"] == "succeeded"
     assert not doomed.exists()
