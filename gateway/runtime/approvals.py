@@ -53,7 +53,7 @@ def check_approver(runtime: Runtime, approval: ApprovalRecord, approver: str) ->
     if approval.approver_roles is not None:
         roles, of = approval.approver_roles, "this approval"
     else:
-        risk = _risk(runtime, approval)
+        risk = risk_of(runtime, approval)
         roles, of = data.approvers.roles_for(risk), f"approvals of {risk}-risk tools"
     if set(roles).isdisjoint(data.roles(approver)):
         raise Forbidden(
@@ -76,7 +76,8 @@ def may_see(runtime: Runtime, approval: ApprovalRecord, principal: str) -> bool:
     return named is not None and not set(named).isdisjoint(data.roles(principal))
 
 
-def _risk(runtime: Runtime, approval: ApprovalRecord) -> str:
+def risk_of(runtime: Runtime, approval: ApprovalRecord) -> str:
+    """The risk of the approved call's tool version (``critical`` once it left the catalogue)."""
     for tool in runtime.catalogue.versions(approval.tool_name):
         if str(tool.version) == approval.tool_version:
             return tool.risk.value

@@ -48,13 +48,6 @@ def _may_decide(services: Runtime, approval: ApprovalRecord, principal: str) -> 
     return None
 
 
-def _risk(services: Runtime, approval: ApprovalRecord) -> str:
-    for tool in services.catalogue.versions(approval.tool_name):
-        if str(tool.version) == approval.tool_version:
-            return tool.risk.value
-    return "critical"
-
-
 @signed_in
 async def inbox(request: Request) -> Response:
     services = services_of(request)
@@ -76,7 +69,7 @@ async def inbox(request: Request) -> Response:
         rows.append(
             {
                 "approval": approval,
-                "risk": _risk(services, approval),
+                "risk": approvals.risk_of(services, approval),
                 "agent": record.agent_id if record else "",
                 "why_not": why_not,
             }
@@ -122,7 +115,7 @@ async def _render_approval(
         status,
         approval=approval,
         record=record,
-        risk=_risk(services, approval),
+        risk=approvals.risk_of(services, approval),
         why_not=_may_decide(services, approval, principal),
         arguments=pretty(approval.arguments),
         preview=_preview(edited.preview if edited is not None else approval.preview),
