@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from playwright.sync_api import expect
 
 from gateway.testing import gateway, make_project
 from gateway.ui import session as sessions
@@ -113,7 +114,8 @@ def _sign_in(browser: Any, url: str, key: str, viewport: dict[str, int] | None =
     page.goto(url + "/ui/")
     assert "/ui/signin" in page.url
     page.fill("#api_key", key)
-    page.click("button[type=submit]")
+    with page.expect_navigation(wait_until="load"):  # the page the form led to, parsed
+        page.click("button[type=submit]")
     return page
 
 
@@ -131,17 +133,19 @@ def test_an_approver_approves_a_diff_and_the_call_completes(
     if SHOTS:
         page.screenshot(path=str(Path(SHOTS) / "ui-inbox.png"), full_page=True)
     item.locator("a.title").click()
-    assert page.url.endswith("/ui/approvals/" + parked["approval"]["id"])
-    assert page.locator(".d-del", has_text="-two").count() == 1
-    assert page.locator(".d-add", has_text="+2").count() == 1
+    # The URL changes when the navigation commits, before the page is parsed: wait for it
+    # to load, else the diff's lines may not be there yet (seen in CI: 0 == 1).
+    page.wait_for_url("**/ui/approvals/" + parked["approval"]["id"], wait_until="load")
+    expect(page.locator(".d-del", has_text="-two")).to_have_count(1)
+    expect(page.locator(".d-add", has_text="+2")).to_have_count(1)
     assert "approval.requested" in page.locator("#timeline").inner_text()
     assert "sha256" in page.locator(".guards").inner_text()
     if SHOTS:
         page.screenshot(path=str(Path(SHOTS) / "ui-approval.png"), full_page=True)
     page.fill("#comment", "looks right")
-    page.click("button[value=approve]")
-    page.wait_for_url("**/ui/approvals/" + parked["approval"]["id"])
-    assert "can no longer be decided" in page.locator(".decide").inner_text()
+    with page.expect_navigation(wait_until="load"):  # the form posts back to this URL
+        page.click("button[value=approve]")
+    expect(page.locator(".decide")).to_contain_text("can no longer be decided")
     done = httpx.get(
         url + parked["links"]["self"] + "?wait=20", headers={"Authorization": f"Bearer {ALICE}"}
     ).json()
@@ -319,21 +323,24 @@ def test_an_approver_edits_the_call_before_approving(
     assert page.locator("#edit-create_dirs").count() == 0  # not editable
     # A refused edit decides nothing, and the form keeps what was typed.
     page.fill("#edit-path", ".git/hooks/pre-commit")
-    page.click("button[value=edit]")
-    assert "protected path" in page.locator(".alert").inner_text()
+    with page.expect_navigation(wait_until="load"):
+        page.click("button[value=edit]")
+    expect(page.locator(".alert")).to_contain_text("protected path")
     assert page.input_value("#edit-path") == ".git/hooks/pre-commit"
     assert _approval(url, approval)["status"] == "pending"
     page.fill("#edit-path", "reviewed/final.txt")
     page.fill("#edit-content", "line one\nline two\n")
     page.fill("#edit-comment", "moved and reworded")
-    page.click("button[value=preview]")  # the edited call's diff, nothing decided
-    assert "Preview of the edited call" in page.locator("#preview").inner_text()
-    assert page.locator("#preview .d-add", has_text="+line one").count() == 1
+    with page.expect_navigation(wait_until="load"):  # the edited call's diff, nothing decided
+        page.click("button[value=preview]")
+    expect(page.locator("#preview")).to_contain_text("Preview of the edited call")
+    expect(page.locator("#preview .d-add", has_text="+line one")).to_have_count(1)
     assert "reviewed/final.txt" in page.locator("#edited-arguments").inner_text()
     assert page.input_value("#edit-comment") == "moved and reworded"
     assert _approval(url, approval)["status"] == "pending"
-    page.click("button[value=edit]")
-    page.wait_for_url("**/ui/approvals/" + approval)
+    with page.expect_navigation(wait_until="load"):
+        page.click("button[value=edit]")
+    assert page.url.endswith("/ui/approvals/" + approval)
     done = httpx.get(
         url + parked["links"]["self"] + "?wait=20", headers={"Authorization": f"Bearer {ALICE}"}
     ).json()
