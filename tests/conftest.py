@@ -8,6 +8,7 @@ that is dropped afterwards. Off CI a missing server skips them with the reason; 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import uuid
@@ -20,6 +21,22 @@ os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
 
 from gateway.settings import Settings, load_settings
 from tests.helpers import IN_CI, PG_HOST, PG_USER, REPO, pg_admin
+
+
+def _own_handlers() -> list[logging.Handler]:
+    """The root logger's handlers but pytest's own (it adds one per test phase)."""
+    return [h for h in logging.getLogger().handlers if type(h).__module__ != "_pytest.logging"]
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_left_alone() -> Iterator[None]:
+    """A test that sets up logging (``toolgate serve`` in-process does) puts the root
+    logger back: a handler left on a test's captured stderr made later tests' log lines
+    fail with "I/O operation on closed file"."""
+    before = _own_handlers()
+    yield
+    after = _own_handlers()
+    assert after == before, f"the test left the root logger's handlers at {after}"
 
 
 @pytest.fixture(scope="module")

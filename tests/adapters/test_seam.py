@@ -150,7 +150,8 @@ def test_serve_parses_each_yaml_file_once(
     import anyio
     import uvicorn
 
-    import gateway.policy.loader  # noqa: F401  (patched below)
+    import gateway.observability.logs
+    import gateway.policy.loader  # patched below
 
     def start_and_stop(app: Any, **_: Any) -> None:
         async def once() -> None:
@@ -160,11 +161,18 @@ def test_serve_parses_each_yaml_file_once(
         anyio.run(once)
 
     monkeypatch.setattr(uvicorn, "run", start_and_stop)
+    # serve sends every logger through a handler on its stderr: here that is pytest's
+    # capture, closed after this test, and later tests' log lines failed on it.
+    configured: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        gateway.observability.logs, "configure", lambda fmt, level: configured.append((fmt, level))
+    )
     monkeypatch.setenv("TOOLGATE_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
     monkeypatch.chdir(REPO)
     parses = counting_yaml(monkeypatch)
     assert cli.main(["--config", str(REPO / "toolgate.yaml"), "serve", "--port", "0"]) == 0
     capsys.readouterr()
+    assert configured == [("text", "info")]
     assert len([p for p in parses if "/tools.d/" in p]) == 18
     assert max(parses.values()) == 1, parses.most_common(3)
 
