@@ -161,8 +161,9 @@ class _Requests:
         return _Request("GET", f"/v1/executions/{execution_id}/events", params)
 
     @staticmethod
-    def tools(fmt: str | None) -> _Request:
-        return _Request("GET", "/v1/tools", {"format": fmt} if fmt else None)
+    def tools(fmt: str | None, workspace: str) -> _Request:
+        params = {"workspace": workspace, **({"format": fmt} if fmt else {})}
+        return _Request("GET", "/v1/tools", params)
 
     @staticmethod
     def tool(name: str, version: str | None) -> _Request:
@@ -295,10 +296,11 @@ class Client:
     def events(self, execution_id: str, after: int | None = None) -> list[dict[str, Any]]:
         return list(self._send(_Requests.events(execution_id, after))["items"])
 
-    def tools(self, format: str | None = None) -> dict[str, Any]:
-        """The catalogue; ``format`` (``llm``, ``openai``, ``anthropic``, ``mcp``): every
-        enabled tool as an LLM tool definition, with ``names`` mapping back."""
-        return dict(self._send(_Requests.tools(format)))
+    def tools(self, format: str | None = None, workspace: str | None = None) -> dict[str, Any]:
+        """The tools the caller may use in ``workspace`` (default: the ``defaults``'), as
+        every door lists them; ``format`` (``llm``, ``openai``, ``anthropic``, ``mcp``): as
+        LLM tool definitions, with ``names`` mapping back."""
+        return dict(self._send(_Requests.tools(format, workspace or self.defaults.workspace)))
 
     def tool(self, name: str, version: str | None = None) -> dict[str, Any]:
         return dict(self._send(_Requests.tool(name, version)))
@@ -392,8 +394,11 @@ class AsyncClient:
     async def events(self, execution_id: str, after: int | None = None) -> list[dict[str, Any]]:
         return list((await self._send(_Requests.events(execution_id, after)))["items"])
 
-    async def tools(self, format: str | None = None) -> dict[str, Any]:
-        return dict(await self._send(_Requests.tools(format)))
+    async def tools(
+        self, format: str | None = None, workspace: str | None = None
+    ) -> dict[str, Any]:
+        request = _Requests.tools(format, workspace or self.defaults.workspace)
+        return dict(await self._send(request))
 
     async def tool(self, name: str, version: str | None = None) -> dict[str, Any]:
         return dict(await self._send(_Requests.tool(name, version)))

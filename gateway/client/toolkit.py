@@ -4,6 +4,7 @@ the answer an agent reads (the framework modules only wrap these)."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -49,11 +50,11 @@ async def acatalogue(client: AsyncClient) -> list[ToolSpec]:
 
 def with_call_id(options: CallOptions, call_id: str | None) -> CallOptions:
     """The options of one tool invocation: the framework's tool call id as the gateway's
-    call id when there is one (a retry of that tool call is then the same call), and, unless
-    the options name one, an idempotency key derived from it (``<run_id>/<tool call id>``:
-    what a tool with ``idempotency: required`` needs)."""
-    if not call_id:
-        return options
+    call id (a retry of that tool call is then the same call; an invocation without one is
+    a new call), and, unless the options name one, an idempotency key derived from it
+    (``<run_id>/<call id>``: what a tool with ``idempotency: required`` needs, and never the
+    same for two invocations)."""
+    call_id = call_id or f"call-{uuid.uuid4().hex}"
     key = options.idempotency_key or f"{options.run_id}/{call_id}"
     return replace(options, call_id=call_id, idempotency_key=key)
 

@@ -36,6 +36,7 @@ from gateway.pipeline.request import parse_request
 from gateway.pipeline.runner import run_call
 from gateway.runtime import cancellation
 from gateway.runtime.container import Runtime
+from gateway.service import catalogue, executions
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 
 log = logging.getLogger("toolgate.mcp")
@@ -71,12 +72,12 @@ async def list_tools(
             message=f"_meta[{meta.WORKSPACE!r}] names a workspace by its id, a string",
         )
     try:
-        with door.services.admission.listings.hold(door.principal):
-            listed = await tools.visible(
-                door.services, door.principal, workspace, door.roles, door.auth_method
-            )
+        visible = await catalogue.visible(
+            door.services, door.principal, workspace, door.roles, door.auth_method
+        )
     except LimitExceeded as exc:  # one principal's listings must not hold the policy's time
         raise MCPError(code=LIMIT_EXCEEDED, message=exc.message, data=exc.to_json()) from exc
+    listed = [tools.mcp_tool(tool) for tool in visible]
     listed.append(copy.deepcopy(STATUS_TOOL_DEF))
     if _modern(ctx):
         return {"tools": listed, "resultType": "complete"}
@@ -414,9 +415,7 @@ def _held(door: Door, out: dict[str, Any], record: ExecutionRecord) -> dict[str,
 
 
 async def _approval(door: Door, record: ExecutionRecord) -> ApprovalRecord | None:
-    if record.approval_id is None:
-        return None
-    return await door.services.store.get_approval(record.approval_id)
+    return await executions.approval_of(door.services, record)
 
 
 def _legacy_task(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> bool:
@@ -513,47 +512,27 @@ async def _status_tool(door: Door, arguments: Mapping[str, Any]) -> dict[str, An
     if (
         not isinstance(execution_id, str)
         or not isinstance(wait, int | float)
-        or not 0 <= wait <= 60
+        or not 0 <= wait <= executions.MAX_WAIT_S
     ):
         return results.refused(
-            ToolgateError("execution_id is a string and wait_s 0 to 60", code="invalid_arguments")
+            ToolgateError(
+                f"execution_id is a string and wait_s 0 to {executions.MAX_WAIT_S:g}",
+                code="invalid_arguments",
+            )
         )
-    found = await _find_own(door, execution_id)
+    found = await executions.find_visible(door.services, door.principal, execution_id)
     if found is None:
         return results.not_found(execution_id)
-    record = found
-    if wait > 0 and not record.terminal:
-        with door.services.admission.waiters.hold(door.principal):
-            record = await _wait_for_end(door, record, float(wait))
+    record = await executions.wait_for_end(door.services, door.principal, found, float(wait))
     if record.terminal:
         return results.call_result(record, door.base_url)
     return results.pending_result(record, await _approval(door, record), door.base_url)
 
 
-async def _wait_for_end(door: Door, record: ExecutionRecord, wait: float) -> ExecutionRecord:
-    """``record`` as it is once terminal, or after ``wait`` seconds."""
-    with anyio.move_on_after(wait):
-        while not record.terminal:
-            await anyio.sleep(0.2)
-            record = await door.services.store.get_execution(record.id) or record
-    return record
-
-
-async def _find_own(door: Door, execution_id: str) -> ExecutionRecord | None:
-    """The caller's execution ``execution_id``; None when it is unknown or another
-    principal's (told apart from nothing). Ids are ASCII: any other text names none (and
-    is not sent to the store, which could not encode a lone surrogate)."""
-    if not execution_id.isascii():
-        return None
-    record = await door.services.store.get_execution(execution_id)
-    if record is None or record.principal != door.principal:
-        return None
-    return record
-
-
 async def _own_execution(door: Door, execution_id: str) -> ExecutionRecord:
-    record = await _find_own(door, execution_id)
-    if record is None:
+    """The caller's own execution behind a task: a task is its requester's alone."""
+    record = await executions.find_visible(door.services, door.principal, execution_id)
+    if record is None or record.principal != door.principal:
         raise MCPError(code=INVALID_PARAMS, message=f"no task or execution {execution_id!r}")
     return record
 
@@ -581,8 +560,9 @@ async def task_result(
     record = await _own_execution(door, params.task_id)
     if not record.terminal:
         try:
-            with door.services.admission.waiters.hold(door.principal):
-                record = await _wait_for_end(door, record, TASK_RESULT_WAIT_S)
+            record = await executions.wait_for_end(
+                door.services, door.principal, record, TASK_RESULT_WAIT_S
+            )
         except LimitExceeded as exc:
             raise MCPError(code=LIMIT_EXCEEDED, message=exc.message, data=exc.to_json()) from exc
     if not record.terminal:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import anyio
+from starlette.datastructures import QueryParams
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Scope
 
 from gateway import jsonlimits
 from gateway.declarations import definitions
+from gateway.declarations.model import ToolDeclaration
 from gateway.errors import (
     Forbidden,
     MalformedRequest,
@@ -32,6 +33,7 @@ from gateway.policy import bundle as bundles
 from gateway.runtime import admission, approvals, cancellation
 from gateway.runtime.container import Runtime
 from gateway.server import render
+from gateway.service import catalogue, executions
 from gateway.store.records import ExecutionRecord
 from gateway.types import ApprovalStatus, Status
 
@@ -123,9 +125,7 @@ async def _read_body(request: Request, limit: int, heads: _Heads) -> bytearray:
 
 
 async def _execution_response(services: Runtime, record: ExecutionRecord) -> Response:
-    approval = None
-    if record.approval_id is not None:
-        approval = await services.store.get_approval(record.approval_id)
+    approval = await executions.approval_of(services, record)
     status = 200 if record.status is Status.COMPLETED else 202
     body = render.execution_json(record, approval)
     return render.EncodedJson(body, status)
@@ -208,40 +208,18 @@ async def resolve_execution(request: Request) -> Response:
 
 async def _visible_execution(request: Request) -> tuple[Runtime, ExecutionRecord]:
     services = services_of(request)
-    principal = principal_of(request)
-    record = await services.store.get_execution(request.path_params["execution_id"])
-    if record is None or not _may_see(services, principal, record):
-        raise NotFound("no such execution")
+    record = await executions.visible(
+        services, principal_of(request), request.path_params["execution_id"]
+    )
     return services, record
-
-
-def _may_see(services: Runtime, principal: str, record: ExecutionRecord) -> bool:
-    """The caller's own executions; approvers (by policy data) see every execution."""
-    return record.principal == principal or services.policy_data.may_list_approvals(principal)
-
-
-MAX_WAIT_S = 60.0
 
 
 async def get_execution(request: Request) -> Response:
     """One execution; ``?wait=S`` long-polls up to S seconds for a terminal state."""
+    wait = _wait_seconds(_query(request, "wait").get("wait"))
     services, record = await _visible_execution(request)
-    wait = _wait_seconds(request.query_params.get("wait"))
-    if wait > 0 and not record.terminal:
-        with services.admission.waiters.hold(principal_of(request)):
-            record = await _wait_for_end(services, record, wait)
+    record = await executions.wait_for_end(services, principal_of(request), record, wait)
     return await _execution_response(services, record)
-
-
-async def _wait_for_end(services: Runtime, record: ExecutionRecord, wait: float) -> ExecutionRecord:
-    deadline = time.monotonic() + wait
-    delay = 0.02
-    while not record.terminal and time.monotonic() < deadline:
-        await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-        delay = min(delay * 1.5, 0.5)
-        found = await services.store.get_execution(record.id)
-        record = found or record
-    return record
 
 
 def _wait_seconds(raw: str | None) -> float:
@@ -251,21 +229,21 @@ def _wait_seconds(raw: str | None) -> float:
         wait = float(raw)
     except ValueError as exc:
         raise MalformedRequest("wait must be a number of seconds", code="invalid_wait") from exc
-    if not 0 <= wait <= MAX_WAIT_S:
+    if not 0 <= wait <= executions.MAX_WAIT_S:
         raise MalformedRequest(
-            f"wait must be between 0 and {MAX_WAIT_S:g} seconds", code="invalid_wait"
+            f"wait must be between 0 and {executions.MAX_WAIT_S:g} seconds", code="invalid_wait"
         )
     return wait
 
 
 async def list_executions(request: Request) -> Response:
-    services = services_of(request)
-    principal = principal_of(request)
-    params = request.query_params
-    records = await services.store.find_executions(
-        principal, params.get("run_id"), params.get("call_id")
+    """The caller's executions of a run (and call), each as ``GET /v1/executions/{id}``
+    gives it."""
+    query = _query(request, "run_id", "call_id")
+    found = await executions.find(
+        services_of(request), principal_of(request), query.get("run_id"), query.get("call_id")
     )
-    items = [render.execution(record) for record in records]
+    items = [render.execution(record, approval) for record, approval in found]
     return JSONResponse({"items": items, "count": len(items)})
 
 
@@ -295,7 +273,7 @@ async def run_events(request: Request) -> Response:
     run_id = request.path_params["run_id"]
 
     def visible(record: ExecutionRecord) -> bool:
-        return _may_see(services, principal, record)
+        return executions.may_see(services, principal, record)
 
     if streams.wants_stream(request):
         cursor = streams.run_cursor(request.headers.get("last-event-id"))
@@ -323,50 +301,62 @@ def _after_seq(raw: str | None) -> int:
     return int(raw)
 
 
-async def list_tools(request: Request) -> Response:
-    """The catalogue; ``?format=`` every enabled tool as an LLM tool definition instead."""
+async def _visible_tools(request: Request, only: str | None = None) -> list[ToolDeclaration]:
+    """The tools the caller may see for calls in ``?workspace=`` (default: the configured
+    ``mcp.workspace``, as MCP ``tools/list``): the one listing of every door."""
     services = services_of(request)
-    principal_of(request)
-    fmt = request.query_params.get("format")
-    if fmt is not None:
-        return _tool_definitions(services, fmt)
-    catalogue = services.catalogue
-    items = []
-    for name in catalogue.names:
-        versions = catalogue.versions(name)
-        enabled = [v for v in versions if not v.disabled] or versions
-        items.append(render.tool_summary(enabled[0], versions))
-    return JSONResponse({"items": items, "count": len(items)})
+    identity = identity_of(request)
+    workspace = request.query_params.get("workspace", services.settings.mcp.workspace)
+    return await catalogue.visible(
+        services, identity.principal, workspace, identity.roles, identity.method, only
+    )
 
 
-def _tool_definitions(services: Runtime, fmt: str) -> Response:
-    if fmt not in definitions.TOOL_FORMATS:
+async def list_tools(request: Request) -> Response:
+    """The tools the caller may see; ``?format=`` as LLM tool definitions instead."""
+    query = _query(request, "format", "workspace")
+    fmt = query.get("format")
+    if fmt is not None and fmt not in definitions.TOOL_FORMATS:
         raise MalformedRequest(
             f"format must be one of {', '.join(definitions.TOOL_FORMATS)} (got {fmt!r})",
             code="invalid_format",
         )
-    catalogue = services.catalogue
-    items, names = [], {}
-    for name in catalogue.names:
-        enabled = [v for v in catalogue.versions(name) if not v.disabled]
-        if enabled:  # a tool whose every version is disabled cannot be called
-            items.append(definitions.tool_definition(enabled[0], fmt))
-            names[definitions.definition_name(enabled[0], fmt)] = name
+    tools = await _visible_tools(request)
+    if fmt is None:
+        catalogue = services_of(request).catalogue
+        items = [render.tool_summary(tool, catalogue.versions(tool.name)) for tool in tools]
+        return JSONResponse({"items": items, "count": len(items)})
+    items = [definitions.tool_definition(tool, fmt) for tool in tools]
+    names = {definitions.definition_name(tool, fmt): tool.name for tool in tools}
     return JSONResponse({"format": fmt, "items": items, "count": len(items), "names": names})
 
 
 async def get_tool(request: Request) -> Response:
+    """One tool the caller may see, with its schemas; ``?version=`` another of its versions."""
     services = services_of(request)
-    principal_of(request)
+    query = _query(request, "version", "workspace")
     name = request.path_params["name"]
-    versions = services.catalogue.versions(name)
-    if not versions:
+    if not await _visible_tools(request, only=name):
         raise NotFound(f"no tool named {name!r}")
     try:
-        tool = services.catalogue.resolve(name, request.query_params.get("version"))
+        tool = services.catalogue.resolve(name, query.get("version"))
     except ResolveError as exc:
         raise NotFound(exc.message, code=exc.code) from exc
-    return JSONResponse(render.tool_detail(tool, versions))
+    return JSONResponse(render.tool_detail(tool, services.catalogue.versions(name)))
+
+
+def _query(request: Request, *known: str) -> QueryParams:
+    """The query parameters, refused whole when one is not among the route's ``known``: a
+    misspelt filter (``?tool=``, ``?limit=``) must not be answered as if it were absent."""
+    params = request.query_params
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        takes = ", ".join(known) or "none"
+        raise MalformedRequest(
+            f"unknown query parameter {unknown[0]!r} (this route takes: {takes})",
+            code="invalid_query",
+        )
+    return params
 
 
 APPROVAL_STATES = tuple(s.value for s in ApprovalStatus)

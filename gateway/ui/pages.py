@@ -33,6 +33,7 @@ from gateway.http import streams
 from gateway.http.artifacts import artifact_response
 from gateway.http.auth import Authenticator
 from gateway.runtime.container import Runtime
+from gateway.service import executions as execution_service
 from gateway.store.records import ExecutionRecord
 from gateway.types import Outcome, Status
 from gateway.ui import session as sessions
@@ -337,10 +338,6 @@ EXECUTION_STATUSES = tuple(s.value for s in Status)
 OUTCOMES = tuple(o.value for o in Outcome)
 
 
-def _may_see(services: Runtime, principal: str, record: ExecutionRecord) -> bool:
-    return record.principal == principal or services.policy_data.may_list_approvals(principal)
-
-
 @signed_in
 async def executions(request: Request) -> Response:
     services = services_of(request)
@@ -378,8 +375,10 @@ async def executions(request: Request) -> Response:
 async def _visible(request: Request) -> tuple[Runtime, ExecutionRecord]:
     services = services_of(request)
     principal = session_of(request).principal
-    record = await services.store.get_execution(request.path_params["execution_id"])
-    if record is None or not _may_see(services, principal, record):
+    record = await execution_service.find_visible(
+        services, principal, request.path_params["execution_id"]
+    )
+    if record is None:
         raise NotFound("There is no such execution.")
     return services, record
 

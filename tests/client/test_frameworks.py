@@ -87,3 +87,30 @@ def test_langchain_structured_tools_run_through_the_gateway(gw: Gw) -> None:
 
     read = json.loads(anyio.run(main))
     assert read["outcome"] == "succeeded" and read["data"]["content"] == "from langchain"
+
+
+def test_langchain_tools_give_each_invocation_its_own_call_and_key(gw: Gw) -> None:
+    # fs.delete_file requires an idempotency key: one fixed set of options for every
+    # invocation gave `idempotency_key_required` (no key) or would reuse one key
+    pytest.importorskip("langchain_core")
+    from gateway.client.langchain import structured_tools
+
+    _, workspace = gw
+    names = [f"lc-doomed-{uuid.uuid4().hex[:6]}.txt" for _ in range(2)]
+    for name in names:
+        (workspace / name).write_text("bye")
+    url, _ = gw
+    with Client(url, ALICE) as client:
+        delete = {t.name: t for t in structured_tools(client)}["fs__delete_file"]
+        first, second = (json.loads(delete.invoke({"path": name})) for name in names)
+        call = {"type": "tool_call", "id": "lc-tc-1", "name": delete.name, "args": {}}
+        call["args"] = {"path": names[0]}
+        by_tool_call = delete.invoke(call)  # a ToolMessage, whose content is the answer
+        again = delete.invoke(call)  # the same tool call: the same call
+    assert first["status"] == second["status"] == "awaiting_approval", (first, second)
+    assert first["approval_id"] and second["approval_id"] != first["approval_id"]
+    parked = json.loads(by_tool_call.content)
+    assert parked["status"] == "awaiting_approval", parked
+    assert json.loads(again.content)["execution_id"] == parked["execution_id"]
+    assert parked["execution_id"] not in (first["execution_id"], second["execution_id"])
+    assert all((workspace / name).exists() for name in names)  # nothing ran unapproved

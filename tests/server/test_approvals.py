@@ -437,3 +437,19 @@ def test_the_page_of_an_approval_opens_to_the_roles_its_decision_named(
         assert decided.status_code == 303, decided.text
         assert _wait(client, parked)["result"]["outcome"] == "succeeded"
     assert not doomed.exists()
+
+
+def test_a_parked_call_found_by_run_and_call_id_carries_its_approval(
+    client: TestClient, doomed: Path
+) -> None:
+    # An agent that lost the answer finds its call by run and call id (docs/api.md): the list
+    # gives each execution as reading it by id does, its pending approval included
+    parked = _delete(client)
+    found = client.get(
+        f"/v1/executions?run_id={parked['run_id']}&call_id={parked['call_id']}", headers=auth()
+    ).json()
+    by_id = client.get(parked["links"]["self"], headers=auth()).json()
+    assert found["count"] == 1
+    assert found["items"][0] == by_id
+    assert by_id["approval"]["id"] == parked["approval"]["id"]
+    assert by_id["approval"]["status"] == "pending"

@@ -116,8 +116,43 @@ def test_disabled_tools_are_not_offered_to_a_model(settings: Settings, project: 
     with TestClient(create_app(settings)) as client:
         listed = [t["name"] for t in client.get("/v1/tools", headers=auth()).json()["items"]]
         offered = _definitions(client, "openai")["names"].values()
-    assert "fs.write_file" in listed  # still listed: its only version is disabled
+        detail = client.get("/v1/tools/fs.write_file", headers=auth())
+    # no call could use it: no listing offers it (`toolgate tools` shows the whole catalogue)
+    assert "fs.write_file" not in listed and "fs.read_file" in listed
     assert "fs.write_file" not in offered and "fs.read_file" in offered
+    assert detail.status_code == 404, detail.text
+
+
+def test_a_tool_under_a_standing_refusal_is_in_no_listing(client: TestClient) -> None:
+    # bob (an approver) is refused high-risk tools by a standing rule: MCP tools/list hides
+    # them, and so must every format of GET /v1/tools and the tool's own page
+    bob = auth("tg_dev_bob")
+    listed = {t["name"] for t in client.get("/v1/tools", headers=bob).json()["items"]}
+    assert "fs.read_file" in listed and "proc.python" not in listed
+    for fmt in ("llm", "openai", "anthropic", "mcp"):
+        body = client.get(f"/v1/tools?format={fmt}", headers=bob).json()
+        assert "proc.python" not in body["names"].values(), fmt
+        assert "fs.read_file" in body["names"].values(), fmt
+    assert client.get("/v1/tools/proc.python", headers=bob).status_code == 404
+    assert client.get("/v1/tools/proc.python", headers=auth()).status_code == 200
+
+
+def test_a_listing_is_for_the_workspace_it_names(client: TestClient) -> None:
+    # alice is no member of `ops`: no call of hers could run there, so nothing is listed
+    ops = client.get("/v1/tools?workspace=ops", headers=auth()).json()
+    assert ops == {"items": [], "count": 0}
+    assert client.get("/v1/tools?workspace=demo", headers=auth()).json()["count"] > 10
+
+
+def test_an_unknown_query_parameter_is_400(client: TestClient) -> None:
+    for url in (
+        "/v1/tools?fromat=llm",
+        "/v1/tools/fs.read_file?verison=1",
+        "/v1/executions?tool=x",
+    ):
+        response = client.get(url, headers=auth())
+        assert response.status_code == 400, url
+        assert response.json()["code"] == "invalid_query", url
 
 
 def test_an_unknown_format_is_400(client: TestClient) -> None:

@@ -1,9 +1,9 @@
-"""What tools/list lists: the policy's own listing rule (data.toolgate.listed) on both policy
+"""What every door lists: the policy's own listing rule (data.toolgate.listed) on both policy
 backends, fail closed, and the probe call for a policy that does not define the rule.
 
-In process: ``tools.visible`` over a runtime of the shipped catalogue and a temporary project's
-policy (the store is never touched by a listing). The SDK tests (test_sdk.py) list through a
-real gateway."""
+In process: ``catalogue.visible`` over a runtime of the shipped catalogue and a temporary
+project's policy (the store is never touched by a listing). The SDK tests (tests/mcp/test_sdk.py)
+list through a real gateway; tests/service/test_door_parity.py through every door."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import httpx
 import pytest
 import yaml
 
-from gateway.mcp import tools
 from gateway.policy.data import PolicyData
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources, load_policy_sources
@@ -30,6 +29,7 @@ from gateway.policy.opa import OpaPolicy
 from gateway.policy.standin import StandIn
 from gateway.runtime.container import Runtime
 from gateway.server.app import create_app
+from gateway.service import catalogue
 from gateway.settings import load_settings
 from gateway.store.store import Store
 from gateway.testing import load_catalogue, make_project
@@ -136,10 +136,10 @@ def names(
     async def main() -> set[str]:
         async with backend(kind, sources) as policy:
             services = runtime(tmp_path, sources, policy)
-            listed = await tools.visible(services, principal, "demo", (), "api_key")
+            listed = await catalogue.visible(services, principal, "demo", (), "api_key")
             if check is not None:
                 await check(services)
-            return {t["name"] for t in listed}
+            return {t.name for t in listed}
 
     return asyncio.run(main())
 
@@ -152,7 +152,7 @@ def test_a_tool_only_a_call_without_arguments_is_refused_is_listed(
 
     async def a_real_call_is_allowed(services: Runtime) -> None:
         tool = services.catalogue.resolve("fs.read_file", None)
-        probe = tools.probe_input(services, "alice", "demo", tool, (), "api_key")
+        probe = catalogue.probe_input(services, "alice", "demo", tool, (), "api_key")
         real = {**probe, "arguments": {"path": "a.txt"}}
         real["paths"] = [{"argument": "path", "relative": "a.txt", "inside_workspace": True}]
         assert (await services.policy.decide(real)).result is DecisionResult.ALLOW
@@ -175,11 +175,11 @@ def test_an_error_in_the_listing_rule_leaves_the_tool_out_with_one_warning(
     tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     sources = project(tmp_path, broken=BROKEN)
-    with caplog.at_level(logging.WARNING, logger="toolgate.mcp"):
+    with caplog.at_level(logging.WARNING, logger="toolgate.listing"):
         listed = names(tmp_path, kind, sources, "alice")
     assert "fs.read_file" not in listed and "fs.write_file" not in listed
     assert "fs.list_dir" in listed  # the others are answered
-    warnings = [r for r in caplog.records if r.name == "toolgate.mcp"]
+    warnings = [r for r in caplog.records if r.name == "toolgate.listing"]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert "2 tool(s) left out" in warnings[0].getMessage()
 
@@ -195,7 +195,7 @@ def test_an_answer_that_is_not_a_boolean_lists_nothing(
     tmp_path: Path, rule: str, cause: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     text = 'package toolgate\n\ndecision := {"result": "allow", "reasons": []}\n\n' + rule
-    with caplog.at_level(logging.WARNING, logger="toolgate.mcp"):
+    with caplog.at_level(logging.WARNING, logger="toolgate.listing"):
         listed = names(tmp_path, "embedded", scratch(tmp_path, text), "alice")
     assert listed == ({"fs.list_dir"} if cause == "undefined" else set())
     assert cause in caplog.text
@@ -212,7 +212,7 @@ def test_an_unknown_workspace_lists_nothing_without_asking(tmp_path: Path) -> No
     async def main() -> list[Any]:
         sources = project(tmp_path)
         async with backend("embedded", sources) as policy:
-            return await tools.visible(runtime(tmp_path, sources, policy), "alice", "nowhere")
+            return await catalogue.visible(runtime(tmp_path, sources, policy), "alice", "nowhere")
 
     assert asyncio.run(main()) == []
 
@@ -243,16 +243,16 @@ def test_a_hung_opa_holds_a_listing_about_one_timeout_whatever_the_number_of_too
     async def main() -> tuple[int, float, list[Any]]:
         async with backend("opa", sources, opa_server, timeout) as policy:
             services = runtime(tmp_path, sources, policy)
-            count = len(tools.listed(services))
+            count = len(catalogue.candidates(services))
             start = time.monotonic()
-            listed = await tools.visible(services, "alice", "demo", (), "api_key")
+            listed = await catalogue.visible(services, "alice", "demo", (), "api_key")
             return count, time.monotonic() - start, listed
 
-    with caplog.at_level(logging.WARNING, logger="toolgate.mcp"):
+    with caplog.at_level(logging.WARNING, logger="toolgate.listing"):
         count, elapsed, listed = asyncio.run(main())
     assert count >= 10 and listed == []  # fail closed
     assert elapsed < (count - 1) * timeout, f"{elapsed:.2f} s for {count} tools"
-    warnings = [r.getMessage() for r in caplog.records if r.name == "toolgate.mcp"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "toolgate.listing"]
     if text is None:  # one warning for the listing, naming how many and the first cause
         assert len(warnings) == 1, warnings
         assert f"{count} tool(s) left out" in warnings[0]

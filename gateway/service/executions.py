@@ -1,0 +1,96 @@
+"""The executions a principal may see: read one, find several, wait for one to end.
+
+One rule of visibility for every door (REST, MCP's status tool, the page, the CLI and the
+kit through REST): a principal sees its own executions, and an approver (a principal the
+policy data lets list approvals) sees every execution. An execution another principal may
+not see is answered as one that does not exist. A parked execution is always given with its
+pending approval, whether it is read by id or found by run and call id, so that an agent
+recovering from a lost answer learns the approval's id and page either way.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import anyio
+
+from gateway.errors import NotFound
+from gateway.runtime.container import Runtime
+from gateway.store.records import ApprovalRecord, ExecutionRecord
+
+MAX_WAIT_S = 60.0
+"""The longest a caller may wait for an end in one request (``?wait=``, the status tool)."""
+
+FIND_LIMIT = 100
+"""The most executions one find answers."""
+
+
+class Seen(NamedTuple):
+    """An execution as a door shows it: the record and its approval, if it has one."""
+
+    record: ExecutionRecord
+    approval: ApprovalRecord | None
+
+
+def may_see(services: Runtime, principal: str, record: ExecutionRecord) -> bool:
+    """Its owner, and approvers (by the policy data), see an execution."""
+    return record.principal == principal or services.policy_data.may_list_approvals(principal)
+
+
+async def find_visible(
+    services: Runtime, principal: str, execution_id: str
+) -> ExecutionRecord | None:
+    """Execution ``execution_id`` if ``principal`` may see it, else None (unknown and
+    invisible alike). Ids are ASCII: any other text names none (and is not sent to the
+    store, which could not encode a lone surrogate)."""
+    if not execution_id.isascii():
+        return None
+    record = await services.store.get_execution(execution_id)
+    if record is None or not may_see(services, principal, record):
+        return None
+    return record
+
+
+async def visible(services: Runtime, principal: str, execution_id: str) -> ExecutionRecord:
+    """Execution ``execution_id``, or ``NotFound`` when ``principal`` may not see it."""
+    record = await find_visible(services, principal, execution_id)
+    if record is None:
+        raise NotFound("no such execution")
+    return record
+
+
+async def approval_of(services: Runtime, record: ExecutionRecord) -> ApprovalRecord | None:
+    if record.approval_id is None:
+        return None
+    return await services.store.get_approval(record.approval_id)
+
+
+async def seen(services: Runtime, record: ExecutionRecord) -> Seen:
+    return Seen(record, await approval_of(services, record))
+
+
+async def find(
+    services: Runtime, principal: str, run_id: str | None, call_id: str | None
+) -> list[Seen]:
+    """The caller's own executions of ``run_id`` (and ``call_id``), newest first, each with
+    its approval: the same shape as reading one by id."""
+    records = await services.store.find_executions(principal, run_id, call_id, FIND_LIMIT)
+    return [await seen(services, record) for record in records]
+
+
+async def wait_for_end(
+    services: Runtime, principal: str, record: ExecutionRecord, wait: float
+) -> ExecutionRecord:
+    """``record`` as it is once terminal, or after ``wait`` seconds (at most
+    ``MAX_WAIT_S``), read again from the store with a growing pause: a call finished by
+    another replica is seen too. Holds one of the principal's waiter slots meanwhile
+    (``admission.waiters``: ``LimitExceeded`` beyond)."""
+    if record.terminal or wait <= 0:
+        return record
+    with services.admission.waiters.hold(principal), anyio.move_on_after(min(wait, MAX_WAIT_S)):
+        delay = 0.02
+        while not record.terminal:
+            await anyio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+            record = await services.store.get_execution(record.id) or record
+    return record
