@@ -30,13 +30,10 @@ from gateway import jsonlimits, tracecontext
 from gateway.errors import LimitExceeded, ToolgateError
 from gateway.mcp import meta, results, tools
 from gateway.mcp.context import Door
-from gateway.pipeline.plan import plan_call
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
-from gateway.pipeline.runner import run_call
-from gateway.runtime import cancellation
 from gateway.runtime.container import Runtime
-from gateway.service import catalogue, executions
+from gateway.service import calls, catalogue, executions
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 
 log = logging.getLogger("toolgate.mcp")
@@ -254,8 +251,7 @@ async def _call(
                     code=INVALID_PARAMS,
                     message="a dry run answers at once with its plan: send it without params.task",
                 )
-            with door.services.admission.executions.hold(door.principal):
-                plan = await plan_call(door.services, request)
+            plan = await calls.plan(door.services, request)
             out = results.plan_result(plan)
             return results.within_output_schema(out, door.services.catalogue, plan.tool)
         run = _start(door, request)
@@ -370,7 +366,7 @@ class Run:
         """Run the call, which holds its principal's execution slot (taken by ``_start``
         or ``_plain``)."""
         try:
-            self.record = await run_call(self.services, self.request)
+            self.record = await calls.run_holding(self.services, self.request)
         except ToolgateError as exc:
             self.error = exc
         except Exception as exc:
@@ -393,9 +389,7 @@ class Run:
         """The execution, once reserved (it is durable from then on)."""
         if self.record is not None:
             return self.record
-        req = self.request
-        found = await self.services.store.find_executions(req.principal, req.run_id, req.call_id)
-        return found[0] if found else None
+        return await calls.find_call(self.services, self.request)
 
 
 async def _answer(door: Door, run: Run) -> dict[str, Any]:
@@ -501,7 +495,7 @@ async def cancel_abandoned(door: Door, run: Run) -> None:
         if latest.terminal:
             return
         try:
-            await cancellation.cancel(door.services, latest, door.principal)
+            await calls.cancel(door.services, door.principal, latest)
         except ToolgateError as exc:
             log.info("cancelling abandoned execution %s: %s", latest.id, exc.message)
 
@@ -582,7 +576,7 @@ async def cancel_task(
     door = Door.of(ctx)
     record = await _own_execution(door, params.task_id)
     try:
-        record = await cancellation.cancel(door.services, record, door.principal)
+        record = await calls.cancel(door.services, door.principal, record)
     except ToolgateError as exc:
         raise MCPError(code=INVALID_PARAMS, message=exc.message) from exc
     return results.task(record, await _approval(door, record), door.base_url)

@@ -25,15 +25,13 @@ from gateway.http import streams
 from gateway.http.auth import identity_of
 from gateway.http.auth import principal_of as principal_of
 from gateway.observability.metrics import CONTENT_TYPE
-from gateway.pipeline.plan import plan_call
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
-from gateway.pipeline.runner import run_call
 from gateway.policy import bundle as bundles
-from gateway.runtime import admission, approvals, cancellation
 from gateway.runtime.container import Runtime
 from gateway.server import render
-from gateway.service import catalogue, executions
+from gateway.service import approvals as service_approvals
+from gateway.service import calls, catalogue, executions
 from gateway.store.records import ExecutionRecord
 from gateway.types import ApprovalStatus, Status
 
@@ -152,14 +150,8 @@ async def create_execution(request: Request) -> Response:
     services = services_of(request)
     heads = _Heads(request.scope)
     call = await _call_of(request, services, heads)
-    respond_async = "respond-async" in heads.first.get(b"prefer", "").lower()
-    if respond_async:  # bounded by the queue; a worker holds the execution slot when it runs
-        metrics = services.telemetry.metrics
-        await admission.check_queued(services.store, services.settings, call.principal, metrics)
-        record = await run_call(services, call, respond_async=True)
-    else:
-        with services.admission.executions.hold(call.principal):
-            record = await run_call(services, call)
+    queued = "respond-async" in heads.first.get(b"prefer", "").lower()
+    record = await calls.submit(services, call, queued=queued)
     return await _execution_response(services, record)
 
 
@@ -167,14 +159,13 @@ async def create_plan(request: Request) -> Response:
     """What ``POST /v1/executions`` with this body would do, with no side effect."""
     services = services_of(request)
     call = await _call_of(request, services, _Heads(request.scope))
-    with services.admission.executions.hold(call.principal):
-        plan = await plan_call(services, call)
+    plan = await calls.plan(services, call)
     return JSONResponse(plan.to_json())
 
 
 async def cancel_execution(request: Request) -> Response:
     services, record = await _visible_execution(request)
-    record = await cancellation.cancel(services, record, principal_of(request))
+    record = await calls.cancel(services, principal_of(request), record)
     return await _execution_response(services, record)
 
 
@@ -186,8 +177,7 @@ async def cancel_by_token(request: Request) -> Response:
     token = data.get("cancellation_token") if isinstance(data, dict) else None
     if not isinstance(token, str) or not token:
         raise MalformedRequest('the body is {"cancellation_token": "..."}', code="invalid_request")
-    records = await services.store.find_by_cancellation_token(principal, token)
-    done = [await cancellation.cancel(services, r, principal) for r in records]
+    done = await calls.cancel_by_token(services, principal, token)
     items = [render.execution(r) for r in done]
     return JSONResponse({"items": items, "count": len(items)}, status_code=202 if items else 200)
 
@@ -196,12 +186,11 @@ async def resolve_execution(request: Request) -> Response:
     """A person (an approver) settles an ``unknown`` outcome."""
     services, record = await _visible_execution(request)
     principal = principal_of(request)
-    _require_approver(services, principal)
     data = await read_json(request, 16 * 1024)
     if not isinstance(data, dict):
         raise MalformedRequest('the body is {"outcome": ..., "note": ...}', code="invalid_request")
-    record = await cancellation.resolve_unknown(
-        services, record, principal, str(data.get("outcome")), str(data.get("note") or "")
+    record = await calls.resolve_unknown(
+        services, principal, record, str(data.get("outcome")), str(data.get("note") or "")
     )
     return await _execution_response(services, record)
 
@@ -362,32 +351,24 @@ def _query(request: Request, *known: str) -> QueryParams:
 APPROVAL_STATES = tuple(s.value for s in ApprovalStatus)
 
 
-def _require_approver(services: Runtime, principal: str) -> None:
-    if not services.policy_data.may_list_approvals(principal):
-        raise Forbidden("only approvers may see and decide approvals", code="not_an_approver")
+APPROVERS_ONLY = "only approvers may see and decide approvals"
 
 
 async def list_approvals(request: Request) -> Response:
     services = services_of(request)
-    _require_approver(services, principal_of(request))
-    status = request.query_params.get("status")
+    status = _query(request, "status").get("status")
     if status is not None and status not in APPROVAL_STATES:
         raise MalformedRequest(
             f"status must be one of {', '.join(APPROVAL_STATES)}", code="invalid_status"
         )
-    await approvals.sweep(services)
-    items = await services.store.list_approvals(status)
+    items = await service_approvals.listing(services, principal_of(request), status, APPROVERS_ONLY)
     return JSONResponse({"items": [a.to_json() for a in items], "count": len(items)})
 
 
 async def get_approval(request: Request) -> Response:
-    services = services_of(request)
-    principal = principal_of(request)
-    approval = await services.store.get_approval(request.path_params["approval_id"])
-    if approval is None or (
-        approval.principal != principal and not approvals.may_see(services, approval, principal)
-    ):
-        raise NotFound("no such approval")
+    approval = await service_approvals.visible(
+        services_of(request), principal_of(request), request.path_params["approval_id"]
+    )
     return JSONResponse(approval.to_json())
 
 
@@ -424,8 +405,9 @@ async def _decide(request: Request, approve: bool) -> Response:
     services = services_of(request)
     principal = principal_of(request)
     body = await _decision_body(request)
-    verdict = await approvals.decide(
+    verdict = await service_approvals.decide(
         services,
+        request.app.state.tasks,
         request.path_params["approval_id"],
         principal,
         approve,
@@ -433,8 +415,6 @@ async def _decide(request: Request, approve: bool) -> Response:
         resume=body.get("resume", True),
         edits=body.get("arguments"),
     )
-    if verdict.resume:
-        request.app.state.tasks.start_soon(approvals.resume, services, verdict.approval)
     out = verdict.approval.to_json()
     out["links"] = {"execution": f"/v1/executions/{verdict.approval.execution_id}"}
     if verdict.token is not None:

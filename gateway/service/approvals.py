@@ -1,0 +1,84 @@
+"""Approvals as every door shows them: who sees one, the list an approver works from,
+and a decision (``runtime/approvals.py`` decides; this is what the doors call).
+
+One rule of visibility (REST, the page, and later the MCP door's links): the requester
+sees their own approval, and so does every principal who may decide it
+(``runtime.approvals.may_see``); anybody else is answered as if it did not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from anyio.abc import TaskGroup
+
+from gateway.errors import Forbidden, NotFound
+from gateway.runtime import approvals
+from gateway.runtime.approvals import Verdict
+from gateway.runtime.container import Runtime
+from gateway.store.records import ApprovalRecord, ExecutionRecord
+from gateway.types import JSON
+
+__all__ = ["Verdict", "decide", "listing", "may_decide", "visible"]
+
+
+def require_approver(services: Runtime, principal: str, message: str) -> None:
+    """Forbidden (``not_an_approver``, ``message``) unless ``principal`` may list approvals."""
+    if not services.policy_data.may_list_approvals(principal):
+        raise Forbidden(message, code="not_an_approver")
+
+
+async def listing(
+    services: Runtime, principal: str, status: str | None, message: str
+) -> list[ApprovalRecord]:
+    """Every approval in ``status`` (None: any), expired ones closed first; for approvers
+    only (``message`` says so to anybody else)."""
+    require_approver(services, principal, message)
+    await approvals.sweep(services)
+    return await services.store.list_approvals(status)
+
+
+def may_see(services: Runtime, principal: str, approval: ApprovalRecord) -> bool:
+    return approval.principal == principal or approvals.may_see(services, approval, principal)
+
+
+async def visible(services: Runtime, principal: str, approval_id: str) -> ApprovalRecord:
+    """Approval ``approval_id``, or ``NotFound`` when ``principal`` may not see it."""
+    approval = await services.store.get_approval(approval_id) if approval_id.isascii() else None
+    if approval is None or not may_see(services, principal, approval):
+        raise NotFound("no such approval")
+    return approval
+
+
+def may_decide(services: Runtime, approval: ApprovalRecord, principal: str) -> str | None:
+    """None when ``principal`` may decide ``approval``; else why not."""
+    try:
+        approvals.check_approver(services, approval, principal)
+    except Forbidden as exc:
+        return exc.message
+    return None
+
+
+async def execution_of(services: Runtime, approval: ApprovalRecord) -> ExecutionRecord | None:
+    return await services.store.get_execution(approval.execution_id)
+
+
+async def decide(
+    services: Runtime,
+    tasks: TaskGroup,
+    approval_id: str,
+    principal: str,
+    approve: bool,
+    comment: str | None,
+    *,
+    resume: bool = True,
+    edits: Mapping[str, JSON] | None = None,
+) -> Verdict:
+    """Approve or deny as ``principal``; an approved call that resumes is run in ``tasks``
+    (the gateway's task group: the decision is answered without waiting for it)."""
+    verdict = await approvals.decide(
+        services, approval_id, principal, approve, comment, resume=resume, edits=edits
+    )
+    if verdict.resume:
+        tasks.start_soon(approvals.resume, services, verdict.approval)
+    return verdict
