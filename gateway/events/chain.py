@@ -12,14 +12,11 @@ integers, so it is also that array's RFC 8785 (JCS) canonical form.
 from __future__ import annotations
 
 import hashlib
-from json.encoder import encode_basestring
 
 from gateway.jsontext import canonical
 
 FORMAT = "toolgate.event.v1"
 """The first element of every hashed array: a later encoding gets another name."""
-FORMAT_JSON = encode_basestring(FORMAT)
-"""``FORMAT`` as the JSON string the array begins with."""
 GENESIS = "0" * 64
 """The ``prev`` of an execution's first event (seq 0)."""
 
@@ -34,27 +31,8 @@ def encoding(
     at_ms: int,
     data_json: str,
 ) -> bytes:
-    """The bytes an event's hash is taken over.
-
-    The array is written field by field (``encode_basestring`` is what ``canonical`` uses for
-    a string): the same text as ``canonical(row)`` without an encoder made for each event,
-    which cost as much as the rest of the hash. Anything but plain ints and strs goes the
-    general way."""
-    if (
-        type(seq) is int
-        and type(version) is int
-        and type(at_ms) is int
-        and type(prev) is str
-        and type(execution_id) is str
-        and type(event_id) is str
-        and type(type_) is str
-        and type(data_json) is str
-    ):
-        q = encode_basestring
-        return (
-            f"[{FORMAT_JSON},{q(prev)},{q(execution_id)},{seq},{q(event_id)},{q(type_)},"
-            f"{version},{at_ms},{q(data_json)}]"
-        ).encode()
+    """The bytes an event's hash is taken over: the one writer of this format (the store's
+    chaining, recovery's migrations and ``audit verify`` all call it)."""
     row = [FORMAT, prev, execution_id, seq, event_id, type_, version, at_ms, data_json]
     return canonical(row).encode("utf-8")
 

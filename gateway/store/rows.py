@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from json.encoder import encode_basestring
 from typing import Any
 
 from gateway import jsontext
-from gateway.events.chain import FORMAT_JSON, event_hash
-from gateway.events.model import EVENT_TYPES, Event
+from gateway.events.chain import event_hash
+from gateway.events.model import Event
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Status
 
@@ -48,47 +46,14 @@ stored_json = jsontext.stored
 
 def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:
     """Events rows numbered from ``seq``, each linked to the one before (the first to
-    ``prev``) and hashed (``gateway/events/chain.py``).
-
-    The hashed array is written here as ``chain.encoding`` writes it (its fast path: the
-    same text, checked by tests/store/test_rows.py), with the execution's id escaped once
-    for all of its events, each type's JSON string made once (``_TYPE_JSON``), and each
-    ``prev`` after the first a hex digest, a JSON string as it is; anything but plain ints
-    and strs goes through ``event_hash``."""
+    ``prev``) and hashed (``chain.event_hash``: the format is written there only)."""
     found: list[tuple[Any, ...]] = []
-    data_json, q, sha256, types_json = stored_json, encode_basestring, hashlib.sha256, _TYPE_JSON
-    xid: Any = None
-    xid_json: str | None = None
-    prev_json = q(prev) if type(prev) is str and type(seq) is int else None
     for eid, execution_id, _, type_, version, at_ms, value in events:
-        data = data_json(value)
-        if execution_id is not xid:
-            xid = execution_id
-            xid_json = q(xid) if type(xid) is str else None
-        if (
-            prev_json is not None
-            and xid_json is not None
-            and type(eid) is str
-            and type(type_) is str
-            and type(version) is int
-            and type(at_ms) is int
-            and type(seq) is int
-        ):
-            type_json = types_json.get(type_) or q(type_)
-            text = (
-                f"[{FORMAT_JSON},{prev_json},{xid_json},{seq},{q(eid)},{type_json},"
-                f"{version},{at_ms},{q(data)}]"
-            )
-            digest = sha256(text.encode()).hexdigest()
-        else:
-            digest = event_hash(prev, xid, seq, eid, type_, version, at_ms, data)
-        found.append((eid, xid, seq, type_, version, at_ms, data, prev, digest))
-        prev, seq, prev_json = digest, seq + 1, f'"{digest}"'
+        data = stored_json(value)
+        digest = event_hash(prev, execution_id, seq, eid, type_, version, at_ms, data)
+        found.append((eid, execution_id, seq, type_, version, at_ms, data, prev, digest))
+        prev, seq = digest, seq + 1
     return found
-
-
-_TYPE_JSON = {name: encode_basestring(name) for name in EVENT_TYPES}
-"""Each event type as the JSON string the hashed array holds."""
 
 
 def event(row: Sequence[Any]) -> Event:
