@@ -74,6 +74,7 @@ def answer(execution: Execution) -> dict[str, Any]:
         "status": execution.status,
         "execution_id": execution.id,
         "approval_id": approval.get("id"),
+        "approval_page": approval.get("page"),
         "message": (
             "the call waits for a person's approval; it runs once approved (ask for "
             "execution_id's outcome later)"

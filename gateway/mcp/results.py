@@ -23,6 +23,7 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.errors import NotFound, ToolgateError
 from gateway.mcp import meta
 from gateway.pipeline.plan import Plan
+from gateway.service.approvals import page_path
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Outcome, Status
 
@@ -48,7 +49,7 @@ def _object(data: Any) -> dict[str, Any]:
 
 def approval_page(base_url: str, approval_id: str) -> str:
     """The approvals page where a person decides ``approval_id`` (gateway/ui/routes.py)."""
-    return f"{base_url}/ui/approvals/{approval_id}"
+    return base_url + page_path(approval_id)
 
 
 def links(record: ExecutionRecord, base_url: str, approval_id: str | None) -> dict[str, str]:
@@ -138,9 +139,9 @@ def refused(exc: ToolgateError) -> dict[str, Any]:
 
 
 def not_found(execution_id: str) -> dict[str, Any]:
-    """The status tool asked about an execution that is not the caller's: unknown, or
-    another principal's (the answer is the same: it tells nothing of others' calls)."""
-    return refused(NotFound(f"no execution {execution_id!r} of yours", code="not_found"))
+    """The status tool asked about an execution the caller may not see: unknown, or another
+    principal's (the answer is the same: it tells nothing of others' calls)."""
+    return refused(NotFound(f"no execution {execution_id!r} you may see", code="not_found"))
 
 
 def internal(what: str) -> dict[str, Any]:

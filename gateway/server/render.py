@@ -10,6 +10,7 @@ from gateway import jsontext
 from gateway.declarations import definitions
 from gateway.declarations.jsonschema import cerberus_to_json_schema
 from gateway.declarations.model import ToolDeclaration
+from gateway.service.approvals import page_path
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 
 _JSON_TYPE = (b"content-type", JSONResponse.media_type.encode("latin-1"))
@@ -81,13 +82,16 @@ def _execution_parts(
         "links": links,
     }
     if approval is not None:
+        page = page_path(approval.id)
         tail["approval"] = {
             "id": approval.id,
+            "page": page,
             "status": approval.status,
             "expires_at_ms": approval.expires_ms,
             "reasons": list(approval.reasons),
         }
         links["approval"] = f"/v1/approvals/{approval.id}"
+        links["approval_page"] = page
     return head, tail
 
 

@@ -19,7 +19,13 @@ from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON
 
-__all__ = ["Verdict", "decide", "listing", "may_decide", "visible"]
+__all__ = ["Verdict", "decide", "listing", "may_decide", "page_path", "visible"]
+
+
+def page_path(approval_id: str) -> str:
+    """Where a person decides ``approval_id`` (``gateway/ui/routes.py``): every door's
+    answer about a parked call names it (REST as this path, MCP with its base URL)."""
+    return f"/ui/approvals/{approval_id}"
 
 
 def require_approver(services: Runtime, principal: str, message: str) -> None:
