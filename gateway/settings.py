@@ -129,6 +129,7 @@ class JwtSettings(_Frozen):
     jwks_min_refetch: Duration = Field(default=30.0, gt=0)
     """At most one fetch per this interval, however many unknown key ids arrive."""
     jwks_timeout: Duration = Field(default=3.0, gt=0, le=30)
+    """The deadline of one whole JWKS fetch (connect, answer and body), not of each read."""
     algorithms: tuple[Algorithm, ...] = ("RS256", "ES256")
     """The ``alg`` values accepted (asymmetric only)."""
     leeway: DurationOrZero = Field(default=30.0, ge=0, le=300)
