@@ -26,8 +26,8 @@ from gateway.pipeline.request import ExecutionRequestBody
 from gateway.server.schemas import Schema, ref, schemas
 from gateway.types import ApprovalStatus
 
-UNDESCRIBED = ("/mcp", "/ui/", "/ui")
-"""The route paths (and prefixes ending in ``/``) that are no REST operation."""
+UNDESCRIBED = ("/mcp", "/ui/")
+"""The prefixes of the routes that are no REST operation (``/mcp``; the pages, ``/ui/...``)."""
 
 _PROBLEM_JSON = "application/problem+json"
 _STR: Schema = {"type": "string"}
