@@ -277,12 +277,12 @@ async def execution_events(request: Request) -> Response:
         principal = principal_of(request)
         after = streams.execution_cursor(request.headers.get("last-event-id"))
         if request.query_params.get("after") is not None:
-            after = max(after, _after_seq(request.query_params.get("after")))
+            after = max(after, streams.after_seq(request.query_params.get("after")))
         slots = services.admission.streams
         slots.take(principal)
         body = streams.execution_stream(services, record.id, after)
         return streams.respond(request, principal, body, slots)
-    after = _after_seq(request.query_params.get("after"))
+    after = streams.after_seq(request.query_params.get("after"))
     events = await services.store.events(record.id, after)
     return JSONResponse({"execution_id": record.id, "items": [e.to_json() for e in events]})
 
@@ -310,17 +310,6 @@ async def run_events(request: Request) -> Response:
     for record in sorted(filter(visible, records), key=lambda r: (r.created_ms, r.id)):
         items.extend(e.to_json() for e in await services.store.events(record.id))
     return JSONResponse({"run_id": run_id, "items": items})
-
-
-def _after_seq(raw: str | None) -> int:
-    if raw is None:
-        return -1
-    if not raw.isdecimal() or not raw.isascii():
-        raise MalformedRequest(
-            "after must be the seq of an event you have (an integer, 0 or more)",
-            code="invalid_after",
-        )
-    return int(raw)
 
 
 async def list_tools(request: Request) -> Response:
