@@ -21,6 +21,7 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     │       └── Overloaded      503  the process holds all it may, for everyone together
     ├── ConfigError             a declaration, policy or setting is wrong (names file/line/key)
     │   └── ReloadRefused       422  a reload found faults: nothing changed
+    ├── CannotListen            ``serve`` cannot bind its address (in use, not allowed)
     ├── CallError               the call was accepted but ends failed in a phase
     │   ├── ResolveError        phase=resolve
     │   ├── ValidationError     phase=validate
@@ -184,6 +185,13 @@ class ReloadRefused(ConfigError):
             "nothing changed, the running set is kept"
         )
         self.details = {"faults": list(self.problems), "revisions": dict(revisions)}
+
+
+class CannotListen(ToolgateError):
+    """``toolgate serve`` cannot bind its host and port; the message says why and what to
+    change (gateway/http/server.py::listen)."""
+
+    code = "cannot_listen"
 
 
 class CallError(ToolgateError):

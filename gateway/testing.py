@@ -39,6 +39,7 @@ from gateway.declarations import loader
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.spec import AdapterSpec
+from gateway.http.server import EXIT_CANNOT_LISTEN
 from gateway.settings import Settings
 from gateway.types import JSON
 from gateway.workspace import Workspace
@@ -265,7 +266,7 @@ def gateway(
             break
         except RuntimeError:
             stop(proc)
-            if attempt == 2 or b"address already in use" not in log_path.read_bytes():
+            if attempt == 2 or proc.returncode != EXIT_CANNOT_LISTEN:
                 raise
     try:
         yield url

@@ -261,7 +261,18 @@ async def preview_of(services: Services, call: Call) -> JSON:
     try:
         return await adapter.preview(adapter_call(services, call))
     except ToolgateError as exc:
-        return {"error": exc.message}
+        return {PREVIEW_FAILED: exc.message}
+
+
+PREVIEW_FAILED = "error"
+"""The one key of a preview the adapter could not make: ``{"error": why}``."""
+
+
+def preview_failure(preview: JSON) -> str | None:
+    """Why the adapter could not make ``preview`` (what :func:`preview_of` recorded), or None."""
+    if isinstance(preview, dict) and set(preview) == {PREVIEW_FAILED}:
+        return str(preview[PREVIEW_FAILED])
+    return None
 
 
 def _approval(services: Services, call: Call, decision: Decision, preview: JSON) -> ApprovalRecord:

@@ -108,7 +108,8 @@ class Reloader:
                 )
                 raise
             self._count("applied" if outcome.applied else "unchanged")
-            log.warning(
+            log.log(
+                logging.WARNING if outcome.applied else logging.INFO,  # unchanged is routine
                 "reload%s %s: catalogue %s, policy %s%s",
                 f" by {by}" if by else "",
                 "applied" if outcome.applied else "found nothing changed",
