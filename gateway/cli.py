@@ -133,7 +133,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     loaded = None
     try:
         loaded = load_sources(settings)
-        open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
+        open_workspaces(loaded.policy_data, settings.base_dir)
     except ConfigError as exc:
         problems.extend(exc.problems)
     catalogue = loaded.catalogue if loaded else _loadable_tools(settings)

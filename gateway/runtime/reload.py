@@ -124,7 +124,7 @@ class Reloader:
         settings = current.settings
         try:
             loaded = await anyio.to_thread.run_sync(load_sources, settings)
-            workspaces = open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
+            workspaces = open_workspaces(loaded.policy_data, settings.base_dir)
         except ConfigError as exc:
             raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
         except OSError as exc:
