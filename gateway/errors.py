@@ -28,6 +28,7 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     │   ├── PolicyDenied        phase=policy
     │   ├── ExecutionError      phase=execute
     │   └── VerificationError   phase=verify
+    ├── PolicyUnavailable       503  the policy backend gave no decision (retryable): nothing ran
     └── StoreError              the store failed (retryable)
 """
 
@@ -225,7 +226,39 @@ class VerificationError(CallError):
     phase = Phase.VERIFY
 
 
+class PolicyUnavailable(ToolgateError):
+    """The policy backend gave no decision (it did not answer in time, could not be reached,
+    or answered with something other than a decision): fail closed, nothing ran, and a
+    retry may pass once it answers again. ``cause`` is the kind of fault (``timeout``,
+    ``connection``, ``status``, ``not_json``) for the metrics; what exactly happened is in
+    the gateway's log, never in the message, which is written for the agent.
+
+    A new call refused so is a 503 (``Retry-After``) and no execution; an execution that
+    already existed (queued, or resumed after approval) ends ``failed`` with it in phase
+    ``policy`` (docs/failures.md#policy-backend-unavailable)."""
+
+    code = "policy_unavailable"
+    phase = Phase.POLICY
+    retryable = True
+    http_status = 503
+    RETRY_AFTER = 1
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(
+            "the policy could not be asked (the policy backend did not answer), so nothing "
+            "ran; a retry may pass once it answers again",
+            details={"retry_after": self.RETRY_AFTER},
+        )
+        self.cause = cause
+
+
 class StoreError(ToolgateError):
     code = "store_unavailable"
     retryable = True
     http_status = 503
+
+
+UNRECORDED: tuple[type[ToolgateError], ...] = (RequestError, PolicyUnavailable, StoreError)
+"""What the pipeline lets through to the door rather than record as the call's outcome: the
+request is refused before it became an execution (4xx; ``policy_unavailable``, 503), or the
+store cannot record anything now (503)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,13 @@ def test_deploy_md_links_resolve_and_names_every_compose_variable(
 # --- the same topology without Docker --------------------------------------------------------
 
 
+def wait_ready(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{url}/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, f"{url} is not ready"
+        time.sleep(0.1)
+
+
 def post(url: str, body: dict[str, Any], key: str = ALICE) -> httpx.Response:
     return httpx.post(
         f"{url}/v1/executions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
@@ -304,7 +312,12 @@ def test_two_replicas_on_postgresql_behind_opa(tmp_path: Path, pg_url: str) -> N
         "TOOLGATE_OPA_URL": f"http://127.0.0.1:{opa_port}",
         "TOOLGATE_OPA_TIMEOUT": "2s",
     }
-    with gateway(config, env) as one, gateway(config, env) as two:
+    # Not ready until their OPA answers, which loads its bundle from them: alive is enough.
+    with (
+        gateway(config, env, probe="/healthz") as one,
+        gateway(config, env, probe="/healthz") as two,
+    ):
+        assert httpx.get(f"{one}/readyz", timeout=30).json()["policy_backend"] == "unavailable"
         # OPA loads the gateway's own bundle, as deploy/opa.yaml has it poll it.
         served = httpx.get(
             f"{two}/v1/policy/bundle", headers={"Authorization": f"Bearer {ALICE}"}, timeout=30
@@ -312,6 +325,8 @@ def test_two_replicas_on_postgresql_behind_opa(tmp_path: Path, pg_url: str) -> N
         assert served.status_code == 200
         opa = StandIn.from_bundle(served.content, port=opa_port).start()
         try:
+            for replica in (one, two):  # ready once OPA answers their health probe
+                wait_ready(replica)
             request = {
                 "run_id": "deploy",
                 "call_id": "delete-old",

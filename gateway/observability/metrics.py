@@ -124,6 +124,13 @@ class Metrics:
             "Decision-cache lookups by result (hit|miss); hit ratio = hit / (hit + miss).",
             ["result"],
         )
+        self.policy_unavailable_calls = _Counter(
+            "toolgate_policy_unavailable",
+            "Calls refused because the policy backend gave no decision (OPA down, slow, or "
+            "answering other than 200), by backend and cause (timeout|connection|status|"
+            "not_json).",
+            ["backend", "cause"],
+        )
         self.approvals = _Counter(
             "toolgate_approvals",
             "Approval events: requested, approved, denied, expired.",
@@ -205,6 +212,10 @@ class Metrics:
         """The hook a policy backend with a decision cache calls on each lookup."""
         self.policy_cache.inc("hit" if hit else "miss")
 
+    def policy_unavailable(self, backend: str, cause: str) -> None:
+        """A call refused (or a queued one failed) for want of a decision."""
+        self.policy_unavailable_calls.inc(backend, cause)
+
     def approval(self, event: str) -> None:
         self.approvals.inc(event)
 
@@ -246,6 +257,7 @@ class Metrics:
         yield self.stages.metric()
         yield self.policy_seconds.metric()
         yield self.policy_cache.metric()
+        yield self.policy_unavailable_calls.metric()
         yield self.approvals.metric()
         yield _gauge(
             "toolgate_approvals_pending",

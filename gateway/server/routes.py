@@ -33,7 +33,7 @@ from gateway.runtime import admission, approvals, cancellation
 from gateway.runtime.container import Runtime
 from gateway.server import render
 from gateway.store.records import ExecutionRecord
-from gateway.types import ApprovalStatus, Status
+from gateway.types import ApprovalStatus, RemotePolicy, Status
 
 
 def services_of(request: Request) -> Runtime:
@@ -493,14 +493,19 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    """Ready while the store answers and the policy backend can decide (docs/api.md)."""
     services = services_of(request)
     store_ok = await services.store.ping()
+    policy = services.policy
+    policy_ok = not isinstance(policy, RemotePolicy) or await policy.available()
+    ready = store_ok and policy_ok
     body = {
-        "status": "ready" if store_ok else "not_ready",
+        "status": "ready" if ready else "not_ready",
         "store": "ok" if store_ok else "unavailable",
         "tools": len(services.catalogue),
         "policy": services.settings.policy_backend,
+        "policy_backend": "ok" if policy_ok else "unavailable",
         "revisions": services.revisions.to_json(),
         "generation": services.generations.number,
     }
-    return JSONResponse(body, status_code=200 if store_ok else 503)
+    return JSONResponse(body, status_code=200 if ready else 503)
