@@ -29,7 +29,8 @@ WORKDIR /app
 # policy and the configuration the gateway loads from /app.
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
-RUN pip install ".[postgres]" && rm -rf build *.egg-info
+# [tools]: what the shipped tools.d runs besides the gateway (proc.run_tests runs pytest).
+RUN pip install ".[postgres,tools]" && rm -rf build *.egg-info
 
 COPY tools.d ./tools.d
 COPY rego ./rego
@@ -37,8 +38,11 @@ COPY policies ./policies
 COPY examples ./examples
 COPY deploy/toolgate.yaml ./toolgate.yaml
 
-# var/ holds the workspaces and the gateway's own files; compose mounts a shared volume there.
-RUN mkdir -p /app/var/workspaces/demo /app/var/workspaces/ops && chown -R toolgate:toolgate /app/var
+# var/ holds the workspaces, the artifacts, the example database and the gateway's own files;
+# compose mounts a shared volume on the first three (a new volume takes the owner of its
+# mount point here, so each must exist and belong to toolgate).
+RUN mkdir -p /app/var/workspaces/demo /app/var/workspaces/ops /app/var/artifacts /app/var/examples \
+    && chown -R toolgate:toolgate /app/var
 
 USER toolgate
 

@@ -21,12 +21,15 @@ run: $(VENV)/.base
 	$(BIN)/toolgate serve
 
 ## Install what the tests need from Debian when it is missing and we are root: chromium (browser
-## tests), wrk (the benchmark harness's smoke test).
+## tests), wrk (the benchmark harness's smoke test), nginx (the compose proxy's deploy/nginx.conf
+## in front of two replicas, tests/integration/test_proxy.py).
 CHROMIUM ?= /usr/bin/chromium
+NGINX ?= /usr/sbin/nginx
 system-deps:
 	@missing=""; \
 	[ -x "$(CHROMIUM)" ] || missing="$$missing chromium"; \
 	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	[ -x "$(NGINX)" ] || command -v nginx >/dev/null || missing="$$missing nginx"; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "system-deps: missing$$missing; running: apt-get update && apt-get install -y$$missing"; \

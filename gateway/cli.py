@@ -11,13 +11,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway.errors import ConfigError, ToolgateError
 from gateway.settings import Settings, hash_key, load_settings
 from gateway.types import ApprovalStatus
 
 if TYPE_CHECKING:
+    import socket
+
     from gateway.declarations.catalogue import Catalogue
     from gateway.runtime.bootstrap import Loaded
 
@@ -43,10 +45,13 @@ from gateway.commands.tables import table
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import socket
+
     import anyio
-    import uvicorn
 
     from gateway.allocator import limit_arenas
+    from gateway.errors import CannotListen
+    from gateway.http.server import EXIT_CANNOT_LISTEN, listen, run
     from gateway.runtime.bootstrap import check_adapters, load_sources
     from gateway.server.app import create_app
 
@@ -58,39 +63,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
     anyio.run(check_adapters, settings, loaded.catalogue)
-    if args.listen_fd is None:
-        _banner(settings, loaded)
+    if args.listen_fd is not None:  # a worker of `serve --workers N`: the parent's socket
+        sock = socket.socket(fileno=args.listen_fd)
+    else:
+        try:
+            sock = listen(settings.host, settings.port)
+        except CannotListen as exc:
+            print(f"toolgate: {exc.message}", file=sys.stderr)
+            return EXIT_CANNOT_LISTEN
+        _banner(settings, loaded, sock)  # once the socket is bound: "listening" is true
     if args.workers > 1:
         from gateway.commands.workers import serve_workers
 
-        return serve_workers(settings, config, args.workers, args.log_level, args.access_log)
+        return serve_workers(settings, config, sock, args.workers, args.log_level, args.access_log)
     app = create_app(settings, loaded=loaded)
     _freeze_startup_objects()
     # Every logger, uvicorn's too, through one handler on stderr that masks secrets.
     from gateway.observability.logs import configure
 
     configure(settings.log_format, args.log_level)
-    where: dict[str, Any] = (
-        {"host": settings.host, "port": settings.port}
-        if args.listen_fd is None
-        else {"fd": args.listen_fd}  # a worker of `serve --workers N`: the parent's socket
-    )
-    from gateway.http.server import serve_options
-
-    uvicorn.run(
-        app,
-        **serve_options(settings),
-        **where,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        server_header=False,
-        log_config=None,
-    )
-    return 0
+    return run(app, sock, settings, args.log_level, args.access_log)
 
 
-def _banner(settings: Settings, loaded: Loaded) -> None:
-    print(f"toolgate: listening on http://{settings.host}:{settings.port}")
+def _banner(settings: Settings, loaded: Loaded, sock: socket.socket) -> None:
+    from gateway.http.server import address
+
+    host, port = sock.getsockname()[:2]  # the port bound, when the configuration says 0
+    print(f"toolgate: listening on http://{address(host, port)}")
     print(f"toolgate: store {_safe_url(settings)}")
     print(
         f"toolgate: {len(loaded.catalogue)} tool versions from {settings.path(settings.tools_dir)}:"
@@ -107,6 +106,7 @@ def _banner(settings: Settings, loaded: Loaded) -> None:
     for principal in settings.principals:
         if principal.label:
             print(f"toolgate: principal {principal.id}: {principal.label}")
+    sys.stdout.flush()  # a log file or pipe shows it now, not when the buffer fills
 
 
 def _freeze_startup_objects() -> None:
@@ -133,7 +133,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     loaded = None
     try:
         loaded = load_sources(settings)
-        open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
+        open_workspaces(loaded.policy_data, settings.base_dir)
     except ConfigError as exc:
         problems.extend(exc.problems)
     catalogue = loaded.catalogue if loaded else _loadable_tools(settings)

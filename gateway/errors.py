@@ -21,12 +21,14 @@ agent. Foreign exceptions are translated into these at the edge that meets them
     │       └── Overloaded      503  the process holds all it may, for everyone together
     ├── ConfigError             a declaration, policy or setting is wrong (names file/line/key)
     │   └── ReloadRefused       422  a reload found faults: nothing changed
+    ├── CannotListen            ``serve`` cannot bind its address (in use, not allowed)
     ├── CallError               the call was accepted but ends failed in a phase
     │   ├── ResolveError        phase=resolve
     │   ├── ValidationError     phase=validate
     │   ├── PolicyDenied        phase=policy
     │   ├── ExecutionError      phase=execute
     │   └── VerificationError   phase=verify
+    ├── PolicyUnavailable       503  the policy backend gave no decision (retryable): nothing ran
     └── StoreError              the store failed (retryable)
 """
 
@@ -186,6 +188,13 @@ class ReloadRefused(ConfigError):
         self.details = {"faults": list(self.problems), "revisions": dict(revisions)}
 
 
+class CannotListen(ToolgateError):
+    """``toolgate serve`` cannot bind its host and port; the message says why and what to
+    change (gateway/http/server.py::listen)."""
+
+    code = "cannot_listen"
+
+
 class CallError(ToolgateError):
     """Ends an execution as ``failed`` in ``phase``."""
 
@@ -217,7 +226,39 @@ class VerificationError(CallError):
     phase = Phase.VERIFY
 
 
+class PolicyUnavailable(ToolgateError):
+    """The policy backend gave no decision (it did not answer in time, could not be reached,
+    or answered with something other than a decision): fail closed, nothing ran, and a
+    retry may pass once it answers again. ``cause`` is the kind of fault (``timeout``,
+    ``connection``, ``status``, ``not_json``) for the metrics; what exactly happened is in
+    the gateway's log, never in the message, which is written for the agent.
+
+    A new call refused so is a 503 (``Retry-After``) and no execution; an execution that
+    already existed (queued, or resumed after approval) ends ``failed`` with it in phase
+    ``policy`` (docs/failures.md#policy-backend-unavailable)."""
+
+    code = "policy_unavailable"
+    phase = Phase.POLICY
+    retryable = True
+    http_status = 503
+    RETRY_AFTER = 1
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(
+            "the policy could not be asked (the policy backend did not answer), so nothing "
+            "ran; a retry may pass once it answers again",
+            details={"retry_after": self.RETRY_AFTER},
+        )
+        self.cause = cause
+
+
 class StoreError(ToolgateError):
     code = "store_unavailable"
     retryable = True
     http_status = 503
+
+
+UNRECORDED: tuple[type[ToolgateError], ...] = (RequestError, PolicyUnavailable, StoreError)
+"""What the pipeline lets through to the door rather than record as the call's outcome: the
+request is refused before it became an execution (4xx; ``policy_unavailable``, 503), or the
+store cannot record anything now (503)."""

@@ -129,6 +129,7 @@ class JwtSettings(_Frozen):
     jwks_min_refetch: Duration = Field(default=30.0, gt=0)
     """At most one fetch per this interval, however many unknown key ids arrive."""
     jwks_timeout: Duration = Field(default=3.0, gt=0, le=30)
+    """The deadline of one whole JWKS fetch (connect, answer and body), not of each read."""
     algorithms: tuple[Algorithm, ...] = ("RS256", "ES256")
     """The ``alg`` values accepted (asymmetric only)."""
     leeway: DurationOrZero = Field(default=30.0, ge=0, le=300)
@@ -274,7 +275,7 @@ class Settings(_Frozen):
     opa_url: str = "http://127.0.0.1:8181"
     opa_timeout: Duration = Field(default=0.25, gt=0, le=30)
     """The deadline of one decision by the OPA server (``policy_backend: opa``); past it the
-    call is denied (docs/policies.md#the-opa-server-backend)."""
+    call is refused, ``policy_unavailable`` (docs/policies.md#the-opa-server-backend)."""
     opa_cache_ttl: Duration = 10.0
     """How long the OPA backend keeps a cached decision at most (it also drops them all when
     OPA reports another bundle revision)."""

@@ -39,6 +39,7 @@ from gateway.declarations import loader
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.spec import AdapterSpec
+from gateway.http.server import EXIT_CANNOT_LISTEN
 from gateway.settings import Settings
 from gateway.types import JSON
 from gateway.workspace import Workspace
@@ -248,9 +249,14 @@ def run_agent_code_without_approval(
 
 @contextmanager
 def gateway(
-    config: Path, env: dict[str, str] | None = None, args: Sequence[str] = ()
+    config: Path,
+    env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
+    probe: str = "/readyz",
 ) -> Iterator[str]:
-    """Start ``toolgate serve`` and yield its base URL; stop it afterwards.
+    """Start ``toolgate serve`` and yield its base URL once ``probe`` answers 200 (``/healthz``
+    for a gateway that cannot be ready yet: its OPA is started after it, say); stop it
+    afterwards.
 
     A start that loses its port to another process (free_port is only a guess) is retried
     on a new port."""
@@ -261,11 +267,11 @@ def gateway(
             proc = serve(config, port, log, env, args)
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_healthy(url, proc)
+            wait_healthy(url, proc, probe=probe)
             break
         except RuntimeError:
             stop(proc)
-            if attempt == 2 or b"address already in use" not in log_path.read_bytes():
+            if attempt == 2 or proc.returncode != EXIT_CANNOT_LISTEN:
                 raise
     try:
         yield url
@@ -314,15 +320,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    """Wait until ``url``'s ``/readyz`` answers 200; RuntimeError if the process exits or
-    ``timeout`` seconds pass first."""
+def wait_healthy(
+    url: str, proc: subprocess.Popen[bytes], timeout: float = 60, probe: str = "/readyz"
+) -> None:
+    """Wait until ``url``'s ``probe`` (``/readyz``, or ``/healthz``) answers 200;
+    RuntimeError if the process exits or ``timeout`` seconds pass first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the gateway exited with {proc.returncode}")
         try:
-            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+            if httpx.get(url + probe, timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

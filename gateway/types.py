@@ -128,7 +128,11 @@ class Listing:
 class PolicyBackend(Protocol):
     """Decides allow / require_approval / deny for a policy input document."""
 
-    async def decide(self, document: Mapping[str, JSON]) -> Decision: ...
+    async def decide(self, document: Mapping[str, JSON]) -> Decision:
+        """The decision on ``document``; a fault of the policy itself denies. A backend that
+        asks a service raises ``gateway.errors.PolicyUnavailable`` when it gets no decision
+        from it (nothing may run without one)."""
+        ...
 
     async def listed(self, documents: Sequence[Mapping[str, JSON]]) -> list[Listing] | None:
         """The policy's listing rule on each listing input document (one listing: one answer
@@ -138,6 +142,16 @@ class PolicyBackend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class RemotePolicy(Protocol):
+    """A policy backend that asks a service it can lose (OPA): ``/readyz`` asks it whether
+    that service answers. A backend without this (the embedded one) is always available."""
+
+    async def available(self) -> bool:
+        """Whether the service answers decisions now; cheap, and bounded when it must ask."""
+        ...
 
 
 CacheObserver = Callable[[bool], None]

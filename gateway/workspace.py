@@ -28,13 +28,17 @@ class Workspace:
     identity: tuple[int, int] | None = None
     """(st_dev, st_ino) of the root when it was declared (``Workspace.declare``): while the
     root's path still names that directory, ``confine`` checks only the components below it."""
+    protected: tuple[str, ...] = ()
+    """The policy's ``protected_paths`` (policies/workspaces.yaml): what tools that write may
+    not touch here. The Rego refuses such a call; a process tool's view makes them read-only
+    (``protected_entry`` is the same match)."""
 
     @classmethod
-    def declare(cls, id: str, root: Path) -> Workspace:
+    def declare(cls, id: str, root: Path, protected: tuple[str, ...] = ()) -> Workspace:
         """The workspace rooted at ``root`` (resolved here), remembering which directory it is."""
         resolved = root.resolve()
         st = resolved.stat()
-        return cls(id, resolved, (st.st_dev, st.st_ino))
+        return cls(id, resolved, (st.st_dev, st.st_ino), tuple(protected))
 
     def to_json(self) -> dict[str, str]:
         return {"id": self.id, "root": str(self.root)}
@@ -69,6 +73,43 @@ class ResolvedPath:
 
     def to_json(self) -> dict[str, object]:
         return {"argument": self.argument, "relative": self.relative, "inside_workspace": True}
+
+
+def protected_entry(relative: str, protected: tuple[str, ...]) -> str | None:
+    """The entry of ``protected`` that ``relative`` (workspace-relative, ``/``-separated)
+    falls under, or None. An entry matches as whole path components anywhere in the path:
+    ``.git/`` protects ``.git``, ``.git/config`` and ``vendor/lib/.git/HEAD``, not ``my.git``
+    (the rule of rego/toolgate.rego, ``protected_paths``)."""
+    wrapped = f"/{relative}/"
+    for entry in protected:
+        if f"/{entry.strip('/')}/" in wrapped:
+            return entry
+    return None
+
+
+def protected_in(workspace: Workspace) -> list[str]:
+    """The absolute paths in ``workspace`` that match its protected paths, as they exist now
+    (symlinks are not followed; nothing below a match is listed). One ``scandir`` per
+    directory of the workspace."""
+    if not workspace.protected:
+        return []
+    found: list[str] = []
+    pending = [(str(workspace.root), "")]
+    while pending:
+        directory, relative = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue  # gone or unreadable: nothing to protect there
+        for entry in entries:
+            sub = f"{relative}/{entry.name}" if relative else entry.name
+            if entry.is_symlink():
+                continue
+            if protected_entry(sub, workspace.protected) is not None:
+                found.append(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, sub))
+    return sorted(found)
 
 
 def confine(workspace: Workspace, raw: object, argument: str = "path") -> ResolvedPath:

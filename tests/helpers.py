@@ -4,6 +4,7 @@ from here, never from a conftest (tests/test_hygiene.py checks it)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,30 @@ verify:
 """
 """A high-risk write (so the shipped policy asks for approval) whose path and content an
 approver may edit (``approval.editable``): for the edit-before-approve tests."""
+
+
+# --- docker-compose.yml (tests/test_deploy.py, tests/integration/test_proxy.py) -----------
+
+COMPOSE_GATEWAYS = ("gateway-1", "gateway-2")
+"""The gateway replicas of docker-compose.yml."""
+
+
+def env_default(value: str) -> str:
+    """``${NAME:-default}`` → default (what ``docker compose up`` uses when NAME is unset)."""
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", value)
+
+
+def gateway_volumes(compose: dict[str, Any]) -> dict[str, str]:
+    """The named volumes of the compose file mounted on its gateway replicas: each volume's
+    mount point, which must be the same on every replica (what they share)."""
+    named = compose.get("volumes") or {}
+    found = [
+        {
+            volume.split(":")[0]: volume.split(":")[1]
+            for volume in compose["services"][name].get("volumes", [])
+            if volume.split(":")[0] in named
+        }
+        for name in COMPOSE_GATEWAYS
+    ]
+    assert all(mounts == found[0] for mounts in found), found
+    return found[0]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.testing import free_port, gateway, make_project
+from gateway.testing import free_port, gateway, make_project, wait_healthy
 from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
 from tests.helpers import ALICE, BOB, REVIEWED_TOOL
 
@@ -127,6 +129,47 @@ def test_serve_refuses_to_start_on_a_broken_catalogue(project: Path) -> None:
     done = toolgate("serve", "--port", str(free_port()), cwd=project)
     assert done.returncode == 2
     assert "declared twice" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_a_port_in_use_says_so_in_one_line_and_exits_4(
+    project: Path, workers: str
+) -> None:
+    """Issue 29.5: it printed ``listening on`` and then uvicorn's raw ``[Errno 98]``."""
+    with socket.socket() as held:  # another gateway, as far as serve can tell
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = toolgate("serve", "--port", str(port), "--workers", workers, cwd=project)
+    assert done.returncode == 4
+    assert done.stderr == (
+        f"toolgate: cannot listen on 127.0.0.1:{port}: the address is in use (another gateway?"
+        " choose a port with --port, TOOLGATE_PORT or port: in toolgate.yaml)\n"
+    )
+    assert "listening on" not in done.stdout
+
+
+@pytest.mark.slow
+def test_serve_says_listening_on_once_bound_and_names_the_port_it_got(project: Path) -> None:
+    """``port: 0`` (any free port): the banner's first line names the port bound."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--log-level", "warning"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().decode()
+        assert first.startswith("toolgate: listening on http://127.0.0.1:"), first
+        url = first.removeprefix("toolgate: listening on ").strip()
+        assert not url.endswith(":0")
+        wait_healthy(url, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def test_policy_test_and_eval(project: Path, tmp_path: Path) -> None:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
+import time
+import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,13 +22,14 @@ from gateway.policy.standin import StandIn
 from gateway.server.app import create_app
 from gateway.settings import ENV_VARIABLES, hash_key, load_settings
 from gateway.testing import free_port, gateway, make_project
-from tests.helpers import ALICE, BOB, REPO
+from tests.helpers import ALICE, BOB, COMPOSE_GATEWAYS, REPO, env_default, gateway_volumes
 
 COMPOSE = REPO / "docker-compose.yml"
-GATEWAYS = ("gateway-1", "gateway-2")
-NOT_TOOLGATE = {"PGPASSWORD"}
+GATEWAYS = COMPOSE_GATEWAYS
+NOT_TOOLGATE = {"PGPASSWORD", "FORWARDED_ALLOW_IPS"}
 """Environment variables of the gateway that are not Toolgate settings: libpq reads PGPASSWORD,
-so that the password stays out of the database URL."""
+so that the password stays out of the database URL; uvicorn reads FORWARDED_ALLOW_IPS (whose
+X-Forwarded-Proto and X-Forwarded-For it believes: the proxy's)."""
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +41,6 @@ def compose() -> dict[str, Any]:
 def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = compose["services"]
     return found
-
-
-def env_default(value: str) -> str:
-    """``${NAME:-default}`` → default (what ``docker compose up`` uses when NAME is unset)."""
-    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", value)
 
 
 def test_the_services_and_their_images(compose: dict[str, Any]) -> None:
@@ -126,19 +125,106 @@ def test_the_dockerfile() -> None:
     )
     (check,) = [line for line in text.splitlines() if "urlopen" in line]
     assert "http://127.0.0.1:8080/healthz" in check
-    assert 'pip install ".[postgres]"' in text
+    assert "postgres" in image_extras(text)
     assert (REPO / "deploy" / "toolgate.yaml").is_file()
 
 
+def image_extras(dockerfile: str) -> set[str]:
+    """The extras of the project that the image installs (``pip install ".[a,b]"``)."""
+    (extras,) = re.findall(r'pip install "\.\[([\w,-]+)\]"', dockerfile)
+    return set(extras.split(","))
+
+
+def image_packages(dockerfile: str) -> set[str]:
+    """The distributions the image installs from the project: its dependencies and those of
+    the extras the Dockerfile names (lower-case names, no versions)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in image_extras(dockerfile):
+        wanted += project["optional-dependencies"][extra]
+    return {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower() for r in wanted}
+
+
+def test_the_image_installs_what_the_shipped_tools_run() -> None:
+    """Every ``python -m MODULE`` a shipped process tool runs finds MODULE in the image: the
+    standard library, or a distribution of that name the Dockerfile installs (proc.run_tests
+    runs pytest)."""
+    installed = image_packages((REPO / "Dockerfile").read_text())
+    modules = {}
+    for path in sorted((REPO / "tools.d").glob("*.yaml")):
+        tool = yaml.safe_load(path.read_text())
+        command = tool.get("command") or []
+        if tool.get("adapter") == "process" and command[:2] == ["python", "-m"]:
+            modules[tool["name"]] = command[2].split(".")[0]
+    assert modules.get("proc.run_tests") == "pytest"  # the check sees what it is for
+    missing = {
+        tool: module
+        for tool, module in modules.items()
+        if module not in sys.stdlib_module_names and module.lower() not in installed
+    }
+    assert not missing, f"not installed in the image: {missing}"
+
+
+def replica_files() -> dict[str, str]:
+    """The directories the gateway of the image reads and writes for calls, relative to its
+    working directory, each with what it is: the workspaces of the policy data, the
+    artifacts, and the directory of each SQLite database of the database adapter."""
+    from gateway.adapters.shared.artifacts import ArtifactStore
+
+    settings = load_settings(REPO / "deploy" / "toolgate.yaml", env={})
+    base = settings.base_dir
+    found = {}
+    workspaces = yaml.safe_load((REPO / settings.policies_dir / "workspaces.yaml").read_text())
+    for ws_id, spec in workspaces["workspaces"].items():
+        found[spec["root"]] = f"workspace {ws_id}"
+    found[str(ArtifactStore.of(settings).root.relative_to(base))] = "the artifacts"
+    connections = settings.adapters.get("database", {}).get("connections", {})
+    for name, spec in connections.items():
+        url = spec if isinstance(spec, str) else spec["url"]
+        if url.startswith("sqlite:///"):
+            database = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+            found[str(database.parent)] = f"the SQLite database {name}"
+    return found
+
+
+def test_the_replicas_share_what_they_read_and_write(compose: dict[str, Any]) -> None:
+    """A file one replica writes is read by the other: each directory the image's gateway
+    keeps call data in is inside a named volume mounted on both replicas, whose mount point
+    the image creates for its user (a new volume takes that owner)."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    (workdir,) = re.findall(r"^WORKDIR\s+(\S+)\s*$", dockerfile, re.M)
+    user = re.findall(r"^USER (\S+)$", dockerfile, re.M)[-1]
+    mounts = {point: volume for volume, point in gateway_volumes(compose).items()}
+    made = set(re.findall(r"mkdir -p ((?:/\S+\s*)+)", dockerfile.replace("\\\n", " "))[0].split())
+    owned = re.findall(rf"chown -R {user}:{user} (\S+)", dockerfile)
+    for point in mounts:
+        assert any(Path(m).is_relative_to(point) for m in made), f"{point} is not made"
+        assert any(Path(point).is_relative_to(o) for o in owned), f"{point} is not {user}'s"
+    for path, what in replica_files().items():
+        where = Path(workdir) / path
+        assert any(where.is_relative_to(point) for point in mounts), (
+            f"{what} ({where}) is on no volume shared by the replicas: {sorted(mounts)}"
+        )
+
+
 def test_the_proxy_balances_both_replicas_without_affinity() -> None:
+    """Round robin but for 2025-11-25 MCP sessions: the upstream hashes a key that is empty
+    (round robin, for nginx) unless the request is /mcp of that era (tests/integration/
+    test_proxy.py shows it with nginx)."""
     conf = (REPO / "deploy" / "nginx.conf").read_text()
     conf = "\n".join(line.split("#", 1)[0] for line in conf.splitlines())
     (upstream,) = re.findall(r"upstream\s+(\w+)\s*\{([^}]*)\}", conf)
     name, body = upstream
     servers = re.findall(r"^\s*server\s+([\w.-]+:\d+)", body, re.M)
     assert sorted(servers) == [f"{g}:8080" for g in GATEWAYS]
-    for directive in ("ip_hash", "hash ", "sticky", "least_conn"):
+    for directive in ("ip_hash", "sticky", "least_conn", "random"):
         assert directive not in body, directive
+    (key,) = re.findall(r"^\s*hash\s+\$(\w+)\s+consistent;", body, re.M)
+    (mapped,) = re.findall(rf'map\s+("[^"]*"|\S+)\s+\${key}\s*\{{([^}}]*)\}}', conf)
+    source, rules = mapped
+    assert re.search(r'^\s*default\s+"";', rules, re.M), rules
+    assert source == '"$uri $http_mcp_protocol_version"'
+    assert "proxy_set_header Host $http_host;" in conf  # the port too: /mcp's Host check
     assert f"proxy_pass http://{name};" in conf
     assert re.search(r"listen\s+8080;", conf)
 
@@ -200,6 +286,13 @@ def test_deploy_md_links_resolve_and_names_every_compose_variable(
 # --- the same topology without Docker --------------------------------------------------------
 
 
+def wait_ready(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{url}/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, f"{url} is not ready"
+        time.sleep(0.1)
+
+
 def post(url: str, body: dict[str, Any], key: str = ALICE) -> httpx.Response:
     return httpx.post(
         f"{url}/v1/executions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
@@ -219,7 +312,12 @@ def test_two_replicas_on_postgresql_behind_opa(tmp_path: Path, pg_url: str) -> N
         "TOOLGATE_OPA_URL": f"http://127.0.0.1:{opa_port}",
         "TOOLGATE_OPA_TIMEOUT": "2s",
     }
-    with gateway(config, env) as one, gateway(config, env) as two:
+    # Not ready until their OPA answers, which loads its bundle from them: alive is enough.
+    with (
+        gateway(config, env, probe="/healthz") as one,
+        gateway(config, env, probe="/healthz") as two,
+    ):
+        assert httpx.get(f"{one}/readyz", timeout=30).json()["policy_backend"] == "unavailable"
         # OPA loads the gateway's own bundle, as deploy/opa.yaml has it poll it.
         served = httpx.get(
             f"{two}/v1/policy/bundle", headers={"Authorization": f"Bearer {ALICE}"}, timeout=30
@@ -227,6 +325,8 @@ def test_two_replicas_on_postgresql_behind_opa(tmp_path: Path, pg_url: str) -> N
         assert served.status_code == 200
         opa = StandIn.from_bundle(served.content, port=opa_port).start()
         try:
+            for replica in (one, two):  # ready once OPA answers their health probe
+                wait_ready(replica)
             request = {
                 "run_id": "deploy",
                 "call_id": "delete-old",

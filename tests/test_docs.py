@@ -534,6 +534,24 @@ def test_example_calls_run_in_order_against_a_gateway(tmp_path: Path) -> None:
     assert len(answers) >= 10 and not refused, refused
 
 
+BY_NAME = re.compile(r"\b(pgrep|pkill|killall)\b")
+"""A process looked up by name: on a shared machine, every user's gateway matches."""
+
+
+def test_no_recipe_finds_the_gateway_by_its_name() -> None:
+    """Issue 29.6: ``kill -HUP "$(pgrep -f 'toolgate serve')"`` matched three processes, two
+    of them other users' gateways. Recipes use ``toolgate reload`` or a known pid."""
+    pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+    found = [
+        f"{page.relative_to(REPO)}: {line.strip()}"
+        for page in pages
+        for _info, block in fenced_blocks(page.read_text(encoding="utf-8"))
+        for line in block.splitlines()
+        if BY_NAME.search(line)
+    ]
+    assert not found, f"these recipes find a process by name: {found}"
+
+
 TASK_PAGES = sorted((DOCS / "tasks").glob("*.md"))
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.http.server import EXIT_CANNOT_LISTEN
 from gateway.testing import free_port, stop, wait_healthy
 from tests.helpers import ALICE, REPO
 
@@ -139,8 +140,9 @@ class Gateway:
                 wait_healthy(self.url, self.proc)
                 return
             except RuntimeError:
+                returncode = self.proc.returncode if self.proc is not None else None
                 self.stop()
-                if b"address already in use" not in log.read_bytes():
+                if returncode != EXIT_CANNOT_LISTEN:
                     raise RuntimeError(f"the gateway did not start:\n{self.log_tail()}") from None
                 self.port = 0  # someone took the port: another one
         raise RuntimeError(f"the gateway found no free port:\n{self.log_tail()}")

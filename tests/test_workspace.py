@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import ValidationError
-from gateway.workspace import Workspace, confine
+from gateway.workspace import Workspace, confine, protected_entry
 
 
 @pytest.fixture(params=["plain", "declared"])
@@ -94,3 +94,12 @@ def test_a_root_replaced_by_another_directory_is_checked_in_full(
     declared.root.rename(tmp_path / "moved")
     declared.root.mkdir()
     assert confine(declared, "f.txt").relative == "f.txt"  # a plain directory: still inside
+
+
+def test_protected_entries_match_whole_components_anywhere() -> None:
+    """The rule docs/policies.md states for ``protected_paths`` (and rego/toolgate.rego)."""
+    protected = (".git/", "docs/private")
+    for path in (".git", ".git/config", "vendor/lib/.git/HEAD", "a/docs/private/x"):
+        assert protected_entry(path, protected) is not None, path
+    for path in ("my.git/x", ".gitignore", "docs/privateer", "docs"):
+        assert protected_entry(path, protected) is None, path

@@ -1,7 +1,8 @@
 """``toolgate serve --workers N``: N gateway processes on one listening socket.
 
-The parent checks everything (``tools.d``, ``rego/``, ``policies/``, the adapters), creates the
-store's schema once, binds the address, and starts N workers: ``toolgate serve`` children
+The parent checks everything (``tools.d``, ``rego/``, ``policies/``, the adapters), binds the
+address (``serve``, gateway/http/server.py::listen), creates the store's schema once, and
+starts N workers: ``toolgate serve`` children
 that inherit the socket (``--listen-fd``) and accept from it, so the kernel spreads
 connections over them. Each worker is a whole gateway (its own event loop, store connections,
 group commit and policy engine) on the shared store: they coordinate the way replicas do
@@ -32,16 +33,6 @@ RESTART_PAUSE = 0.5
 RESTART_PAUSE_MAX = 30.0
 STOP_TIMEOUT = 30.0
 """Seconds a worker has to stop after SIGTERM before it is killed."""
-
-
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 def worker_argv(config: Path | None, fd: int, log_level: str, access_log: bool) -> list[str]:
@@ -141,9 +132,15 @@ class Supervisor:
 
 
 def serve_workers(
-    settings: Settings, config: Path | None, n: int, log_level: str, access_log: bool
+    settings: Settings,
+    config: Path | None,
+    sock: socket.socket,
+    n: int,
+    log_level: str,
+    access_log: bool,
 ) -> int:
-    """Bind, start ``n`` workers, supervise them until SIGTERM/SIGINT."""
+    """Start ``n`` workers on ``sock`` (bound by ``serve``), supervise them until
+    SIGTERM/SIGINT."""
     import anyio
 
     from gateway.store.store import Store
@@ -154,13 +151,6 @@ def serve_workers(
         await store.aclose()
 
     anyio.run(schema)
-    try:
-        sock = bind(settings.host, settings.port)
-    except OSError as exc:
-        print(
-            f"toolgate: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
-            file=sys.stderr,
-        )
-        return 1
+    sock.set_inheritable(True)
     argv = worker_argv(config, sock.fileno(), log_level, access_log)
     return Supervisor(argv, sock, n).run()

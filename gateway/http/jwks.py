@@ -6,6 +6,13 @@ but never more than once per ``jwks_min_refetch``: a flood of tokens with made-u
 costs the provider one fetch per interval, and each such token is refused. A failed fetch
 keeps the keys already held; with none held, the token cannot be checked (503).
 
+One fetch at a time, bounded as a whole by ``timeout`` (connecting, the answer and its
+body: a server that drips its answer cannot hold it longer). While it runs, a token whose
+key is held is checked with the set held, stale or not; only a token that needs a key the
+set lacks waits for it. The URL is read as configured: a redirect is a failed fetch, never
+followed, and a body over ``MAX_JWKS_BYTES`` is refused as soon as it is known to be
+(from its ``Content-Length``, or when the read passes the limit), not read to its end.
+
 Only asymmetric signing keys are kept (``kty`` RSA, EC or OKP; ``use`` absent or ``sig``;
 a ``kid``): a symmetric (``oct``) key in the set is ignored, so a token can never be checked
 with a secret anyone can read.
@@ -102,17 +109,24 @@ class KeySet:
     async def key(self, kid: str) -> SigningKey | None:
         """The key ``kid``, fetching the set again when it is stale or lacks ``kid`` (at
         most once per ``min_refetch``); None if the provider has no such key."""
-        now = self._clock()
         held = self._keys.get(kid)
-        if held is not None and now - self._fetched_at < self._max_age:
-            return held
-        if now - self._attempted_at >= self._min_refetch:
+        if held is not None and (self._lock.locked() or not self._stale()):
+            return held  # a fetch in flight is not waited for by a key the set holds
+        if self._lock.locked() or self._clock() - self._attempted_at >= self._min_refetch:
             await self._refresh()
-        elif not self._keys and self._fetched_at == -math.inf:
-            raise JwksUnavailable(f"the identity provider's keys ({self.source}) are not read yet")
+        if self._fetched_at == -math.inf:
+            raise JwksUnavailable(f"the identity provider's keys ({self.source}) cannot be read")
         return self._keys.get(kid)
 
+    def _stale(self) -> bool:
+        return self._clock() - self._fetched_at >= self._max_age
+
     async def _refresh(self) -> None:
+        """Fetch the set, or wait for the fetch in flight and take its outcome: one wait,
+        never two fetches in a row (each bounded by ``timeout``)."""
+        if self._lock.locked():
+            async with self._lock:
+                return
         async with self._lock:
             if self._clock() - self._attempted_at < self._min_refetch:
                 return  # another request fetched while this one waited
@@ -122,22 +136,47 @@ class KeySet:
                 keys = parse_jwks(await self._read())
             except (OSError, ValueError, httpx.HTTPError) as exc:
                 log.warning("cannot read the JWKS at %s: %s", self.source, exc)
-                if not self._keys:
-                    raise JwksUnavailable(
-                        f"the identity provider's keys ({self.source}) cannot be read"
-                    ) from exc
                 return
             self._keys, self._fetched_at = keys, self._clock()
 
     async def _read(self) -> Any:
         if self._file is not None:
             text = await anyio.Path(self._file).read_bytes()
-        else:
-            assert self._url is not None
-            async with httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as client:
-                response = await client.get(self._url, headers={"Accept": "application/json"})
-                response.raise_for_status()
-                text = response.content
-        if len(text) > MAX_JWKS_BYTES:
-            raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes")
-        return json.loads(text)
+            if len(text) > MAX_JWKS_BYTES:
+                raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes")
+            return json.loads(text)
+        try:
+            with anyio.fail_after(self._timeout):
+                return json.loads(await self._download())
+        except TimeoutError as exc:
+            raise TimeoutError(
+                f"the fetch did not finish within {self._timeout:g} s (jwt.jwks_timeout)"
+            ) from exc
+
+    async def _download(self) -> bytes:
+        """The body of the URL's answer: only a 2xx, unencoded, at most ``MAX_JWKS_BYTES``
+        (a compressed body would be inflated before its size could be checked)."""
+        assert self._url is not None
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        async with (
+            httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as client,
+            client.stream("GET", self._url, headers=headers) as answer,
+        ):
+            if answer.is_redirect:
+                raise ValueError(
+                    f"it answered {answer.status_code}, a redirect, which is not followed "
+                    "(the keys are read from jwt.jwks_url only)"
+                )
+            answer.raise_for_status()
+            encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding != "identity":
+                raise ValueError(f"the JWKS came encoded ({encoding[:32]}), not as asked")
+            declared = answer.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > MAX_JWKS_BYTES:
+                raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes ({declared})")
+            body = bytearray()
+            async for chunk in answer.aiter_raw():
+                body += chunk
+                if len(body) > MAX_JWKS_BYTES:
+                    raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes")
+            return bytes(body)

@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.errors import LimitExceeded, ToolgateError
+from gateway.errors import LimitExceeded, PolicyUnavailable, ToolgateError
 
 log = logging.getLogger("toolgate.server")
 PROBLEM_BASE = "https://toolgate.dev/problems/"
@@ -59,7 +59,8 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
 async def toolgate_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ToolgateError)
     status = exc.http_status if exc.http_status >= 400 else 500
-    if status >= 500 and not isinstance(exc, LimitExceeded):  # a flood must not flood the log
+    # a flood must not flood the log; a policy refusal was logged, with its cause, where it arose
+    if status >= 500 and not isinstance(exc, LimitExceeded | PolicyUnavailable):
         log.warning("%s %s failed: %s", request.method, request.url.path, exc.message)
     return problem(status, exc.code, exc.message, retryable=exc.retryable, **exc.details)
 

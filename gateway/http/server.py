@@ -9,13 +9,76 @@ bytes a connection sends while a request head is open and answers 431 and closes
 ``max_header_bytes + HEAD_SLACK``, so no request head is held in memory beyond that (and one
 read of the transport) whichever implementation runs. The event loop is uvloop where it is
 installed (uvicorn's ``auto``).
+
+The gateway binds its socket itself (:func:`listen`), before it says ``listening on`` and
+before the application starts, and hands it to uvicorn (:func:`run`): a port in use is one
+line and exit :data:`EXIT_CANNOT_LISTEN`, the same for ``serve`` and ``serve --workers N``,
+whose workers get the parent's socket.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import socket
 from typing import Any
 
+from gateway.errors import CannotListen
 from gateway.settings import Settings
+
+EXIT_CANNOT_LISTEN = 4
+"""``toolgate serve``'s exit status when it cannot bind its address (docs/configuration.md)."""
+EXIT_START_FAILED = 3
+"""``toolgate serve``'s exit status when the application fails to start (uvicorn's)."""
+BACKLOG = 2048
+
+_WHY = {
+    errno.EADDRINUSE: "the address is in use (another gateway? choose a port with --port,"
+    " TOOLGATE_PORT or port: in toolgate.yaml)",
+    errno.EACCES: "permission denied (a port below 1024 needs privileges; choose a port with"
+    " --port, TOOLGATE_PORT or port: in toolgate.yaml)",
+    errno.EADDRNOTAVAIL: "the address is not one of this host's (choose one with --host,"
+    " TOOLGATE_HOST or host: in toolgate.yaml)",
+}
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and listening; :class:`CannotListen` says why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        why = _WHY.get(exc.errno or 0) or exc.strerror or str(exc)
+        raise CannotListen(f"cannot listen on {address(host, port)}: {why}") from exc
+    return sock
+
+
+def address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def run(app: Any, sock: socket.socket, settings: Settings, log_level: str, access_log: bool) -> int:
+    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT; 0, or :data:`EXIT_START_FAILED`."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        **serve_options(settings),
+        log_level=log_level,
+        access_log=access_log,
+        server_header=False,
+        log_config=None,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn raises the SIGINT it caught again once it has stopped: that is the end, not an error.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
+    return 0 if server.started else EXIT_START_FAILED
+
 
 HEAD_SLACK = 8 * 1024
 """What the HTTP server allows a request head beyond ``max_header_bytes`` (the request line,

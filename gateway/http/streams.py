@@ -37,6 +37,10 @@ STREAM_BATCH = 200
 MAX_RUN_EXECUTIONS = 100
 """The executions of a run one stream follows (the newest, as ``GET /v1/executions``)."""
 MAX_CURSOR_CHARS = 8192
+MAX_SEQ = 2**63 - 1
+"""The largest ``seq`` a store holds (a signed 64-bit integer on both backends): a cursor
+beyond it names no event and could not be bound to a query."""
+_MAX_SEQ_DIGITS = len(str(MAX_SEQ))
 
 Render = Callable[[Event], str]
 """An event as the ``data:`` of an SSE message (JSON for the API, HTML for the page)."""
@@ -60,17 +64,42 @@ class Cursor:
         return ",".join(f"{ex}:{seq}" for ex, seq in self.seqs.items())
 
 
+def seq_of(raw: str) -> int | None:
+    """``raw`` as an event's ``seq``: ASCII digits naming 0 to ``MAX_SEQ``; None otherwise.
+    The one parser of every cursor (``?after=``, ``Last-Event-ID``, a run's pairs)."""
+    if not raw.isascii() or not raw.isdecimal():
+        return None
+    digits = raw.lstrip("0") or "0"
+    if len(digits) > _MAX_SEQ_DIGITS:  # bounded before int(): no work on a huge number
+        return None
+    value = int(digits)
+    return value if value <= MAX_SEQ else None
+
+
+def after_seq(raw: str | None) -> int:
+    """``?after=SEQ`` of an execution's events: -1 (from the start) when absent."""
+    if raw is None:
+        return -1
+    found = seq_of(raw)
+    if found is None:
+        raise MalformedRequest(
+            f"after must be the seq of an event you have (an integer from 0 to {MAX_SEQ})",
+            code="invalid_after",
+        )
+    return found
+
+
 def execution_cursor(raw: str | None) -> int:
     """``Last-Event-ID`` of an execution stream: the last seq the client has."""
     if raw is None or not raw.strip():
         return -1
-    raw = raw.strip()
-    if not raw.isascii() or not raw.isdecimal():
+    found = seq_of(raw.strip())
+    if found is None:
         raise MalformedRequest(
-            "Last-Event-ID is the seq of the last event you have (an integer, 0 or more)",
+            f"Last-Event-ID is the seq of the last event you have (an integer from 0 to {MAX_SEQ})",
             code="invalid_last_event_id",
         )
-    return int(raw)
+    return found
 
 
 def run_cursor(raw: str | None) -> Cursor:
@@ -82,13 +111,14 @@ def run_cursor(raw: str | None) -> Cursor:
         raise MalformedRequest("Last-Event-ID is too long", code="invalid_last_event_id")
     for part in raw.strip().split(","):
         ex, sep, seq = part.partition(":")
-        if not sep or not ex or not seq.isascii() or not seq.isdecimal():
+        found = seq_of(seq)
+        if not sep or not ex or found is None:
             raise MalformedRequest(
                 "Last-Event-ID of a run stream is the id of the last event you have "
-                "(execution_id:seq pairs, comma-separated)",
+                f"(execution_id:seq pairs, comma-separated, each seq from 0 to {MAX_SEQ})",
                 code="invalid_last_event_id",
             )
-        cursor.seqs[ex] = int(seq)
+        cursor.seqs[ex] = found
     return cursor
 
 

@@ -5,7 +5,8 @@ The MCP SDK and its types are about 270 modules and 29 MB of a gateway's memory;
 deployment that only serves REST never pays for them. The first request to ``/mcp`` (any
 request: the endpoint authenticates it) imports :mod:`gateway.mcp.endpoint`, builds the
 :class:`~gateway.mcp.endpoint.McpEndpoint` and runs its session manager in this door's task
-group until the host app stops; concurrent first requests wait for the one start.
+group until the host app stops; concurrent first requests wait for the one start. A request
+whose ``Host`` or ``Origin`` is not allowed is refused first (``hosts.HostGuard``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from gateway.http.problems import problem
+from gateway.mcp.hosts import HostGuard
 from gateway.settings import Settings
 
 if TYPE_CHECKING:
@@ -35,6 +37,9 @@ class McpDoor:
         self._stop: anyio.Event | None = None
         self._starting = anyio.Lock()
         self._sessions: Gauge | None = None
+        self.hosts = HostGuard(settings.mcp.allowed_hosts, settings.mcp.allowed_origins)
+        """DNS-rebinding protection, whole values, ahead of both paths (the SDK's and
+        ``stateless``) and of the SDK's import."""
 
     @contextlib.asynccontextmanager
     async def run(self, sessions: Gauge) -> AsyncIterator[None]:
@@ -51,6 +56,10 @@ class McpDoor:
         self.endpoint = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = self.hosts.refusal(scope)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         endpoint = self.endpoint or await self._start()
         if endpoint is None:
             await problem(503, "not_ready", "the MCP endpoint is not running")(scope, receive, send)

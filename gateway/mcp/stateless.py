@@ -6,12 +6,13 @@ span, its kernel's connection, session and context objects and a pydantic envelo
 cost about as much CPU again as the call itself (docs/performance.md). This module answers
 exactly such a request itself, with the same bytes, and leaves everything else to the SDK:
 
-- every check the SDK's entry makes first runs here first: the Content-Type, Host and Origin
-  of DNS-rebinding protection, the method, Accept, the JSON-RPC envelope, the routing
-  headers and the protocol-version ladder, the SDK's validation of the params for the
-  request's version. Each is a short check that only says yes where the SDK's surely does
-  (the headers read in one pass: ``Heads``; ``_admitted``, ``_route``, ``_surely_valid``),
-  and the SDK's own function decides the rest (``validate_request``,
+- every check the SDK's entry makes first runs here first: the Content-Type (``Host`` and
+  ``Origin`` were held whole to the allowed values by the door: ``gateway/mcp/hosts.py``,
+  which accepts nothing the SDK's looser check refuses), the method, Accept, the JSON-RPC
+  envelope, the routing headers and the protocol-version ladder, the SDK's validation of the
+  params for the request's version. Each is a short check that only says yes where the
+  SDK's surely does (the headers read in one pass: ``Heads``; ``_admitted``, ``_route``,
+  ``_surely_valid``), and the SDK's own function decides the rest (``validate_request``,
   ``check_accept_headers``, ``classify_inbound_request``, ``validate_client_request`` then
   ``CallToolRequestParams``);
 - a request any of them would refuse, or one that is not a plain call (another method, a
@@ -108,10 +109,6 @@ class StatelessCalls:
         self.writer = Writer(server.server_info_stamp)
         """With the SDK's ``serverInfo`` stamp: the SDK copies it for every answer, in case
         an answer is changed afterwards; this one is only encoded."""
-        self._guard = security.enable_dns_rebinding_protection
-        hosts, origins = security.allowed_hosts, security.allowed_origins
-        self._hosts = (frozenset(hosts), tuple(h[:-1] for h in hosts if h.endswith(":*")))
-        self._origins = (frozenset(origins), tuple(o[:-1] for o in origins if o.endswith(":*")))
 
     async def __call__(self, request: Request, heads: Heads, send: Send) -> Receive | None:
         """Answer the request (its headers read: ``heads``) if it is a plain call (None),
@@ -139,17 +136,11 @@ class StatelessCalls:
         return None
 
     def _admitted(self, heads: Heads) -> bool:
-        """Whether the SDK's ``validate_request`` (POST) surely passes; when this cannot
-        tell, the SDK's check decides (and logs what it refuses)."""
+        """Whether the SDK's ``validate_request`` (POST) surely passes (its Host and Origin
+        checks do for every request the door let through: ``hosts.HostGuard``); when this
+        cannot tell, the SDK's check decides."""
         content_type = heads.first.get("content-type")
-        if content_type is None or not content_type.lower().startswith("application/json"):
-            return False
-        if not self._guard:
-            return True
-        host, origin = heads.first.get("host"), heads.first.get("origin")
-        if not host or not _listed(host, self._hosts):
-            return False
-        return not origin or _listed(origin, self._origins)
+        return content_type is not None and content_type.lower().startswith("application/json")
 
     def _plain(self, body: bytes, heads: Heads) -> tuple[calls.PlainCall, str] | None:
         """The plain call ``body`` holds, with its protocol version, if the SDK would hand
@@ -202,13 +193,6 @@ _BOTH_ACCEPTED = frozenset(
 )
 """``Accept`` values ``check_accept_headers`` surely finds both types in (what clients send);
 any other value is checked by it."""
-
-
-def _listed(value: str, allowed: tuple[frozenset[str], tuple[str, ...]]) -> bool:
-    """``TransportSecurityMiddleware._validate_host`` (and ``_validate_origin``) of a
-    present value: listed exactly, or under a ``base:*`` pattern as ``base:`` + anything."""
-    exact, prefixes = allowed
-    return value in exact or (bool(prefixes) and value.startswith(prefixes))
 
 
 _ROUTING = frozenset({MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -30,6 +30,9 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 FAST = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 SLOW = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 SIZES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+UNDECLARED_TOOL = "_undeclared"
+"""The ``tool`` label of a call naming a tool no catalogue declared: one series for every
+such name, so callers cannot add series (no declared name starts with ``_``)."""
 
 
 class _Histogram:
@@ -121,6 +124,13 @@ class Metrics:
             "Decision-cache lookups by result (hit|miss); hit ratio = hit / (hit + miss).",
             ["result"],
         )
+        self.policy_unavailable_calls = _Counter(
+            "toolgate_policy_unavailable",
+            "Calls refused because the policy backend gave no decision (OPA down, slow, or "
+            "answering other than 200), by backend and cause (timeout|connection|status|"
+            "not_json).",
+            ["backend", "cause"],
+        )
         self.approvals = _Counter(
             "toolgate_approvals",
             "Approval events: requested, approved, denied, expired.",
@@ -165,6 +175,8 @@ class Metrics:
             "Reloads of tools.d, rego/ and policies/ by result (applied|unchanged|refused).",
             ["result"],
         )
+        self._tools: frozenset[str] = frozenset()
+        """The values the ``tool`` label may take (``declare_tools``)."""
         self._store_lock = threading.Lock()
         self._gauges = {"approvals_pending": 0, "queued": 0, "in_flight": 0}
         self.registry = CollectorRegistry(auto_describe=True)
@@ -182,8 +194,16 @@ class Metrics:
         for name, seconds in timed:
             (children.get((name,)) or self.stages.child(name)).observe(seconds)
 
+    def declare_tools(self, names: Iterable[str]) -> None:
+        """Tool names the ``tool`` label may take: each generation's catalogue adds its own
+        (kept after a reload, so a call of a retired tool that ends later counts under its
+        name). Every label value comes from a declaration or from the gateway's code, never
+        from a caller: the number of series is bounded by configuration."""
+        self._tools = self._tools.union(names)
+
     def execution(self, tool: str, outcome: str, error_phase: str) -> None:
-        self.executions.inc(tool, outcome, error_phase)
+        label = tool if tool in self._tools else UNDECLARED_TOOL
+        self.executions.inc(label, outcome, error_phase)
 
     def policy_decision(self, backend: str, seconds: float) -> None:
         self.policy_seconds.child(backend).observe(seconds)
@@ -191,6 +211,10 @@ class Metrics:
     def policy_cache_lookup(self, hit: bool) -> None:
         """The hook a policy backend with a decision cache calls on each lookup."""
         self.policy_cache.inc("hit" if hit else "miss")
+
+    def policy_unavailable(self, backend: str, cause: str) -> None:
+        """A call refused (or a queued one failed) for want of a decision."""
+        self.policy_unavailable_calls.inc(backend, cause)
 
     def approval(self, event: str) -> None:
         self.approvals.inc(event)
@@ -233,6 +257,7 @@ class Metrics:
         yield self.stages.metric()
         yield self.policy_seconds.metric()
         yield self.policy_cache.metric()
+        yield self.policy_unavailable_calls.metric()
         yield self.approvals.metric()
         yield _gauge(
             "toolgate_approvals_pending",

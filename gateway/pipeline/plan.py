@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.base import Previewing
-from gateway.errors import CallError, ExecutionError, RequestError, StoreError
+from gateway.errors import UNRECORDED, CallError, ExecutionError
 from gateway.pipeline.context import adapter_of
 from gateway.pipeline.lock import lock_requests
 from gateway.pipeline.policy import preview_of
@@ -84,9 +84,10 @@ class Plan:
 
 
 async def plan_call(services: Services, request: ToolExecutionRequest) -> Plan:
-    """The plan of ``request``. ``RequestError`` propagates (the same 4xx as an execution);
-    a ``CallError`` the real call would end ``failed`` on is part of the plan. It runs on the
-    newest generation of the runtime, held until the plan is made."""
+    """The plan of ``request``. ``RequestError`` and ``PolicyUnavailable`` propagate (the
+    same 4xx or 503 as an execution); a ``CallError`` the real call would end ``failed`` on
+    is part of the plan. It runs on the newest generation of the runtime, held until the
+    plan is made."""
     with services.lease() as services:
         return await _plan_call(services, request)
 
@@ -103,7 +104,7 @@ async def _plan_call(services: Services, request: ToolExecutionRequest) -> Plan:
         except CallError as exc:
             error = exc
             break
-        except (RequestError, StoreError):
+        except UNRECORDED:
             raise
         except Exception:
             log.exception("plan of %s failed in stage %s", request.tool_name, stage.name)

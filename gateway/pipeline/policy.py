@@ -9,7 +9,13 @@ from typing import Any
 from gateway.adapters.base import Previewing
 from gateway.approvals import tokens
 from gateway.declarations.model import ToolDeclaration
-from gateway.errors import CallError, PolicyDenied, ToolgateError, TooManyRequests
+from gateway.errors import (
+    CallError,
+    PolicyDenied,
+    PolicyUnavailable,
+    ToolgateError,
+    TooManyRequests,
+)
 from gateway.pipeline.context import adapter_call, adapter_of
 from gateway.pipeline.guards import check_state_guards
 from gateway.pipeline.outcomes import failed
@@ -106,7 +112,14 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
     document = policy_input(call, approval)
     metrics = services.telemetry.metrics
     start = time.perf_counter()
-    decision = await services.policy.decide(document)
+    try:
+        decision = await services.policy.decide(document)
+    except PolicyUnavailable as exc:  # no decision: nothing may run (the backend logged why)
+        if metrics is not None:
+            metrics.policy_unavailable(services.settings.policy_backend, exc.cause)
+        if call.ticket.stored is None:
+            raise  # a new call: refused (503), no execution
+        return failed(state, exc)  # an execution that exists (dequeued, resumed) ends here
     seconds = time.perf_counter() - start
     if metrics is not None:
         metrics.policy_decision(services.settings.policy_backend, seconds)
@@ -261,7 +274,18 @@ async def preview_of(services: Services, call: Call) -> JSON:
     try:
         return await adapter.preview(adapter_call(services, call))
     except ToolgateError as exc:
-        return {"error": exc.message}
+        return {PREVIEW_FAILED: exc.message}
+
+
+PREVIEW_FAILED = "error"
+"""The one key of a preview the adapter could not make: ``{"error": why}``."""
+
+
+def preview_failure(preview: JSON) -> str | None:
+    """Why the adapter could not make ``preview`` (what :func:`preview_of` recorded), or None."""
+    if isinstance(preview, dict) and set(preview) == {PREVIEW_FAILED}:
+        return str(preview[PREVIEW_FAILED])
+    return None
 
 
 def _approval(services: Services, call: Call, decision: Decision, preview: JSON) -> ApprovalRecord:

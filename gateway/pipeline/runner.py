@@ -6,10 +6,11 @@ with a result), or ``Ended`` (the call resolves to an execution that already exi
 parked). A stage whose record the call is not in is skipped: a call that settled early goes
 straight to ``verify`` and ``commit``. A stage also ends a call by raising a ``CallError``
 (the call becomes a failed execution in that error's phase).
-``RequestError`` (400/409/422) propagates: such a request never becomes an execution.
-Anything else that escapes a stage is settled by the one catch-all below (``_escaped``):
-``failed`` before the adapter was called, reconciled or ``unknown`` after a write's adapter
-was; only ``StoreError`` (nothing can be recorded) still propagates, to recovery.
+``RequestError`` (400/409/422) and ``PolicyUnavailable`` (503: no decision could be had for
+a new call) propagate: such a request never becomes an execution. Anything else that escapes
+a stage is settled by the one catch-all below (``_escaped``): ``failed`` before the adapter
+was called, reconciled or ``unknown`` after a write's adapter was; only ``StoreError``
+(nothing can be recorded) still propagates, to recovery.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from typing import Any, Generic, TypeVar
 from gateway import jsontext
 from gateway.adapters.base import SideEffectReport
 from gateway.errors import (
+    UNRECORDED,
     CallError,
     ExecutionError,
     NotFound,
-    RequestError,
-    StoreError,
     ToolgateError,
 )
 from gateway.observability import logs
@@ -337,8 +337,8 @@ async def _run_stage(
             # too late to end it "failed"
             return await _escaped(stage, services, current, execution_id, exc)
         return failed(current, exc)
-    except (RequestError, StoreError):
-        raise  # 4xx by design; or the store is down and nothing can be recorded now
+    except UNRECORDED:
+        raise  # 4xx by design, no decision to be had; or the store cannot record anything
     except Exception as exc:
         return await _escaped(stage, services, current, execution_id, exc)
 

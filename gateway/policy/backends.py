@@ -17,7 +17,8 @@ async def open_backend(settings: Settings, sources: PolicySources) -> PolicyBack
     """The backend, opened; the caller closes it (``aclose``).
 
     An OPA server that is not up yet does not stop the gateway (in a compose file it may
-    start later): a warning now, and every decision denied until it answers.
+    start later): a warning now, every call refused (``policy_unavailable``) and ``/readyz``
+    not ready until it answers.
     """
     if settings.policy_backend == "embedded":
         return EmbeddedPolicy(sources)
@@ -31,9 +32,9 @@ async def open_backend(settings: Settings, sources: PolicySources) -> PolicyBack
             cache_ttl=settings.opa_cache_ttl,
         )
         await backend.open()
-        if not await backend.healthy():
+        if not await backend.available():
             log.warning(
-                "OPA at %s is not healthy yet: decisions are denied until it is", settings.opa_url
+                "OPA at %s is not healthy yet: calls are refused until it is", settings.opa_url
             )
         return backend
     raise ConfigError(f"policy_backend {settings.policy_backend!r} is not one of embedded, opa")

@@ -12,9 +12,11 @@ instead, so that each key has one meaning. The rules, as docs/policies.md states
 - ``quotas.calls_per_minute``: a limit per tool risk; a risk not listed is unlimited.
 - ``actors.<id>.roles``: an actor missing, listed with no roles or ``roles: null`` has none.
 - ``workspaces.<id>.root`` (required) and ``members``.
+- ``protected_paths``: a list of workspace-relative paths (the Rego refuses a write there;
+  every workspace carries the list, and a process tool's view makes them read-only).
 
 A wrong shape is a ConfigError naming the file, line and key. Keys the gateway does not read
-(``risk_rules``, ``protected_paths``, your own) are left to the Rego; so are extra keys of an
+(``risk_rules``, your own) are left to the Rego; so are extra keys of an
 actor or a workspace, which a rule may read. ``approvers`` and ``quotas`` take only the keys
 above: a misspelt key there would silently change who decides or what is limited.
 """
@@ -66,6 +68,8 @@ class PolicyData:
     workspaces: Mapping[str, WorkspaceSpec] = field(default_factory=lambda: MappingProxyType({}))
     calls_per_minute: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     """Quota per tool risk (``quotas.calls_per_minute``)."""
+    protected_paths: tuple[str, ...] = ()
+    """Workspace-relative paths that no tool may write (``gateway.workspace.protected_entry``)."""
 
     def roles(self, principal: str) -> Roles:
         return self.actors.get(principal, ())
@@ -87,6 +91,7 @@ class PolicyData:
             approvers=reader.approvers(data.get("approvers")),
             workspaces=reader.workspaces(data.get("workspaces")),
             calls_per_minute=reader.quotas(data.get("quotas")),
+            protected_paths=reader.protected(data.get("protected_paths")),
         )
         if reader.problems:
             raise ConfigError(reader.problems)
@@ -175,6 +180,17 @@ class _Reader:
             members = self.strings(spec.get("members"), (*loc, "members"))
             found[ws_id] = WorkspaceSpec(ws_id, root, members)
         return MappingProxyType(found)
+
+    def protected(self, value: Any) -> tuple[str, ...]:
+        found = self.strings(value, ("protected_paths",))
+        for i, entry in enumerate(found):
+            parts = entry.strip("/").split("/")
+            if "\x00" in entry or entry.startswith("/") or {"", ".", ".."} & set(parts):
+                self.fault(
+                    ("protected_paths", i),
+                    f"must be a workspace-relative path without '.' or '..' (got {entry!r})",
+                )
+        return found
 
     def quotas(self, value: Any) -> Mapping[str, int]:
         spec = self.mapping(value, ("quotas",), "calls_per_minute")

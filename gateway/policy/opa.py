@@ -1,16 +1,34 @@
 """The OPA server backend (``policy_backend: opa``): decisions asked of an Open Policy Agent.
 
 Each decision is ``POST {opa_url}/v1/data/toolgate/decision?provenance=true`` with the whole
-policy input as ``input``, through ``opa-python-client``'s ``AsyncOpaClient``, whose own retries
-are off (they retry some 5xx, not 503, and wait seconds): the gateway gives each decision
-``opa_timeout`` (default 250 ms) and then denies.
+policy input as ``input``, on one ``aiohttp`` session opened with the gateway: the gateway
+gives each decision ``opa_timeout`` (default 250 ms), retries nothing, and **follows no
+redirect**: the input (actor, arguments, paths) goes to ``opa_url`` and nowhere else, and a
+3xx is an answer like any other that is not 200. (``opa-python-client`` cannot be told not
+to follow one, and takes any status below 400 with a JSON body for OPA's answer.)
 
-Fail closed, like the embedded backend: a timeout, a connection error, any answer but 200, a
-body that is not a JSON object, an undefined ``result`` (no ``result`` key: OPA's answer for an
-undefined document) or a malformed decision deny the call with ``policy error: OPA ...`` as its
-only reason, add one to ``FAILURES[<kind>]`` (an in-process counter by cause) and log one
-warning. OPA's ``decision_id`` (present when OPA logs decisions) is kept on the Decision, and
-the ``policy.decided`` event records it, so the gateway's record and OPA's decision log join.
+Fail closed, like the embedded backend, in two ways:
+
+- OPA gave no decision (a timeout, a connection error, any status but 200, a body that is not
+  a JSON object): ``decide`` raises ``PolicyUnavailable``, a retryable refusal whose message
+  names no internals; nothing runs. ``FAILURES[<kind>]`` counts it and one warning logs
+  the cause (``policy decision refused (<kind>): <cause>``).
+- OPA answered, but no usable decision: an undefined ``result`` (no ``result`` key: OPA's
+  answer for an undefined document) or a malformed decision deny the call with ``policy
+  error: OPA ...`` as its only reason (the policy is wrong: a retry gets the same), counted
+  and logged alike (``policy decision denied (<kind>)``).
+
+OPA's ``decision_id`` (present when OPA logs decisions) is kept on the Decision, and the
+``policy.decided`` event records it, so the gateway's record and OPA's decision log join.
+
+Readiness (``available``, for ``/readyz``): OPA answers if it answered anything (a decision,
+a listing, a health probe) within the last ``PROBE_INTERVAL`` (1 s), known without asking;
+else ``GET {opa_url}/health`` decides (no redirect, ``opa_timeout``), asked at most once a
+``PROBE_INTERVAL`` and once for all who ask meanwhile. Calls keep it known for free; an idle
+gateway probes once per readiness check at most, a second apart. A decision OPA fails on
+(an evaluation error for one odd input, answered 500) does not by itself take the gateway out
+of rotation while OPA's health passes; an OPA that is down, hung or unreachable does, at the
+first readiness check a second after its last answer.
 
 Listing (``listed``, for MCP tools/list): ``POST {opa_url}/v1/data/toolgate/listed`` per tool,
 ``LISTING_REQUESTS`` at a time, never cached, all by one deadline (``opa_timeout`` from the
@@ -35,7 +53,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
+import math
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -44,7 +65,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway import jsontext
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, PolicyUnavailable
 from gateway.policy.bundle import source_revision
 from gateway.policy.embedded import (
     CACHE_SIZE,
@@ -67,9 +88,15 @@ LISTING_REQUESTS = 8
 """At most this many requests of one listing at a time: a listing of many tools takes a bounded
 share of the connections every call's decision needs."""
 FAILURES: collections.Counter[str] = collections.Counter()
-"""Decisions the OPA backend denied because OPA gave no usable answer, by kind: ``timeout``,
-``connection``, ``status`` (not 200), ``not_json``, ``undefined``, ``malformed``. Process-wide,
-for a metrics exporter to read."""
+"""Decisions the OPA backend refused or denied because OPA gave no usable answer, by kind:
+``timeout``, ``connection``, ``status`` (not 200), ``not_json`` (refused: PolicyUnavailable),
+``undefined``, ``malformed`` (denied). Process-wide, for a metrics exporter to read."""
+UNAVAILABLE = frozenset({"timeout", "connection", "status", "not_json"})
+"""The kinds of failure where OPA gave no decision at all: a refusal a retry may pass."""
+PROBE_INTERVAL = 1.0
+"""How long an answer of OPA's counts as "OPA answers" for ``available`` (``/readyz``), and the
+least time between two of its health probes."""
+_JSON_BODY = {"Content-Type": "application/json"}
 
 
 def parse_url(url: str) -> tuple[str, int, bool]:
@@ -102,9 +129,16 @@ class OpaPolicy:
         self.sources = sources
         self.url = url
         self._host, self._port, self._https = parse_url(url)
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        self._base = f"{'https' if self._https else 'http'}://{host}:{self._port}"
+        """Where every request goes (opa_url with its port): nowhere else, no redirect."""
         self._timeout = timeout
         self._headers = dict(headers or {})
-        self._client: Any = None
+        self._session: Any = None
+        self._answered_at = self._probed_at = -math.inf
+        """When OPA last answered (a decision, a listing or a health probe), and when it was
+        last probed, on the event loop's clock: what ``available`` knows."""
+        self._probing = asyncio.Lock()
         self._closed = False
         self.revision = source_revision(sources)
         """The revision of the gateway's own sources: the cache is used while OPA runs it."""
@@ -125,24 +159,54 @@ class OpaPolicy:
 
     async def open(self) -> None:
         """Open the HTTP session (on the event loop that will use it)."""
-        from opa_client import AsyncOpaClient
+        import aiohttp
 
-        client = AsyncOpaClient(
-            host=self._host,
-            port=self._port,
-            ssl=self._https,
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                ssl=ssl.create_default_context() if self._https else True
+            ),
             headers=self._headers or None,
-            retries=0,
-            timeout=self._timeout,
+            timeout=aiohttp.ClientTimeout(total=None),  # each request has its own deadline
+            trust_env=False,  # no proxy from the environment: the input goes to opa_url only
         )
-        self._client = await client.__aenter__()
 
-    async def healthy(self) -> bool:
-        return self._client is not None and bool(await self._client.check_health())
+    async def available(self) -> bool:
+        """Whether OPA answers (``/readyz``): yes at once when it answered anything within
+        ``PROBE_INTERVAL``; else a health probe decides, at most one a ``PROBE_INTERVAL``,
+        shared by whoever asks while it runs (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._answered_at < PROBE_INTERVAL:
+            return True
+        async with self._probing:
+            if loop.time() - self._probed_at >= PROBE_INTERVAL:
+                self._probed_at = loop.time()
+                if await self._healthy(self._probed_at + self._timeout):
+                    self._answered_at = loop.time()
+            return loop.time() - self._answered_at < PROBE_INTERVAL
+
+    async def _healthy(self, deadline: float) -> bool:
+        """``GET {opa_url}/health`` answered 200 by ``deadline``, without a redirect."""
+        import aiohttp
+
+        if self._closed or self._session is None:
+            return False
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with self._session.get(
+                    f"{self._base}/health", allow_redirects=False
+                ) as response:
+                    healthy = response.status == 200
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            log.info("OPA health probe failed: %s", _described(exc, self.url))
+            return False
+        if not healthy:
+            log.info("OPA health probe failed: HTTP %s", response.status)
+        return healthy
 
     async def decide(self, document: Mapping[str, JSON]) -> Decision:
-        """Ask OPA for the decision on ``document``; never raises, denies on any fault."""
-        if self._closed or self._client is None:
+        """Ask OPA for the decision on ``document``: PolicyUnavailable when OPA gives none;
+        deny on any other fault."""
+        if self._closed or self._session is None:
             return policy_error("the policy backend is closed")
         if (problem := json_problem(document)) is not None:
             return policy_error(f"the input document is not JSON: {problem}")
@@ -178,7 +242,7 @@ class OpaPolicy:
             return Listing(False, f"the input document is not JSON: {problem}")
         # Waiting for the gate needs no deadline of its own: whoever holds it is done by then.
         async with gate:
-            if self._closed or self._client is None:
+            if self._closed or self._session is None:
                 return Listing(False, "the policy backend is closed")
             if asyncio.get_running_loop().time() >= deadline:
                 return Listing(False, self._late)
@@ -193,23 +257,38 @@ class OpaPolicy:
         self, rule: str, document: Mapping[str, JSON], deadline: float
     ) -> tuple[dict[str, Any] | None, tuple[str, str]]:
         """OPA's answer for ``data.toolgate.<rule>`` as a JSON object by ``deadline`` (the
-        event loop's clock), or None and the failure (its FAILURES kind, its cause)."""
+        event loop's clock), or None and the failure (its FAILURES kind, its cause). Whether
+        OPA answered is kept for ``available``."""
+        body, failure = await self._post(rule, document, deadline)
+        if body is not None:
+            self._answered_at = asyncio.get_running_loop().time()
+        return body, failure
+
+    async def _post(
+        self, rule: str, document: Mapping[str, JSON], deadline: float
+    ) -> tuple[dict[str, Any] | None, tuple[str, str]]:
         import aiohttp
 
+        url = f"{self._base}/v1/data/{PACKAGE}/{rule}?provenance=true"
+        payload = jsontext.strict({"input": dict(document)}).encode("utf-8")
         try:
             async with asyncio.timeout_at(deadline):
-                body = await self._client.query_rule(
-                    dict(document), PACKAGE, rule, query_params={"provenance": "true"}
-                )
+                async with self._session.post(
+                    url, data=payload, headers=_JSON_BODY, allow_redirects=False
+                ) as response:
+                    if response.status != 200:
+                        return None, ("status", _status(response))
+                    if response.content_type != "application/json":
+                        kind = response.headers.get("Content-Type", "no content type")
+                        return None, ("not_json", f"OPA answered 200 with {kind}, not JSON")
+                    raw = await response.read()
         except TimeoutError:
             return None, ("timeout", self._late)
-        except aiohttp.ContentTypeError as exc:
-            return None, ("not_json", f"OPA answered {exc.status} with {_kind(exc)}")
-        except aiohttp.ClientResponseError as exc:
-            return None, ("status", f"OPA answered HTTP {exc.status} {exc.message}")
-        except aiohttp.ClientConnectionError as exc:
-            return None, ("connection", f"cannot reach OPA at {self.url}: {exc}")
-        except (aiohttp.ClientError, ValueError) as exc:
+        except aiohttp.ClientError as exc:
+            return None, ("connection", _described(exc, self.url))
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
             return None, ("not_json", f"OPA's answer is not JSON: {exc}")
         if not isinstance(body, dict):
             return None, ("not_json", "OPA's answer is not a JSON object")
@@ -220,7 +299,8 @@ class OpaPolicy:
         deadline = asyncio.get_running_loop().time() + self._timeout
         body, failure = await self._query(RULE, document, deadline)
         if body is None:
-            return _failed(*failure), False
+            _count(*failure, "refused")
+            raise PolicyUnavailable(failure[0])
         self.opa_revisions = _revisions(body)
         if "result" not in body:
             return _failed("undefined", f"OPA: {PACKAGE}.{RULE} is undefined"), False
@@ -242,20 +322,35 @@ class OpaPolicy:
         self._closed = True
         if self._cache is not None:
             self._cache.clear()
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close_connection()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
 
 def _failed(kind: str, cause: str) -> Decision:
-    FAILURES[kind] += 1
-    log.warning("policy decision denied (%s): %s", kind, cause)
+    _count(kind, cause, "denied")
     return policy_error(cause)
 
 
-def _kind(exc: Any) -> str:
-    content_type = (exc.headers or {}).get("Content-Type", "no content type")
-    return f"{content_type}, not JSON"
+def _count(kind: str, cause: str, what: str) -> None:
+    FAILURES[kind] += 1
+    log.warning("policy decision %s (%s): %s", what, kind, cause)
+
+
+def _status(response: Any) -> str:
+    """The cause of an answer other than 200; a redirect says where it pointed (not followed:
+    the policy input goes to opa_url only)."""
+    cause = f"OPA answered HTTP {response.status} {response.reason or ''}".rstrip()
+    if 300 <= response.status < 400:
+        cause += f" (a redirect to {response.headers.get('Location', 'nowhere')!r}, not followed)"
+    return cause
+
+
+def _described(exc: BaseException, url: str) -> str:
+    """A transport failure, for the log (never for the agent)."""
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    return f"cannot reach OPA at {url}: {exc}"
 
 
 def _revisions(body: Mapping[str, Any]) -> dict[str, str]:

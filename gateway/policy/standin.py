@@ -15,7 +15,9 @@ thread has its own regorus engine (an engine is bound to the thread that made it
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,6 +64,7 @@ class StandIn:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self.server.close_connections()
         if self._thread is not None:
             self._thread.join()
 
@@ -109,8 +112,37 @@ class StandIn:
             out["provenance"] = {"bundles": {BUNDLE_NAME: {"revision": self.revision}}}
         return 200, "application/json", json.dumps(out).encode("utf-8")
 
+    def headers(self, method: str, target: str) -> dict[str, str]:
+        """Headers to add to the answer of one request: none. (Tests that stand for a proxy
+        in front of OPA add a ``Location``.)"""
+        return {}
+
 
 class _Server(ThreadingHTTPServer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.open: set[socket.socket] = set()
+        """The connections being served (kept alive between requests): ``stop`` closes them,
+        as a stopped OPA would."""
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self.open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self.open.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._open_lock:
+            connections = list(self.open)
+        for connection in connections:
+            with contextlib.suppress(OSError):  # already closed by its client
+                connection.shutdown(socket.SHUT_RDWR)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away (the gateway's deadline passed) is not an error here."""
 
@@ -136,6 +168,8 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(out)))
+            for name, value in standin.headers(self.command, self.path).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(out)
 

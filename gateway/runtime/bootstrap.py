@@ -21,7 +21,7 @@ from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import Metrics
 from gateway.observability.telemetry import Telemetry, tracing_wanted
 from gateway.policy.backends import open_backend
-from gateway.policy.data import PolicyData, WorkspaceSpec
+from gateway.policy.data import PolicyData
 from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.runtime.container import Runtime
 from gateway.settings import Settings
@@ -82,7 +82,7 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
     """Load (unless given what was loaded), check and open everything; the caller must
     ``close_runtime``."""
     loaded = loaded or load_sources(settings)
-    workspaces = open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
+    workspaces = open_workspaces(loaded.policy_data, settings.base_dir)
     store = Store(settings.resolved_database_url)
     await store.open()
     policy = await open_backend(settings, loaded.sources)
@@ -172,15 +172,15 @@ def _parts(runtime: Runtime) -> list[Closable]:
     return [runtime.policy, *runtime.adapters.values()]
 
 
-def open_workspaces(declared: Mapping[str, WorkspaceSpec], base_dir: Path) -> dict[str, Workspace]:
+def open_workspaces(data: PolicyData, base_dir: Path) -> dict[str, Workspace]:
     """The workspaces of the policy data, with roots resolved (against ``base_dir``) and
-    created."""
+    created, each carrying the data's ``protected_paths``."""
     found: dict[str, Workspace] = {}
-    for ws_id, spec in declared.items():
+    for ws_id, spec in data.workspaces.items():
         path = Path(spec.root)
         path = path if path.is_absolute() else base_dir / path
         path.mkdir(parents=True, exist_ok=True)
-        found[ws_id] = Workspace.declare(ws_id, path)
+        found[ws_id] = Workspace.declare(ws_id, path, data.protected_paths)
     return found
 
 

@@ -72,6 +72,8 @@ class Runtime:
     def __post_init__(self) -> None:
         if self.admission is None:  # a reload's new generation (dataclasses.replace) keeps it
             object.__setattr__(self, "admission", Admission(self.settings, self.telemetry.metrics))
+        if self.telemetry.metrics is not None:  # each generation's tools may label series
+            self.telemetry.metrics.declare_tools(self.catalogue.names)
 
     def wake_workers(self) -> None:
         """Tell this process's workers a call was queued (other replicas poll)."""

@@ -108,7 +108,8 @@ class Reloader:
                 )
                 raise
             self._count("applied" if outcome.applied else "unchanged")
-            log.warning(
+            log.log(
+                logging.WARNING if outcome.applied else logging.INFO,  # unchanged is routine
                 "reload%s %s: catalogue %s, policy %s%s",
                 f" by {by}" if by else "",
                 "applied" if outcome.applied else "found nothing changed",
@@ -123,7 +124,7 @@ class Reloader:
         settings = current.settings
         try:
             loaded = await anyio.to_thread.run_sync(load_sources, settings)
-            workspaces = open_workspaces(loaded.policy_data.workspaces, settings.base_dir)
+            workspaces = open_workspaces(loaded.policy_data, settings.base_dir)
         except ConfigError as exc:
             raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
         except OSError as exc:

@@ -1,4 +1,20 @@
-"""The OpenAPI document of the HTTP surface, built from the same models the code uses."""
+"""The OpenAPI document of the REST door (``GET /openapi.json``), built from the same models
+the code uses.
+
+Every operation has a stable ``operationId`` (client generators and agent frameworks name
+their functions after it: ``createExecution`` becomes ``create_execution``), a tag, the
+parameters and headers it reads, and a typed response for each status it answers: the
+resources of ``server/schemas.py``, every error as the one ``Problem`` (RFC 9457
+``application/problem+json``, its ``code`` an open string), with the headers sent
+(``Retry-After``, ``WWW-Authenticate``, ``ETag``). What every keyed request may meet whatever
+its route is added to each operation here, once: 401 (no valid credential), 431 (headers over
+``max_header_bytes``), 500, 503 (the store, the identity provider's keys, a total bound on
+load), and 400, 413 and 415 for an operation that reads a JSON body.
+
+Two doors of the app are not operations of this document (``UNDESCRIBED``): ``/mcp``, one
+JSON-RPC endpoint whose operations are the methods in its body (docs/mcp.md), and ``/ui/``,
+HTML pages for people.
+"""
 
 from __future__ import annotations
 
@@ -7,44 +23,199 @@ from typing import Any
 from gateway import __version__
 from gateway.declarations.definitions import TOOL_FORMATS
 from gateway.pipeline.request import ExecutionRequestBody
+from gateway.server.schemas import Schema, ref, schemas
+from gateway.types import ApprovalStatus
 
-_PROBLEM = {"$ref": "#/components/schemas/Problem"}
+UNDESCRIBED = ("/mcp", "/ui/")
+"""The prefixes of the routes that are no REST operation (``/mcp``; the pages, ``/ui/...``)."""
+
+_PROBLEM_JSON = "application/problem+json"
+_STR: Schema = {"type": "string"}
 
 
-def _resp(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    media = "application/json" if schema is not None else "application/problem+json"
-    return {"description": description, "content": {media: {"schema": schema or _PROBLEM}}}
+def _header(name: str) -> Schema:
+    return {"$ref": f"#/components/headers/{name}"}
 
 
-_ERRORS = {
-    "401": _resp("missing or invalid API key"),
-    "403": _resp("not allowed for this principal"),
+def _problem(description: str, *, retry_after: bool = False) -> Schema:
+    out: Schema = {
+        "description": description,
+        "content": {_PROBLEM_JSON: {"schema": ref("Problem")}},
+    }
+    if retry_after:
+        out["headers"] = {"Retry-After": _header("RetryAfter")}
+    return out
+
+
+def _json(description: str, schema: str | Schema, **headers: Schema) -> Schema:
+    out: Schema = {
+        "description": description,
+        "content": {
+            "application/json": {"schema": ref(schema) if isinstance(schema, str) else schema}
+        },
+    }
+    if headers:
+        out["headers"] = {name.replace("_", "-"): value for name, value in headers.items()}
+    return out
+
+
+def _shared(name: str) -> Schema:
+    return {"$ref": f"#/components/responses/{name}"}
+
+
+_RESPONSES: dict[str, Schema] = {
+    "Unauthorized": {
+        **_problem(
+            "no valid credential (missing_api_key, bad_authorization, invalid_api_key, "
+            "api_key_expired, api_key_revoked, invalid_token)"
+        ),
+        "headers": {"WWW-Authenticate": _header("WWWAuthenticate")},
+    },
+    "TooManyRequests": _problem(
+        "the principal holds its share of a bound on load (too_many_*); nothing changed",
+        retry_after=True,
+    ),
+    "HeadersTooLarge": _problem("the request's headers are over max_header_bytes"),
+    "Internal": _problem("an unexpected failure (internal); see the gateway's log"),
+    "Unavailable": _problem(
+        "retryable: the store does not answer (store_unavailable), the identity provider's "
+        "keys cannot be read (jwks_unavailable), everyone holds the total of a bound on load "
+        "(overloaded), ...; retry after Retry-After",
+        retry_after=True,
+    ),
+    "PayloadTooLarge": _problem("the body is over max_body_bytes (payload_too_large)"),
+    "UnsupportedMediaType": _problem(
+        "Content-Type is not application/json or *+json (unsupported_media_type)"
+    ),
 }
-_BUSY = {
-    "429": _resp("the principal holds its share of a bound on load (too_many_*); Retry-After"),
-    "503": _resp("everyone holds the total of a bound on load (overloaded); Retry-After"),
+"""The responses many operations share, as ``components/responses``."""
+
+_HEADERS: dict[str, Schema] = {
+    "RetryAfter": {
+        "description": "seconds to wait before sending the same request again",
+        "schema": {"type": "integer", "minimum": 0},
+    },
+    "WWWAuthenticate": {
+        "description": 'Bearer realm="toolgate"',
+        "schema": {"type": "string"},
+    },
+    "ETag": {"description": "the entity tag of the body", "schema": {"type": "string"}},
+    "CacheControl": {"schema": {"type": "string"}},
 }
-"""The refusals of the bounds on load (docs/api.md#bounded-load-429-and-503)."""
-_EXECUTION = {"$ref": "#/components/schemas/Execution"}
-_EXECUTION_REQUEST = {
+
+_PARAMETERS: dict[str, Schema] = {
+    "ExecutionId": {"name": "execution_id", "in": "path", "required": True, "schema": _STR},
+    "ApprovalId": {"name": "approval_id", "in": "path", "required": True, "schema": _STR},
+    "IdempotencyKey": {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "description": "the idempotency key (docs/api.md#idempotency), or idempotency_key in "
+        "the body; both must agree",
+        "schema": _STR,
+    },
+    "Traceparent": {
+        "name": "traceparent",
+        "in": "header",
+        "description": "W3C trace context; a malformed value is ignored",
+        "schema": _STR,
+    },
+    "LastEventId": {
+        "name": "Last-Event-ID",
+        "in": "header",
+        "description": "with Accept: text/event-stream, resume after this event: its seq "
+        "(an execution's stream) or the run cursor, execution_id:seq pairs comma-separated "
+        "(a run's stream); else 400 invalid_last_event_id",
+        "schema": _STR,
+    },
+}
+
+
+def _param(name: str) -> Schema:
+    return {"$ref": f"#/components/parameters/{name}"}
+
+
+def _query(name: str, description: str, schema: Schema) -> Schema:
+    return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+_KEYED = {
+    "401": _shared("Unauthorized"),
+    "431": _shared("HeadersTooLarge"),
+    "500": _shared("Internal"),
+    "503": _shared("Unavailable"),
+}
+_PUBLIC = {"431": _shared("HeadersTooLarge"), "500": _shared("Internal")}
+_WITH_BODY = {
+    "400": _problem(
+        "the body is not a JSON object of the documented shape (invalid_request, "
+        "malformed_json, json_too_deep, json_too_many_values, malformed_request)"
+    ),
+    "413": _shared("PayloadTooLarge"),
+    "415": _shared("UnsupportedMediaType"),
+}
+
+
+def _operation(
+    operation_id: str,
+    tag: str,
+    summary: str,
+    responses: dict[str, Schema],
+    *,
+    parameters: list[Schema] | None = None,
+    body: Schema | None = None,
+    security: list[dict[str, list[str]]] | None = None,
+) -> Schema:
+    """One operation, with the responses every request of its kind may meet (the module's
+    docstring); an operation's own description of a status wins over the shared one."""
+    shared = dict(_PUBLIC if security == [] else _KEYED)
+    if body is not None:
+        shared.update(_WITH_BODY)
+    merged = {**shared, **responses}
+    out: Schema = {"operationId": operation_id, "tags": [tag], "summary": summary}
+    if security is not None:
+        out["security"] = security
+    if parameters:
+        out["parameters"] = parameters
+    if body is not None:
+        out["requestBody"] = body
+    out["responses"] = {status: merged[status] for status in sorted(merged)}
+    return out
+
+
+def _json_body(properties: Schema, *required: str, optional: bool = False) -> Schema:
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+    return {"required": not optional, "content": {"application/json": {"schema": schema}}}
+
+
+_EXECUTION_BODY = {
     "required": True,
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ExecutionRequest"}}},
+    "content": {"application/json": {"schema": ref("ExecutionRequest")}},
 }
 """The body of ``POST /v1/executions`` and ``POST /v1/plans``."""
-_ID_PARAM = {"name": "execution_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
-
-_APPROVAL_PARAM = {
-    "name": "approval_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string"},
+_EVENTS_STREAM = {
+    "schema": {
+        "type": "string",
+        "description": "Server-Sent Events (with Accept: text/event-stream): each message's "
+        "id is the event's seq (a run: the run cursor), its event the type, its data the "
+        "event as JSON",
+    }
 }
+_BINARY = {"type": "string", "format": "binary"}
 
-
-def _json_body(properties: dict[str, Any]) -> dict[str, Any]:
-    schema = {"type": "object", "properties": properties, "additionalProperties": False}
-    return {"required": False, "content": {"application/json": {"schema": schema}}}
+TAGS = [
+    {"name": "executions", "description": "tool calls: run, read, follow, cancel, resolve"},
+    {"name": "tools", "description": "the catalogue"},
+    {"name": "approvals", "description": "the decisions of approvers"},
+    {"name": "policy", "description": "the policy as an OPA bundle"},
+    {"name": "admin", "description": "operating a running gateway"},
+    {"name": "meta", "description": "health, readiness, metrics, this document, OAuth"},
+]
 
 
 def build_openapi() -> dict[str, Any]:
@@ -52,407 +223,511 @@ def build_openapi() -> dict[str, Any]:
         ref_template="#/components/schemas/{model}"
     )
     defs = request_schema.pop("$defs", {})
+    own = schemas()
+    clash = sorted(defs.keys() & own.keys())
+    if clash:  # a model of the request named as one of the resources: one would hide the other
+        raise ValueError(f"the request body's schemas {clash} clash with the resources'")
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Toolgate", "version": __version__},
+        "info": {
+            "title": "Toolgate",
+            "version": __version__,
+            "description": "A declarative tool-execution gateway for AI agents. Every "
+            "operation has a stable operationId; see docs/api.md.",
+        },
+        "tags": TAGS,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                **defs,
-                "ExecutionRequest": request_schema,
-                "Execution": _execution_schema(),
-                "Plan": _plan_schema(),
-                "Problem": {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string"},
-                        "title": {"type": "string"},
-                        "status": {"type": "integer"},
-                        "code": {"type": "string"},
-                        "detail": {"type": "string"},
-                        "retryable": {"type": "boolean"},
-                    },
-                    "required": ["type", "title", "status", "code", "detail"],
-                },
-            },
+            "schemas": {**defs, "ExecutionRequest": request_schema, **own},
+            "responses": _RESPONSES,
+            "headers": _HEADERS,
+            "parameters": _PARAMETERS,
         },
         "security": [{"bearer": []}],
-        "paths": _paths(),
+        "paths": {**_execution_paths(), **_approval_paths(), **_other_paths()},
     }
 
 
-def _paths() -> dict[str, Any]:
+def _execution_paths() -> dict[str, Any]:
+    busy = _shared("TooManyRequests")
     return {
         "/v1/executions": {
-            "post": {
-                "summary": "Run one tool call through the pipeline",
-                "parameters": [
-                    {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}},
-                    {
-                        "name": "traceparent",
-                        "in": "header",
-                        "description": "W3C trace context; a malformed value is ignored",
-                        "schema": {"type": "string"},
-                    },
-                ],
-                "requestBody": _EXECUTION_REQUEST,
-                "responses": {
-                    "200": _resp("the execution reached a terminal state", _EXECUTION),
-                    "202": _resp(
-                        "the execution is not finished (e.g. awaiting approval)", _EXECUTION
+            "post": _operation(
+                "createExecution",
+                "executions",
+                "Run one tool call through the pipeline (Prefer: respond-async: answer at once)",
+                {
+                    "200": _json("the execution reached a terminal state", "Execution"),
+                    "202": _json(
+                        "not terminal: queued (respond-async), awaiting_approval", "Execution"
                     ),
-                    "400": _resp("malformed request or missing idempotency key"),
-                    "409": _resp("same call or idempotency key still in flight / reused"),
-                    "413": _resp("body over the size limit"),
-                    "422": _resp("idempotency key reused with a different payload"),
-                    **_BUSY,
-                    **_ERRORS,
+                    "400": _problem(
+                        "a malformed body (invalid_request, malformed_json, ...), or the "
+                        "idempotency key missing (idempotency_key_required) or in conflict "
+                        "(idempotency_key_conflict)"
+                    ),
+                    "403": _problem("the body's actor is not the caller (actor_mismatch)"),
+                    "409": _problem(
+                        "the (run_id, call_id) was used for another request (call_id_reused), "
+                        "or the idempotency key's first call is unfinished "
+                        "(idempotency_key_in_flight, retryable, with Retry-After)",
+                        retry_after=True,
+                    ),
+                    "422": _problem(
+                        "the idempotency key was used with other arguments (idempotency_key_reused)"
+                    ),
+                    "429": busy,
                 },
-            },
-            "get": {
-                "summary": "Find executions of the caller by run_id and call_id",
-                "parameters": [
-                    {"name": "run_id", "in": "query", "schema": {"type": "string"}},
-                    {"name": "call_id", "in": "query", "schema": {"type": "string"}},
+                parameters=[
+                    _param("IdempotencyKey"),
+                    {
+                        "name": "Prefer",
+                        "in": "header",
+                        "description": "respond-async: answer 202 queued once the call is "
+                        "accepted; a worker runs it",
+                        "schema": {"type": "string", "examples": ["respond-async"]},
+                    },
+                    _param("Traceparent"),
                 ],
-                "responses": {"200": _resp("matching executions", {"type": "object"}), **_ERRORS},
-            },
+                body=_EXECUTION_BODY,
+            ),
+            "get": _operation(
+                "listExecutions",
+                "executions",
+                "The caller's executions, newest first, by run_id and call_id",
+                {"200": _json("at most 100 executions", "ExecutionList")},
+                parameters=[
+                    _query("run_id", "only this run's", {"type": "string"}),
+                    _query("call_id", "only this call's", {"type": "string"}),
+                ],
+            ),
         },
         "/v1/plans": {
-            "post": {
-                "summary": "What POST /v1/executions with this body would do, with no side effect",
-                "requestBody": _EXECUTION_REQUEST,
-                "responses": {
-                    "200": _resp("the plan", {"$ref": "#/components/schemas/Plan"}),
-                    "400": _resp("malformed request or missing idempotency key"),
-                    "413": _resp("body over the size limit"),
-                    **_BUSY,
-                    **_ERRORS,
+            "post": _operation(
+                "createPlan",
+                "executions",
+                "What POST /v1/executions with this body would do, with no side effect",
+                {
+                    "200": _json("the plan", "Plan"),
+                    "400": _problem(
+                        "a malformed body, or an idempotency key missing or in conflict"
+                    ),
+                    "403": _problem("the body's actor is not the caller (actor_mismatch)"),
+                    "429": busy,
                 },
-            },
+                parameters=[_param("IdempotencyKey"), _param("Traceparent")],
+                body=_EXECUTION_BODY,
+            ),
         },
         "/v1/executions/{execution_id}": {
-            "get": {
-                "summary": "One execution",
-                "parameters": [_ID_PARAM],
-                "responses": {
-                    "200": _resp("terminal", _EXECUTION),
-                    "202": _resp("not terminal", _EXECUTION),
-                    "404": _resp("no such execution"),
-                    **_BUSY,
-                    **_ERRORS,
+            "get": _operation(
+                "getExecution",
+                "executions",
+                "One execution (?wait=SECONDS long-polls for a terminal state)",
+                {
+                    "200": _json("terminal", "Execution"),
+                    "202": _json("not terminal (yet): ask again", "Execution"),
+                    "400": _problem("wait is not a number from 0 to 60 (invalid_wait)"),
+                    "404": _problem("no such execution, or not the caller's (not_found)"),
+                    "429": busy,
                 },
-            }
+                parameters=[
+                    _param("ExecutionId"),
+                    _query(
+                        "wait",
+                        "hold the request up to this many seconds for a terminal state",
+                        {"type": "number", "minimum": 0, "maximum": 60},
+                    ),
+                ],
+            )
         },
         "/v1/executions/{execution_id}/events": {
-            "get": {
-                "summary": "The execution's append-only event log (Accept: text/event-stream: "
-                "live, Server-Sent Events resumed with Last-Event-ID)",
-                "parameters": [
-                    _ID_PARAM,
-                    {
-                        "name": "after",
-                        "in": "query",
-                        "description": "only the events with a seq greater than this",
-                        "schema": {"type": "integer", "minimum": 0},
+            "get": _operation(
+                "listExecutionEvents",
+                "executions",
+                "The execution's append-only event log (Accept: text/event-stream: live, "
+                "resumed with Last-Event-ID)",
+                {
+                    "200": {
+                        "description": "the events in order of seq, or their live stream",
+                        "headers": {"Cache-Control": _header("CacheControl")},
+                        "content": {
+                            "application/json": {"schema": ref("ExecutionEvents")},
+                            "text/event-stream": _EVENTS_STREAM,
+                        },
                     },
-                ],
-                "responses": {
-                    "200": _resp("events in order of seq", {"type": "object"}),
-                    "400": _resp("after is not an integer of 0 or more (invalid_after)"),
-                    "404": _resp("no such execution"),
-                    **_BUSY,
-                    **_ERRORS,
+                    "400": _problem(
+                        "after is not an integer of 0 or more (invalid_after), or "
+                        "Last-Event-ID is not an event's seq (invalid_last_event_id)"
+                    ),
+                    "404": _problem("no such execution, or not the caller's (not_found)"),
+                    "429": busy,
                 },
-            }
+                parameters=[
+                    _param("ExecutionId"),
+                    _query(
+                        "after",
+                        "only the events with a seq greater than this",
+                        {"type": "integer", "minimum": 0},
+                    ),
+                    _param("LastEventId"),
+                ],
+            )
         },
         "/v1/runs/{run_id}/events": {
-            "get": {
-                "summary": "The events of a run's executions (Accept: text/event-stream: live)",
-                "parameters": [
-                    {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "responses": {
-                    "200": _resp("events, execution by execution", {"type": "object"}),
-                    "400": _resp("Last-Event-ID is not a run cursor (invalid_last_event_id)"),
-                    **_BUSY,
-                    **_ERRORS,
+            "get": _operation(
+                "listRunEvents",
+                "executions",
+                "The events of a run's executions the caller may see (Accept: "
+                "text/event-stream: live)",
+                {
+                    "200": {
+                        "description": "the events, execution by execution, or their stream",
+                        "headers": {"Cache-Control": _header("CacheControl")},
+                        "content": {
+                            "application/json": {"schema": ref("RunEvents")},
+                            "text/event-stream": _EVENTS_STREAM,
+                        },
+                    },
+                    "400": _problem("Last-Event-ID is not a run cursor (invalid_last_event_id)"),
+                    "429": busy,
                 },
-            }
+                parameters=[
+                    {"name": "run_id", "in": "path", "required": True, "schema": _STR},
+                    _param("LastEventId"),
+                ],
+            )
         },
         "/v1/executions/{execution_id}/cancel": {
-            "post": {
-                "summary": "Ask an execution to stop (queued/parked: cancelled at once)",
-                "parameters": [_ID_PARAM],
-                "responses": {
-                    "200": _resp("cancelled", _EXECUTION),
-                    "202": _resp("cancelling", _EXECUTION),
-                    "409": _resp("already completed"),
-                    **_ERRORS,
+            "post": _operation(
+                "cancelExecution",
+                "executions",
+                "Ask an execution to stop (queued or awaiting approval: closed at once)",
+                {
+                    "200": _json("closed: completed, outcome cancelled", "Execution"),
+                    "202": _json("cancelling: follow it with ?wait=", "Execution"),
+                    "404": _problem("no such execution, or not the caller's (not_found)"),
+                    "409": _problem("already completed (already_completed)"),
                 },
-            }
+                parameters=[_param("ExecutionId")],
+            )
         },
         "/v1/executions/{execution_id}/resolve": {
-            "post": {
-                "summary": "A person settles an unknown outcome (approvers)",
-                "parameters": [_ID_PARAM],
-                "requestBody": _json_body(
-                    {"outcome": {"enum": ["succeeded", "failed"]}, "note": {"type": "string"}}
-                ),
-                "responses": {
-                    "200": _resp("resolved", _EXECUTION),
-                    "409": _resp("the outcome is not unknown"),
-                    **_ERRORS,
+            "post": _operation(
+                "resolveExecution",
+                "executions",
+                "A person settles an unknown outcome (approvers only)",
+                {
+                    "200": _json("resolved", "Execution"),
+                    "400": _problem(
+                        "outcome is not succeeded or failed (invalid_outcome), no note "
+                        "(note_required), or a malformed body (invalid_request, ...)"
+                    ),
+                    "403": _problem(
+                        "not an approver (not_an_approver), or the caller's own "
+                        "call (self_approval)"
+                    ),
+                    "404": _problem("no such execution, or not visible (not_found)"),
+                    "409": _problem("the outcome is not unknown (not_unknown)"),
                 },
-            }
+                parameters=[_param("ExecutionId")],
+                body=_json_body(
+                    {
+                        "outcome": {"type": "string", "enum": ["succeeded", "failed"]},
+                        "note": {"type": "string", "description": "how you know"},
+                    },
+                    "outcome",
+                    "note",
+                ),
+            )
         },
         "/v1/cancellations": {
-            "post": {
-                "summary": "Cancel every unfinished execution carrying a cancellation_token",
-                "requestBody": _json_body({"cancellation_token": {"type": "string"}}),
-                "responses": {
-                    "200": _resp("nothing to cancel", {"type": "object"}),
-                    "202": _resp("the executions asked to stop", {"type": "object"}),
-                    **_ERRORS,
+            "post": _operation(
+                "cancelByToken",
+                "executions",
+                "Cancel every unfinished execution of the caller sent with a cancellation_token",
+                {
+                    "200": _json("nothing to cancel (count 0)", "ExecutionList"),
+                    "202": _json("the executions asked to stop", "ExecutionList"),
                 },
-            }
+                body=_json_body(
+                    {"cancellation_token": {"type": "string", "minLength": 1}},
+                    "cancellation_token",
+                ),
+            )
+        },
+    }
+
+
+def _approval_paths() -> dict[str, Any]:
+    not_pending = _problem(
+        "the approval is not pending: approval_<status> (approval_approved, approval_denied, "
+        "approval_expired, approval_used, approval_withdrawn)"
+    )
+    may_not = _problem(
+        "the caller may not decide it (not_an_approver), or it is their own request (self_approval)"
+    )
+    comment = {"type": ["string", "null"]}
+    return {
+        "/v1/approvals": {
+            "get": _operation(
+                "listApprovals",
+                "approvals",
+                "Approvals, at most 100 (approvers only); ?status=pending is the inbox",
+                {
+                    "200": _json("the approvals", "ApprovalList"),
+                    "400": _problem("status is not an approval state (invalid_status)"),
+                    "403": _problem("the caller holds no approver role (not_an_approver)"),
+                },
+                parameters=[
+                    _query(
+                        "status",
+                        "only the approvals in this state",
+                        {"type": "string", "enum": [s.value for s in ApprovalStatus]},
+                    )
+                ],
+            )
         },
         "/v1/approvals/{approval_id}": {
-            "get": {
-                "summary": "What the approver sees: tool, arguments, preview, reasons",
-                "parameters": [_APPROVAL_PARAM],
-                "responses": {"200": _resp("the approval", {"type": "object"}), **_ERRORS},
-            }
+            "get": _operation(
+                "getApproval",
+                "approvals",
+                "What the approver sees: tool, arguments, preview, reasons",
+                {
+                    "200": _json("the approval", "Approval"),
+                    "404": _problem("no such approval, or not visible (not_found)"),
+                },
+                parameters=[_param("ApprovalId")],
+            )
         },
         "/v1/approvals/{approval_id}/approve": {
-            "post": {
-                "summary": "Approve: resume the call (default) or return an approval_token",
-                "parameters": [_APPROVAL_PARAM],
-                "requestBody": _json_body(
+            "post": _operation(
+                "approveApproval",
+                "approvals",
+                "Approve: the gateway resumes the call (default), or returns an approval_token",
+                {
+                    "200": _json(
+                        'approved with "resume": false; approval_token', "ApprovalDecision"
+                    ),
+                    "202": _json("approved; the call resumes", "ApprovalDecision"),
+                    "403": may_not,
+                    "404": _problem("no such approval (not_found)"),
+                    "409": not_pending,
+                    "422": _problem(
+                        "the edit is refused (argument_not_editable, edit_refused); the "
+                        "approval stays pending"
+                    ),
+                },
+                parameters=[_param("ApprovalId")],
+                body=_json_body(
                     {
-                        "comment": {"type": "string"},
-                        "resume": {"type": "boolean"},
+                        "comment": comment,
+                        "resume": {"type": "boolean", "default": True},
                         "arguments": {
                             "type": "object",
                             "description": "edits of the arguments the tool declares "
                             "editable (approval.editable); the edited call is checked again",
                         },
-                    }
+                    },
+                    optional=True,
                 ),
-                "responses": {
-                    "200": _resp("approved; approval_token returned", {"type": "object"}),
-                    "202": _resp("approved; the call resumes", {"type": "object"}),
-                    "409": _resp(
-                        "not pending: approval_<status> (approved, denied, expired, "
-                        "used, withdrawn)"
-                    ),
-                    "422": _resp(
-                        "the edit is refused (argument_not_editable, edit_refused); the "
-                        "approval stays pending"
-                    ),
-                    **_ERRORS,
-                },
-            }
+            )
         },
         "/v1/approvals/{approval_id}/deny": {
-            "post": {
-                "summary": "Deny: the parked call ends failed in phase policy",
-                "parameters": [_APPROVAL_PARAM],
-                "requestBody": _json_body({"comment": {"type": "string"}}),
-                "responses": {
-                    "200": _resp("denied", {"type": "object"}),
-                    "409": _resp("not pending: approval_<status>, as for approve"),
-                    **_ERRORS,
+            "post": _operation(
+                "denyApproval",
+                "approvals",
+                "Deny: the parked call ends failed in phase policy",
+                {
+                    "200": _json("denied", "ApprovalDecision"),
+                    "403": may_not,
+                    "404": _problem("no such approval (not_found)"),
+                    "409": not_pending,
                 },
-            }
+                parameters=[_param("ApprovalId")],
+                body=_json_body({"comment": comment}, optional=True),
+            )
         },
+    }
+
+
+def _other_paths() -> dict[str, Any]:
+    public: list[dict[str, list[str]]] = []
+    metadata = {
+        "200": _json("the protected resource metadata (RFC 9728)", {"type": "object"}),
+        "404": _problem("jwt is not configured, or no protected resource at this path"),
+    }
+    return {
         "/v1/artifacts/{artifact_id}": {
-            "get": {
-                "summary": "An artifact (e.g. a screenshot) of one of the caller's executions",
-                "parameters": [
-                    {
-                        "name": "artifact_id",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string"},
-                    }
-                ],
-                "responses": {
-                    "200": {"description": "the artifact's bytes"},
-                    "404": _resp("no such artifact (or not the caller's)"),
-                    **_ERRORS,
+            "get": _operation(
+                "getArtifact",
+                "executions",
+                "An artifact (a screenshot) of one of the caller's executions",
+                {
+                    "200": {
+                        "description": "the artifact's bytes, in its media type",
+                        "headers": {
+                            "ETag": _header("ETag"),
+                            "Cache-Control": _header("CacheControl"),
+                        },
+                        "content": {"image/png": {"schema": _BINARY}},
+                    },
+                    "404": _problem("no such artifact, or not the caller's (artifact_not_found)"),
                 },
-            }
+                parameters=[
+                    {"name": "artifact_id", "in": "path", "required": True, "schema": _STR}
+                ],
+            )
         },
         "/v1/policy/bundle": {
-            "get": {
-                "summary": "The policy as an OPA bundle (.tar.gz) with an ETag, for OPA to poll",
-                "responses": {
-                    "200": {"description": "the bundle (application/gzip)"},
-                    "304": {"description": "unchanged: If-None-Match names its ETag"},
-                    **_ERRORS,
+            "get": _operation(
+                "getPolicyBundle",
+                "policy",
+                "The policy as an OPA bundle (.tar.gz) with an ETag, for OPA to poll",
+                {
+                    "200": {
+                        "description": "the bundle",
+                        "headers": {
+                            "ETag": _header("ETag"),
+                            "Cache-Control": _header("CacheControl"),
+                        },
+                        "content": {"application/gzip": {"schema": _BINARY}},
+                    },
+                    "304": {
+                        "description": "unchanged: If-None-Match names its ETag",
+                        "headers": {"ETag": _header("ETag")},
+                    },
                 },
-            }
-        },
-        "/v1/admin/reload": {
-            "post": {
-                "summary": "Reload tools.d, rego/ and policies/: checked first, swapped atomically",
-                "description": "Only the principals listed in admins. See docs/deploy.md#reload.",
-                "responses": {
-                    "200": _resp(
-                        "status (applied|unchanged), revisions, previous, generation",
-                        {"type": "object"},
-                    ),
-                    "403": _resp("not an admin (not_an_admin)"),
-                    "422": _resp("refused (reload_refused): faults; nothing changed"),
-                    **_ERRORS,
-                },
-            }
-        },
-        "/v1/tools": {
-            "get": {
-                "summary": "The tool catalogue, or every enabled tool as an LLM tool definition",
-                "parameters": [
+                parameters=[
                     {
-                        "name": "format",
-                        "in": "query",
-                        "description": (
-                            "llm: {name, description, parameters}; openai: {type: function, "
-                            "function: {name, description, parameters}}; anthropic: {name, "
-                            "description, input_schema}; mcp: {name, description, inputSchema, "
-                            "outputSchema when the tool declares output}"
-                        ),
-                        "schema": {"enum": list(TOOL_FORMATS)},
+                        "name": "If-None-Match",
+                        "in": "header",
+                        "description": "the ETag you have: 304 when it is still the bundle's",
+                        "schema": _STR,
                     }
                 ],
-                "responses": {
-                    "200": _resp(
-                        "tools; with format: {format, items, count, names}", {"type": "object"}
-                    ),
-                    "400": _resp("an unknown format (invalid_format)"),
-                    **_ERRORS,
+            )
+        },
+        "/v1/admin/reload": {
+            "post": _operation(
+                "reloadGateway",
+                "admin",
+                "Reload tools.d, rego/ and policies/: checked first, swapped atomically "
+                "(admins only; docs/deploy.md#reload)",
+                {
+                    "200": _json("applied or unchanged", "ReloadResult"),
+                    "403": _problem("not listed in admins (not_an_admin)"),
+                    "422": _problem("refused (reload_refused): faults; nothing changed"),
                 },
-            }
+            )
+        },
+        "/v1/tools": {
+            "get": _operation(
+                "listTools",
+                "tools",
+                "The tool catalogue, or every enabled tool as an LLM tool definition",
+                {
+                    "200": _json(
+                        "the catalogue; with format, the definitions",
+                        {"oneOf": [ref("ToolDefinitions"), ref("ToolList")]},
+                    ),
+                    "400": _problem("an unknown format (invalid_format)"),
+                },
+                parameters=[
+                    _query(
+                        "format",
+                        "llm: {name, description, parameters}; openai: {type: function, "
+                        "function: {name, description, parameters}}; anthropic: {name, "
+                        "description, input_schema}; mcp: {name, description, inputSchema, "
+                        "outputSchema when the tool declares output}",
+                        {"type": "string", "enum": list(TOOL_FORMATS)},
+                    )
+                ],
+            )
         },
         "/v1/tools/{name}": {
-            "get": {
-                "summary": "One tool with its input (and declared output) as JSON Schema",
-                "parameters": [
-                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
-                    {"name": "version", "in": "query", "schema": {"type": "string"}},
-                ],
-                "responses": {
-                    "200": _resp("the tool", {"type": "object"}),
-                    "404": _resp("unknown tool or version"),
-                    **_ERRORS,
+            "get": _operation(
+                "getTool",
+                "tools",
+                "One tool with its input (and declared output) as JSON Schema",
+                {
+                    "200": _json("the tool", "Tool"),
+                    "404": _problem(
+                        "unknown tool (not_found), or a version that does not resolve "
+                        "(version_not_found, tool_disabled, invalid_version_range)"
+                    ),
                 },
-            }
-        },
-        "/v1/approvals": {
-            "get": {
-                "summary": "Approvals (approvers only)",
-                "parameters": [{"name": "status", "in": "query", "schema": {"type": "string"}}],
-                "responses": {"200": _resp("approvals", {"type": "object"}), **_ERRORS},
-            }
+                parameters=[
+                    {"name": "name", "in": "path", "required": True, "schema": _STR},
+                    _query("version", "an exact version or a range", {"type": "string"}),
+                ],
+            )
         },
         "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics (keyless when metrics.open)",
-                "responses": {"200": {"description": "the text exposition"}, **_ERRORS},
-            }
+            "get": _operation(
+                "getMetrics",
+                "meta",
+                "Prometheus metrics (no key when metrics.open)",
+                {
+                    "200": {
+                        "description": "the text exposition",
+                        "content": {"text/plain": {"schema": _STR}},
+                    },
+                    "404": _problem("metrics are off (not_found)"),
+                },
+                security=[{"bearer": []}, {}],
+            )
         },
         "/healthz": {
-            "get": {
-                "security": [],
-                "summary": "Liveness",
-                "responses": {"200": {"description": "alive"}},
-            }
+            "get": _operation(
+                "getHealth", "meta", "Liveness", {"200": _json("alive", "Health")}, security=public
+            )
         },
         "/readyz": {
-            "get": {
-                "security": [],
-                "summary": "Readiness (store reachable), with the catalogue and policy revisions",
-                "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
-            }
+            "get": _operation(
+                "getReadiness",
+                "meta",
+                "Readiness (store reachable), with the catalogue and policy revisions",
+                {
+                    "200": _json("ready", "Readiness"),
+                    "503": _json("not ready: the store does not answer", "Readiness"),
+                },
+                security=public,
+            )
         },
         "/openapi.json": {
-            "get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI"}}}
+            "get": _operation(
+                "getOpenApiDocument",
+                "meta",
+                "This document",
+                {"200": _json("the OpenAPI 3.1 document", {"type": "object"})},
+            )
         },
-    }
-
-
-def _plan_schema() -> dict[str, Any]:
-    obj, nullable = {"type": "object"}, {"type": ["object", "null"]}
-    return {
-        "type": "object",
-        "properties": {
-            "dry_run": {"const": True},
-            "would": {"enum": ["run", "await_approval", "fail"]},
-            "tool": obj,
-            "arguments": nullable,
-            "arguments_sha256": {"type": ["string", "null"]},
-            "validation": obj,
-            "state_guards": obj,
-            "policy": nullable,
-            "locks": {"type": "array", "items": obj},
-            "preview": {},
-            "preview_available": {"type": "boolean"},
-            "error": nullable,
-            "revisions": {
-                "type": "object",
-                "properties": {"catalogue": {"type": "string"}, "policy": {"type": "string"}},
-            },
+        "/.well-known/oauth-protected-resource": {
+            "get": _operation(
+                "getProtectedResourceMetadata",
+                "meta",
+                "The OAuth protected resource metadata of /mcp (RFC 9728)",
+                metadata,
+                security=public,
+            )
         },
-        "required": ["dry_run", "would", "tool", "validation", "policy", "locks", "error"],
-    }
-
-
-def _execution_schema() -> dict[str, Any]:
-    result = {
-        "type": ["object", "null"],
-        "properties": {
-            "call_id": {"type": "string"},
-            "tool_version": {"type": ["string", "null"]},
-            "outcome": {"enum": ["succeeded", "failed", "partial", "unknown", "cancelled"]},
-            "data": {},
-            "error": {
-                "type": ["object", "null"],
-                "properties": {
-                    "type": {"type": "string"},
-                    "phase": {
-                        "enum": [
-                            "resolve",
-                            "validate",
-                            "policy",
-                            "execute",
-                            "verify",
-                            "commit",
-                            None,
-                        ]
-                    },
-                    "retryable": {"type": "boolean"},
-                    "message": {"type": "string"},
-                },
-            },
-            "side_effect": {"type": "object"},
-            "evidence": {"type": "array", "items": {"type": "object"}},
-            "timing": {"type": "object"},
-            "truncated": {"type": "boolean"},
+        "/.well-known/oauth-protected-resource/{path}": {
+            "get": _operation(
+                "getProtectedResourceMetadataAt",
+                "meta",
+                "The same metadata at the resource's path (RFC 9728 section 3.1: .../mcp)",
+                metadata,
+                parameters=[
+                    {
+                        "name": "path",
+                        "in": "path",
+                        "required": True,
+                        "description": "the resource's path, e.g. mcp",
+                        "schema": _STR,
+                    }
+                ],
+                security=public,
+            )
         },
-    }
-    return {
-        "type": "object",
-        "properties": {
-            "id": {"type": "string"},
-            "run_id": {"type": "string"},
-            "call_id": {"type": "string"},
-            "status": {
-                "enum": ["queued", "awaiting_approval", "running", "cancelling", "completed"]
-            },
-            "tool": {"type": "object"},
-            "result": result,
-            "approval": {"type": ["object", "null"]},
-            "links": {"type": "object"},
-        },
-        "required": ["id", "run_id", "call_id", "status", "tool", "result", "links"],
     }

@@ -33,7 +33,7 @@ from gateway.server import render
 from gateway.service import approvals as service_approvals
 from gateway.service import calls, catalogue, executions
 from gateway.store.records import ExecutionRecord
-from gateway.types import ApprovalStatus, Status
+from gateway.types import ApprovalStatus, RemotePolicy, Status
 
 
 def services_of(request: Request) -> Runtime:
@@ -244,12 +244,12 @@ async def execution_events(request: Request) -> Response:
         principal = principal_of(request)
         after = streams.execution_cursor(request.headers.get("last-event-id"))
         if request.query_params.get("after") is not None:
-            after = max(after, _after_seq(request.query_params.get("after")))
+            after = max(after, streams.after_seq(request.query_params.get("after")))
         slots = services.admission.streams
         slots.take(principal)
         body = streams.execution_stream(services, record.id, after)
         return streams.respond(request, principal, body, slots)
-    after = _after_seq(request.query_params.get("after"))
+    after = streams.after_seq(request.query_params.get("after"))
     events = await services.store.events(record.id, after)
     return JSONResponse({"execution_id": record.id, "items": [e.to_json() for e in events]})
 
@@ -277,17 +277,6 @@ async def run_events(request: Request) -> Response:
     for record in sorted(filter(visible, records), key=lambda r: (r.created_ms, r.id)):
         items.extend(e.to_json() for e in await services.store.events(record.id))
     return JSONResponse({"run_id": run_id, "items": items})
-
-
-def _after_seq(raw: str | None) -> int:
-    if raw is None:
-        return -1
-    if not raw.isdecimal() or not raw.isascii():
-        raise MalformedRequest(
-            "after must be the seq of an event you have (an integer, 0 or more)",
-            code="invalid_after",
-        )
-    return int(raw)
 
 
 async def _visible_tools(request: Request, only: str | None = None) -> list[ToolDeclaration]:
@@ -474,14 +463,19 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    """Ready while the store answers and the policy backend can decide (docs/api.md)."""
     services = services_of(request)
     store_ok = await services.store.ping()
+    policy = services.policy
+    policy_ok = not isinstance(policy, RemotePolicy) or await policy.available()
+    ready = store_ok and policy_ok
     body = {
-        "status": "ready" if store_ok else "not_ready",
+        "status": "ready" if ready else "not_ready",
         "store": "ok" if store_ok else "unavailable",
         "tools": len(services.catalogue),
         "policy": services.settings.policy_backend,
+        "policy_backend": "ok" if policy_ok else "unavailable",
         "revisions": services.revisions.to_json(),
         "generation": services.generations.number,
     }
-    return JSONResponse(body, status_code=200 if store_ok else 503)
+    return JSONResponse(body, status_code=200 if ready else 503)

@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 from gateway.declarations.model import ToolDeclaration
+from gateway.errors import PolicyUnavailable
 from gateway.pipeline.policy import credential_input, tool_input
 from gateway.pipeline.records import sha256_json
 from gateway.runtime.container import Runtime
@@ -107,7 +108,10 @@ async def probed(services: Runtime, documents: list[dict[str, Any]]) -> list[Lis
 
     async def one(document: dict[str, Any]) -> Listing:
         async with gate:
-            decision = await services.policy.decide(_probe(document))
+            try:
+                decision = await services.policy.decide(_probe(document))
+            except PolicyUnavailable:  # no decision: not listed (the backend logged why)
+                return Listing(False)
         return Listing(decision.result is not DecisionResult.DENY)
 
     return await asyncio.gather(*(one(d) for d in documents))

@@ -62,7 +62,8 @@ class Revocations:
     No answer is older than its question: a check that finds no read running reads at once;
     one that finds a read running joins the group that the next read (started when that one
     ends) will answer. A revocation that committed before a check was asked is in the
-    snapshot of the read that answers it."""
+    snapshot of the read that answers it. The store keeps one for revoked keys and one
+    for the page's ended sessions (``sessions.py``): the same question of another table."""
 
     def __init__(self, read: Callable[[Sequence[str]], Awaitable[set[str]]]) -> None:
         self._read = read

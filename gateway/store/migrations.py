@@ -49,7 +49,17 @@ def _approver_roles(db: Db) -> None:
     db.run("ALTER TABLE approvals ADD COLUMN approver_roles_json TEXT")
 
 
-STEPS: dict[int, Callable[[Db], None]] = {2: _chain_events, 3: _approver_roles}
+def _ended_sessions(db: Db) -> None:
+    """Version 4: the ``ended_sessions`` table, new: ``Store.open_sync`` has created it
+    before this step runs, and no table that was there changes. The step exists so that the
+    version moves (an older gateway, which would not read the table, refuses the store)."""
+
+
+STEPS: dict[int, Callable[[Db], None]] = {
+    2: _chain_events,
+    3: _approver_roles,
+    4: _ended_sessions,
+}
 """The step that brings a store to each version from the one before."""
 
 

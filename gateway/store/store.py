@@ -28,6 +28,7 @@ from gateway.store import (
     locks,
     migrations,
     replicas,
+    sessions,
     usage,
 )
 from gateway.store import events as event_log
@@ -127,6 +128,7 @@ class Store:
         self._read_quick = self.transactor.read_quick
         self._tx = self.transactor.transaction
         self._revocations = keys.Revocations(self._revoked_among)
+        self._ended_sessions = keys.Revocations(self._ended_among)
 
     def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
         """Time every transaction: ``hook(name, wall_s, thread_cpu_s)`` is called after each,
@@ -464,6 +466,21 @@ class Store:
 
     async def revocations(self) -> list[keys.Revocation]:
         return await self._read(keys.revocations)
+
+    # -- ended page sessions --------------------------------------------------------------
+
+    async def session_ended(self, session_id: str) -> bool:
+        """Whether the page session ``session_id`` was signed out: read for every page it
+        asks for, as ``is_revoked`` is read (concurrent checks share one read)."""
+        return await self._ended_sessions.revoked(session_id)
+
+    def _ended_among(self, session_ids: Sequence[str]) -> Awaitable[set[str]]:
+        return self._read_quick(sessions.ended_among, session_ids)
+
+    async def end_session(self, session_id: str, expires_ms: int) -> None:
+        """End the page session ``session_id`` for every replica (until ``expires_ms``,
+        when the session ends by itself)."""
+        await self._write(sessions.end_session, session_id, expires_ms)
 
     # -- the audit trail ------------------------------------------------------------------
 

@@ -8,9 +8,11 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the first schema. 2: events carry ``prev`` and ``hash`` (the audit trail's chain), and
-``audit_checkpoints`` (``migrations.py`` upgrades a version 1 store in place)."""
+``audit_checkpoints`` (``migrations.py`` upgrades a version 1 store in place). 3: approvals
+keep their approver roles. 4: ``ended_sessions`` (a page session signed out ends on every
+replica; an older gateway, which would not read it, refuses the store)."""
 
 
 class ExecutionRow(SQLModel, table=True):
@@ -154,6 +156,17 @@ class RevokedKeyRow(SQLModel, table=True):
     reason: str = Field(default="")
 
 
+class EndedSessionRow(SQLModel, table=True):
+    """A page session signed out: refused by every replica from the moment this row commits,
+    kept until the session would have expired (``store/sessions.py``)."""
+
+    __tablename__ = "ended_sessions"
+
+    session_id: str = Field(primary_key=True, max_length=64)
+    ended_ms: int = Field(sa_type=BigInteger)
+    expires_ms: int = Field(sa_type=BigInteger, index=True)
+
+
 class ReplicaRow(SQLModel, table=True):
     """One gateway process and its lease: it renews ``lease_until_ms`` while it lives; once
     that is past, another replica takes over the executions it owns (docs/deploy.md)."""
@@ -181,6 +194,7 @@ TABLES: tuple[sa.Table, ...] = tuple(
         LockFenceRow,
         ApprovalRow,
         RevokedKeyRow,
+        EndedSessionRow,
         ReplicaRow,
         SchemaVersionRow,
         AuditCheckpointRow,

@@ -11,6 +11,7 @@ from starlette.responses import RedirectResponse, Response
 
 from gateway.errors import Forbidden, MalformedRequest, NotFound, ToolgateError
 from gateway.events.model import EVENT_TYPES
+from gateway.pipeline.policy import preview_failure
 from gateway.runtime import approvals
 from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalEdit, ApprovalRecord, ExecutionRecord
@@ -70,7 +71,7 @@ async def inbox(request: Request) -> Response:
             {
                 "approval": approval,
                 "risk": approvals.risk_of(services, approval),
-                "agent": record.agent_id if record else "",
+                "agent": record.agent_id if record else None,
                 "why_not": why_not,
             }
         )
@@ -173,7 +174,11 @@ def _guards(
 
 
 def _preview(preview: Any) -> dict[str, Any]:
-    """The preview split into its diff (as typed lines) and the rest (as JSON)."""
+    """The preview split into its diff (as typed lines) and the rest (as JSON), or why the
+    adapter could not make one (``failed``: the page warns beside Approve)."""
+    failed = preview_failure(preview)
+    if failed is not None:
+        return {"diff": [], "rest": None, "failed": failed}
     diff: list[tuple[str, str]] = []
     rest = preview
     if isinstance(preview, dict) and isinstance(preview.get("diff"), str):
@@ -191,7 +196,7 @@ def _preview(preview: Any) -> dict[str, Any]:
                 else "ctx"
             )
             diff.append((kind, line))
-    return {"diff": diff, "rest": pretty(rest) if rest not in (None, {}) else None}
+    return {"diff": diff, "rest": pretty(rest) if rest not in (None, {}) else None, "failed": None}
 
 
 @signed_in

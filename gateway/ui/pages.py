@@ -130,11 +130,18 @@ def signed_in(handler: Handler) -> Handler:
 
 
 async def _still_valid(request: Request, session: Session) -> bool:
-    """Whether the credential the session was opened with is still accepted: an API key
-    still configured for the principal, not expired, not revoked (a JWT session ends when
-    the token does: its expiry bounds the session's)."""
+    """Whether the session was not signed out (on any replica: the store says) and the
+    credential it was opened with is still accepted: an API key still configured for the
+    principal, not expired, not revoked (a JWT session ends when the token does: its expiry
+    bounds the session's)."""
+    services = services_of(request)
+    try:
+        if await services.store.session_ended(session.id):
+            return False
+    except ToolgateError:  # the store cannot say: the session is not taken on trust
+        return False
     if session.method == "jwt":
-        return services_of(request).settings.jwt is not None
+        return services.settings.jwt is not None
     authenticator = _authenticator(request)
     key = authenticator.key_of(session.principal, session.credential)
     if key is None:
@@ -316,7 +323,11 @@ def _signin_refusal(exc: Unauthenticated) -> str:
 
 @signed_in
 async def signout(request: Request) -> Response:
+    """End the session for every copy of its cookie, on every replica (the store holds that
+    it ended), then drop this browser's copy."""
     check_csrf(request, await read_form(request))
+    session = session_of(request)
+    await services_of(request).store.end_session(session.id, session.expires_ms)
     response = RedirectResponse("/ui/signin", 303)
     response.delete_cookie(
         sessions.SESSION_COOKIE,

@@ -1,9 +1,11 @@
 """The page's sign-in: a signed session cookie and the CSRF token bound to it.
 
-A session is ``base64url(JSON {principal, expires_ms, csrf, method, credential}) "."
+A session is ``base64url(JSON {principal, expires_ms, csrf, method, credential, id}) "."
 base64url(HMAC-SHA256)``,
 signed with a key derived from the approval key (so every replica sharing that key accepts
-it). The CSRF token travels inside the signed session and in each form; a form whose token
+it). Its random ``id`` is what sign-out ends: written to the store's ``ended_sessions``, it
+ends every copy of the cookie on every replica (``gateway/ui/pages.py`` reads it for each
+page). The CSRF token travels inside the signed session and in each form; a form whose token
 is not the session's is refused. Before sign-in, the sign-in form is protected the
 double-submit way: a random token in a short-lived cookie and in the form.
 """
@@ -38,6 +40,8 @@ class Session:
     credential: str = ""
     """The API key's id (checked again on every page: an expired or revoked key ends the
     session), or the token's ``jti``."""
+    id: str = ""
+    """Random, this session's own: sign-out ends it in the store (``Store.end_session``)."""
 
 
 def issue(
@@ -53,7 +57,9 @@ def issue(
     expires = int((time.time() + ttl_s) * 1000)
     if not_after_ms is not None:
         expires = min(expires, not_after_ms)
-    session = Session(principal, expires, secrets.token_urlsafe(24), method, credential)
+    session = Session(
+        principal, expires, secrets.token_urlsafe(24), method, credential, secrets.token_urlsafe(18)
+    )
     body = json.dumps(
         {
             "p": session.principal,
@@ -61,6 +67,7 @@ def issue(
             "c": session.csrf,
             "m": session.method,
             "k": session.credential,
+            "s": session.id,
         },
         separators=(",", ":"),
     ).encode("utf-8")
@@ -82,7 +89,12 @@ def read(value: str | None, key: bytes) -> Session | None:
     try:
         data = json.loads(b64url.decode(payload))
         session = Session(
-            str(data["p"]), int(data["e"]), str(data["c"]), str(data["m"]), str(data["k"])
+            str(data["p"]),
+            int(data["e"]),
+            str(data["c"]),
+            str(data["m"]),
+            str(data["k"]),
+            str(data["s"]),
         )
     except (ValueError, KeyError, TypeError):
         return None

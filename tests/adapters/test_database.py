@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from starlette.testclient import TestClient
 
 from gateway.adapters.base import AdapterCall
 from gateway.adapters.database import adapter as database
+from gateway.adapters.database import engines
 from gateway.adapters.database.adapter import DatabaseAdapter
 from gateway.adapters.database.engines import ConnectionConfig
 from gateway.adapters.database.errors import category
@@ -647,6 +649,40 @@ def test_seed_creates_a_missing_database_once(tmp_path: Path) -> None:
         assert conn.exec_driver_sql("SELECT count(*) FROM orders").scalar() == 1
     again.connections["shop"].engine.dispose()
     assert sorted(p.name for p in (tmp_path / "var").iterdir() if "seeding" in p.name) == []
+
+
+RIVAL_SEED = """
+import pathlib, sqlite3
+
+def seed(url):
+    path = pathlib.Path(url.removeprefix("sqlite:///"))
+    mine = sqlite3.connect(path)
+    mine.executescript("CREATE TABLE mine (x); INSERT INTO mine VALUES (1);")
+    mine.close()
+    # Another replica on the shared volume finished seeding first.
+    rival = sqlite3.connect(path.parent / "o.db")
+    rival.executescript("CREATE TABLE rival (x); INSERT INTO rival VALUES (2);")
+    rival.close()
+"""
+
+
+def test_two_replicas_seeding_one_shared_database_keep_one(tmp_path: Path) -> None:
+    """Replicas that share the example database's directory (docker-compose.yml) start at
+    once, often with the same pid (1, each in its container): the database another one
+    published while this one seeded is kept (its connections may already be open on it),
+    and another one's file in progress, though named for this pid, is not touched."""
+    script = tmp_path / "rival_seed.py"
+    script.write_text(RIVAL_SEED)
+    same_pid = tmp_path / "var" / f".o.db.{os.getpid()}.seeding"
+    same_pid.parent.mkdir()
+    same_pid.write_bytes(b"another container's seed in progress")
+    engines.run_seed("adapters.database.connections.shop", script, tmp_path / "var" / "o.db")
+    with closing(sqlite3.connect(tmp_path / "var" / "o.db")) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"rival"}
+    assert same_pid.read_bytes() == b"another container's seed in progress"
+    left = sorted(p.name for p in (tmp_path / "var").iterdir())
+    assert left == [same_pid.name, "o.db"]
 
 
 def test_failing_seed_leaves_no_database(tmp_path: Path) -> None:

@@ -833,6 +833,21 @@ class Layout:
 
 @pytest.fixture
 def layout(tmp_path: Path) -> Layout:
+    return _layout(tmp_path)
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A directory outside /tmp (which a child sees as a private tmpfs of its own, with the
+    paths it must see made again there): what the read-only rest of the view looks like."""
+    base = Path(tempfile.mkdtemp(prefix="tg-test-", dir="/var/tmp")).resolve()
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base)
+
+
+def _layout(tmp_path: Path) -> Layout:
     base = tmp_path / "gw"
     var = base / "var"
     (var / "workspaces" / "other").mkdir(parents=True)
@@ -1031,7 +1046,7 @@ def test_a_gateway_that_is_not_root_isolates_its_children_too() -> None:
         for path in (base, var, var / "workspaces", root, var / "approval.key"):
             os.chown(path, 65534, 65534)
         os.chown(base / "toolgate.yaml", 65534, 65534)
-        view = sandbox.view([str(var)], [str(base / "toolgate.yaml")], [str(root)], str(root))
+        view = sandbox.view([str(var)], [str(base / "toolgate.yaml")], str(root), str(root))
         read, write = os.pipe()
         shell = (
             f"cat {var}/approval.key; echo key=$?; cat {base}/toolgate.yaml; echo config=$?; "
@@ -1050,3 +1065,214 @@ def test_a_gateway_that_is_not_root_isolates_its_children_too() -> None:
         assert (root / "w").read_text() == "mine\n"
     finally:
         shutil.rmtree(base)
+
+
+# --- isolation: where a child may write (issue 28 item 8) ------------------------------------
+
+WRITER = r"""
+import os, sys
+for label, path in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        if label.startswith("mkdir"):
+            os.mkdir(path)
+        else:
+            with open(path, "a") as f:
+                f.write("written by the child")
+        print(label, "WROTE")
+    except OSError as exc:
+        print(label, "refused", type(exc).__name__)
+"""
+
+
+async def _write_probe(
+    adapter: ProcessAdapter,
+    ws: Workspace,
+    tmp_path: Path,
+    targets: dict[str, Path | str],
+    **keys: Any,
+) -> dict[str, str]:
+    script(ws, WRITER, name="writer.py")
+    args = [str(x) for pair in targets.items() for x in pair]
+    out, _ = await run(adapter, ws, declare(tmp_path, **keys), script="writer.py", args=args)
+    assert out.outcome is Outcome.SUCCEEDED, out
+    lines = str(out.data["stdout"]).splitlines()
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in lines if " " in line}
+
+
+def _protected(ws: Workspace) -> Workspace:
+    """``ws`` with the shipped policy's protected paths (policies/workspaces.yaml)."""
+    from gateway.policy.data import PolicyData
+    from gateway.policy.loader import load_policy_sources
+
+    sources = load_policy_sources(REPO / "rego", REPO / "policies")
+    protected = PolicyData.parse(sources.data).protected_paths
+    assert ".git/" in protected
+    return Workspace.declare(ws.id, ws.root, protected)
+
+
+async def test_a_child_writes_its_workspace_and_nothing_else(
+    outside_tmp: Path, tmp_path: Path
+) -> None:
+    isolation_or_skip()
+    layout = _layout(outside_tmp)
+    adapter = create(layout.settings, {}, NO_TOOLS)
+    ws = _protected(layout.ws)
+    (ws.root / ".git" / "hooks").mkdir(parents=True)
+    (ws.root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws.root / "vendor" / "lib" / ".git").mkdir(parents=True)
+    elsewhere = outside_tmp / "elsewhere"  # a workspace declared outside var_dir
+    elsewhere.mkdir()
+    project = layout.config.parent
+    targets: dict[str, Path | str] = {
+        "project": project / "escaped.txt",
+        "beside_var": layout.var.parent / "var-sibling.txt",
+        "other_ws": elsewhere / "theirs.txt",
+        "hook": ws.root / ".git" / "hooks" / "post-checkout",
+        "head": ws.root / ".git" / "HEAD",
+        "mkdir_git": ws.root / ".git" / "refs",
+        "nested_git": ws.root / "vendor" / "lib" / ".git" / "config",
+        "own": ws.root / "out.txt",
+        "relative": "sub.txt",
+        "mkdir_own": ws.root / "newdir",
+        "not_git": ws.root / "my.git",
+    }
+    seen = await _write_probe(adapter, ws, tmp_path, targets)
+    for name in ("project", "beside_var", "other_ws", "hook", "head", "mkdir_git", "nested_git"):
+        assert seen[name] == "refused OSError", (name, seen)  # EROFS
+    for name in ("own", "relative", "mkdir_own", "not_git"):
+        assert seen[name] == "WROTE", (name, seen)
+    assert not (project / "escaped.txt").exists() and not list(elsewhere.iterdir())
+    assert (ws.root / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert not (ws.root / ".git" / "hooks" / "post-checkout").exists()
+    assert not (ws.root / "vendor" / "lib" / ".git" / "config").exists()
+    assert (ws.root / "out.txt").read_text() == "written by the child"
+    assert (ws.root / "sub.txt").exists() and (ws.root / "newdir").is_dir()
+
+
+async def test_a_childs_tmp_is_its_own(layout: Layout, tmp_path: Path) -> None:
+    isolation_or_skip()
+    adapter = create(layout.settings, {}, NO_TOOLS)
+    fd, planted = tempfile.mkstemp(prefix="tg-host-planted-", dir="/tmp")
+    os.close(fd)
+    theirs = Path("/tmp") / f"tg-child-wrote-{os.getpid()}-{time.monotonic_ns()}"
+    shm = Path("/dev/shm") / theirs.name
+    try:
+        script(
+            layout.ws,
+            "import os, sys\n"
+            "planted, theirs = sys.argv[1:3]\n"
+            "print('planted', os.path.exists(planted))\n"
+            "open(theirs, 'w').write('mine')\n"
+            "print('wrote', open(theirs).read())\n"
+            "os.mkdir(sys.argv[3])\n"
+            "print('tmp', sorted(os.listdir('/tmp')))\n",
+        )
+        args = [planted, str(theirs), str(shm)]
+        out, _ = await run(adapter, layout.ws, declare(tmp_path), args=args)
+        assert out.outcome is Outcome.SUCCEEDED, out.data
+        lines = str(out.data["stdout"]).splitlines()
+        assert lines[:2] == ["planted False", "wrote mine"], out.data
+        assert not theirs.exists()  # the host's /tmp never saw it
+        assert not shm.exists()
+        assert os.path.basename(planted) not in lines[2]
+    finally:
+        os.unlink(planted)
+        for path in (theirs, shm):
+            if path.is_dir():
+                path.rmdir()
+            elif path.exists():
+                path.unlink()
+
+
+async def test_a_declared_writable_path_is_writable(outside_tmp: Path, tmp_path: Path) -> None:
+    isolation_or_skip()
+    layout = _layout(outside_tmp)
+    cache = outside_tmp / "cache"
+    cache.mkdir()
+    beside = outside_tmp / "not-declared"
+    beside.mkdir()
+    adapter = create(layout.settings, {}, NO_TOOLS)
+    targets: dict[str, Path | str] = {
+        "cache": cache / "entry",
+        "beside": beside / "entry",
+        "own": layout.ws.root / "out.txt",
+    }
+    seen = await _write_probe(adapter, layout.ws, tmp_path, targets, writable=[str(cache)])
+    assert seen == {"cache": "WROTE", "beside": "refused OSError", "own": "WROTE"}, seen
+    assert (cache / "entry").read_text() == "written by the child"
+    assert not (beside / "entry").exists()
+
+
+@pytest.mark.parametrize(
+    ("writable", "fragment"),
+    [
+        (["cache"], "absolute"),
+        (["/"], "the root"),
+        (["/srv/../etc"], "normalised"),
+    ],
+)
+def test_writable_paths_are_checked_at_load(
+    tmp_path: Path, writable: list[str], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        declare(tmp_path, writable=writable)
+
+
+def test_writable_paths_may_not_reopen_the_gateways_own_directories(layout: Layout) -> None:
+    base = layout.config.parent
+    for path in (base, layout.var, layout.var / "workspaces" / "demo", base.parent):
+        tool = declare(base.parent, writable=[str(path)])
+        with pytest.raises(ConfigError, match="gateway's own"):
+            create(layout.settings, {}, Catalogue((tool,)))
+
+
+def test_proc_python_writes_only_its_workspace_through_the_gateway(
+    client: TestClient, project: Path, workspace_root: Path
+) -> None:
+    isolation_or_skip()
+    (workspace_root / ".git").mkdir()
+    (workspace_root / "writer.py").write_text(WRITER)
+    targets = {
+        "project": project / "planted.txt",
+        "git": workspace_root / ".git" / "config",
+        "own": workspace_root / "result.txt",
+    }
+    args = [str(x) for pair in targets.items() for x in pair]
+    result = client.post(
+        "/v1/executions",
+        json=body("proc.python", {"script": "writer.py", "args": args}),
+        headers=auth(),
+    ).json()["result"]
+    assert result["outcome"] == "succeeded", result
+    lines = result["data"]["stdout"].splitlines()
+    # The project lies under /tmp here: the child's write, if any, went to its own /tmp.
+    assert lines[1:] == ["git refused OSError", "own WROTE"], result
+    assert not (project / "planted.txt").exists()
+    assert not (workspace_root / ".git" / "config").exists()
+    assert (workspace_root / "result.txt").read_text() == "written by the child"
+
+
+def test_run_tests_writes_its_report_but_not_the_rest_of_toolgate_dir(
+    client: TestClient, workspace_root: Path
+) -> None:
+    """``.toolgate/`` is protected: the agent's tests cannot write there, while the report
+    the declaration names in it is written."""
+    isolation_or_skip()
+    (workspace_root / ".toolgate").mkdir()
+    (workspace_root / "test_plant.py").write_text(
+        "def test_plant():\n"
+        "    try:\n"
+        "        open('.toolgate/planted', 'w').write('x')\n"
+        "    except OSError as exc:\n"
+        "        assert exc.errno == 30, exc  # EROFS\n"
+        "    else:\n"
+        "        raise AssertionError('wrote into .toolgate/')\n"
+    )
+    response = client.post(
+        "/v1/executions", json=body("proc.run_tests", {"target": "test_plant.py"}), headers=auth()
+    )
+    result = response.json()["result"]
+    assert result["outcome"] == "succeeded", result
+    assert result["data"]["junit"]["passed"] == 1, result["data"]
+    assert not (workspace_root / ".toolgate" / "planted").exists()
+    assert list((workspace_root / ".toolgate" / "reports").glob("*.xml"))

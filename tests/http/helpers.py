@@ -4,6 +4,7 @@ served over real HTTP on loopback (fixtures: conftest.py)."""
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import hmac
 import itertools
@@ -114,27 +115,73 @@ def unsigned(header: dict[str, Any], claims: dict[str, Any], secret: bytes | Non
 
 
 class JwksServer:
-    """The issuer's JWKS at ``/jwks.json`` on a loopback port, counting requests."""
+    """The issuer's JWKS at ``/jwks.json`` on a loopback port, counting requests.
+
+    It can also misbehave: answer 503 (``failing``), redirect elsewhere (``redirect_to``),
+    drip its answer one byte per ``drip`` seconds, or send ``oversize`` bytes (with or without
+    a ``Content-Length``; gzipped if ``gzip``). ``accept_encoding`` is what the last request
+    asked for. ``began`` is set when a misbehaving body starts, ``sent_all`` when
+    all of it was written, ``cut`` when the client closed the connection before that."""
 
     def __init__(self, issuer: Issuer) -> None:
         self.issuer = issuer
         self.hits = 0
         self.failing = False
+        self.redirect_to: str | None = None
+        self.drip: float | None = None
+        self.oversize: int | None = None
+        self.declare_length = True
+        self.gzip = False
+        self.accept_encoding: str | None = None
+        self.began = threading.Event()
+        self.sent_all = threading.Event()
+        self.cut = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 server.hits += 1
+                server.accept_encoding = self.headers.get("Accept-Encoding")
                 if self.path != "/jwks.json" or server.failing:
                     self.send_response(404 if not server.failing else 503)
                     self.end_headers()
                     return
-                body = json.dumps(server.issuer.jwks()).encode()
+                if server.redirect_to is not None:
+                    self.send_response(302)
+                    self.send_header("Location", server.redirect_to)
+                    self.end_headers()
+                    return
+                if server.drip is not None:
+                    # 20 bytes of a valid (empty) JWKS, one every ``drip`` seconds
+                    self._send(b'{"keys": []}'.ljust(20), 1, server.drip)
+                elif server.oversize is not None:
+                    body = b'{"keys": [' + b" " * server.oversize + b"]}"
+                    self._send(gzip.compress(body) if server.gzip else body, 64 * 1024, 0)
+                else:
+                    body = json.dumps(server.issuer.jwks()).encode()
+                    self._head(len(body))
+                    self.wfile.write(body)
+
+            def _head(self, length: int | None) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
+                if length is not None:
+                    self.send_header("Content-Length", str(length))
+                if server.gzip:
+                    self.send_header("Content-Encoding", "gzip")
                 self.end_headers()
-                self.wfile.write(body)
+
+            def _send(self, body: bytes, chunk: int, pause: float) -> None:
+                self._head(len(body) if server.declare_length else None)
+                server.began.set()
+                try:
+                    for start in range(0, len(body), chunk):
+                        self.wfile.write(body[start : start + chunk])
+                        time.sleep(pause)
+                except (BrokenPipeError, ConnectionResetError):
+                    server.cut.set()
+                    return
+                server.sent_all.set()
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from gateway.errors import ConfigError
@@ -34,9 +37,28 @@ def verifier(server: JwksServer, clock: Clock | None = None, **changes: Any) -> 
         url=settings.jwks_url,
         max_age=settings.jwks_max_age,
         min_refetch=settings.jwks_min_refetch,
+        timeout=settings.jwks_timeout,
         clock=clock or Clock(),
     )
     return TokenVerifier(settings, keys)
+
+
+async def fetch_fails(check: TokenVerifier, token: str, caplog: pytest.LogCaptureFixture) -> str:
+    """The log of a fetch that failed with no keys held: the token is 503, retryable."""
+    with (
+        caplog.at_level(logging.WARNING, logger="toolgate.auth"),
+        pytest.raises(JwksUnavailable) as caught,
+    ):
+        await check.verify(token)
+    assert caught.value.http_status == 503 and caught.value.retryable
+    return caplog.text
+
+
+async def until(condition: Callable[[], bool], limit: float = 20.0) -> None:
+    """Wait for ``condition`` (a server thread's event), failing after ``limit`` seconds."""
+    with anyio.fail_after(limit):
+        while not condition():
+            await anyio.sleep(0.01)
 
 
 async def refused(check: TokenVerifier, token: str) -> str:
@@ -194,6 +216,109 @@ async def test_an_unreachable_provider_with_no_keys_held_is_503(issuer: Issuer) 
     with pytest.raises(JwksUnavailable) as caught:
         await check.verify(issuer.token())
     assert caught.value.http_status == 503 and caught.value.retryable
+
+
+async def test_a_dripping_key_server_costs_one_bounded_fetch_and_held_keys_keep_serving(
+    issuer: Issuer, jwks_server: JwksServer
+) -> None:
+    """jwt.jwks_timeout bounds the whole fetch, not each read; while a fetch is in flight a
+    token whose key is held is answered at once, even when the set is stale (issue 28.2)."""
+    clock = Clock()
+    check = verifier(jwks_server, clock, jwks_max_age=60, jwks_min_refetch=10, jwks_timeout="1s")
+    await check.verify(issuer.token())
+    jwks_server.drip = 0.3  # 20 bytes: 6 s to send the whole answer
+    clock.now += 61  # the set is stale and a fetch is due
+    stranger = Issuer()
+    stranger.add_key("made-up")
+    outcome: dict[str, str] = {}
+
+    async def unknown_key() -> None:
+        outcome["unknown"] = await refused(check, stranger.token("made-up"))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(unknown_key)  # fetches the set, from the dripping server
+        await until(jwks_server.began.is_set)
+        clock.now += 11  # a fetch would be due again: the one in flight is enough
+        claims = await check.verify(issuer.token())
+        assert claims["sub"] == "dave"
+        assert "unknown" not in outcome  # answered while the fetch was still in flight
+    assert "not one of" in outcome["unknown"]  # a failed fetch; the held keys are kept
+    await until(jwks_server.cut.is_set)  # the fetch gave up before the answer was sent
+    assert not jwks_server.sent_all.is_set()
+    assert jwks_server.hits == 2
+    jwks_server.drip = None
+    issuer.add_key("k2")
+    clock.now += 11
+    await check.verify(issuer.token("k2"))  # nothing left holding the set: fetched again
+    assert jwks_server.hits == 3
+
+
+async def test_a_dripping_key_server_with_no_keys_held_is_503_for_each_waiting_request(
+    issuer: Issuer, jwks_server: JwksServer
+) -> None:
+    """Requests that need a key wait for the one fetch in flight and take its outcome: they
+    do not fetch again when it fails, even with a fetch due again (jwks_min_refetch)."""
+    clock = Clock()
+    check = verifier(jwks_server, clock, jwks_timeout="500ms", jwks_min_refetch="10ms")
+    jwks_server.drip = 0.3
+    failures: list[JwksUnavailable] = []
+
+    async def login() -> None:
+        with pytest.raises(JwksUnavailable) as caught:
+            await check.verify(issuer.token())
+        failures.append(caught.value)
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(3):
+            tasks.start_soon(login)
+        await until(jwks_server.began.is_set)
+        clock.now += 1  # a fetch is due again by the time the one in flight fails
+    assert len(failures) == 3 and all(f.http_status == 503 for f in failures)
+    assert jwks_server.hits == 1  # the requests waited for one fetch
+    await until(jwks_server.cut.is_set)
+    assert not jwks_server.sent_all.is_set()
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "streamed"])
+async def test_an_oversized_key_set_is_refused_without_being_read(
+    issuer: Issuer, jwks_server: JwksServer, declared: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The size limit stops the read (or refuses a Content-Length over it) instead of
+    reading the whole answer first (issue 28.3)."""
+    jwks_server.oversize = 16 * 1024 * 1024
+    jwks_server.declare_length = declared
+    check = verifier(jwks_server)
+    log = await fetch_fails(check, issuer.token(), caplog)
+    assert "larger than 524288 bytes" in log
+    await until(lambda: jwks_server.cut.is_set() or jwks_server.sent_all.is_set())
+    assert jwks_server.cut.is_set() and not jwks_server.sent_all.is_set()
+
+
+async def test_a_compressed_key_set_is_refused_rather_than_inflated(
+    issuer: Issuer, jwks_server: JwksServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """16 MiB gzipped to 16 KiB: inflating it would pass the limit in memory before any
+    check, so the fetch asks for an unencoded answer and refuses an encoded one."""
+    jwks_server.oversize = 16 * 1024 * 1024
+    jwks_server.gzip = True
+    check = verifier(jwks_server)
+    log = await fetch_fails(check, issuer.token(), caplog)
+    assert jwks_server.accept_encoding == "identity"
+    assert "the JWKS came encoded (gzip), not as asked" in log
+
+
+async def test_a_key_server_that_redirects_is_not_followed(
+    issuer: Issuer, jwks_server: JwksServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The keys come only from jwt.jwks_url: a 3xx is a failed fetch, never followed to
+    another origin (issue 28.1)."""
+    with JwksServer(issuer).running() as elsewhere:
+        jwks_server.redirect_to = elsewhere.url
+        check = verifier(jwks_server)
+        log = await fetch_fails(check, issuer.token(), caplog)
+        assert elsewhere.hits == 0
+    assert "answered 302, a redirect, which is not followed" in log
+    assert jwks_server.hits == 1
 
 
 async def test_a_jwks_file_is_read_and_symmetric_keys_in_it_are_ignored(

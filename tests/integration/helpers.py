@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,16 +91,18 @@ class Replica:
 
 
 def start_replicas(
-    config: Path, envs: dict[str, dict[str, str]], stack: ExitStack
+    config: Path | Mapping[str, Path], envs: dict[str, dict[str, str]], stack: ExitStack
 ) -> dict[str, Replica]:
     """Start one ``toolgate serve`` per named environment, all at once (each stopped when
-    ``stack`` closes); wait until each is ready."""
+    ``stack`` closes); wait until each is ready. ``config``: one toolgate.yaml for all, or
+    one per name (each replica then runs in a directory of its own)."""
     started = {}
     for name, env in envs.items():
         port = free_port()
-        path = config.parent / f"gateway-{name}.log"
+        own = config if isinstance(config, Path) else config[name]
+        path = own.parent / f"gateway-{name}.log"
         with path.open("wb") as log:
-            proc = serve(config, port, log, env, ("--log-level", "info"))
+            proc = serve(own, port, log, env, ("--log-level", "info"))
         stack.callback(stop, proc)
         started[name] = Replica(f"http://127.0.0.1:{port}", proc, path)
     for replica in started.values():  # they start at once: on a busy machine, slowly

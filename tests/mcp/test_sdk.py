@@ -12,8 +12,10 @@ import mcp_types as types
 import pytest
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.mcp import meta
+from gateway.observability.metrics import UNDECLARED_TOOL
 from tests.helpers import ALICE, BOB
 from tests.mcp.helpers import ERAS, Gateway, connect, meta_of
 
@@ -419,3 +421,48 @@ def test_dns_rebinding_protection_refuses_an_unlisted_host(gw: Gateway) -> None:
     }
     response = httpx.post(gw.url + "/mcp", json=body, headers=headers, timeout=10)
     assert response.status_code == 421
+
+
+def _executions_by_tool(gw: Gateway) -> dict[str, float]:
+    with gw.rest() as rest:
+        response = rest.get("/metrics")
+    assert response.status_code == 200, response.text
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == "toolgate_executions_total":
+                tool = sample.labels["tool"]
+                found[tool] = found.get(tool, 0.0) + sample.value
+    return found
+
+
+def test_made_up_tool_names_add_no_metric_series(gw: Gateway) -> None:
+    """Each call naming a tool no catalogue declares, over REST and both MCP eras, counts
+    under the one fixed ``tool`` label: a caller cannot add series."""
+    before = _executions_by_tool(gw)
+    names = [f"made.up_{uuid.uuid4().hex[:8]}" for _ in range(9)]
+    with gw.rest() as rest:
+        for name in names[:3]:
+            sent = {
+                "run_id": "r",
+                "call_id": name,
+                "tool": {"name": name},
+                "arguments": {},
+                "actor": {"user_id": "bob", "agent_id": "t"},
+                "workspace": {"id": "demo"},
+            }
+            answer = rest.post("/v1/executions", json=sent)
+            assert answer.json()["result"]["error"]["type"] == "tool_not_found", answer.text
+
+    async def main(era: str, called: list[str]) -> None:
+        async with connect(gw.url, era) as client:
+            for name in called:
+                result = await client.call_tool(name, {}, meta=_ids())
+                assert result.is_error and "is declared" in str(result.content)
+
+    anyio.run(main, "legacy", names[3:6])
+    anyio.run(main, "2026-07-28", names[6:])
+    after = _executions_by_tool(gw)
+    assert set(after) - set(before) <= {UNDECLARED_TOOL}
+    assert not set(after) & set(names)
+    assert after[UNDECLARED_TOOL] - before.get(UNDECLARED_TOOL, 0.0) == len(names)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.declarations.catalogue import Catalogue
-from gateway.pipeline.runner import run_call
+from gateway.errors import PolicyUnavailable
+from gateway.pipeline.runner import run_call, run_queued
 from gateway.store.store import Store
 from gateway.types import Decision, DecisionResult, Status
 from tests.pipeline.fakes import FunctionAdapter, FunctionPolicy, make_services, ok, request
@@ -40,3 +43,52 @@ async def test_require_approval_parks_the_call(
     assert adapter.calls == []
     types = [e.type for e in await store.events(record.id)]
     assert types[-2:] == ["approval.requested", "state.checkpointed"]
+
+
+class Outage:
+    """The decision of a policy backend that may lose its service (``down``: it raises
+    PolicyUnavailable, as the OPA backend does when OPA gives no decision)."""
+
+    down = False
+
+    def __call__(self, document: Mapping[str, Any]) -> Decision:
+        if self.down:
+            raise PolicyUnavailable("connection")
+        return Decision(DecisionResult.ALLOW, ("test: allow",))
+
+
+async def test_no_decision_refuses_a_new_call_and_records_nothing(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    adapter, outage = FunctionAdapter(ok), Outage()
+    outage.down = True
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(outage))
+    with pytest.raises(PolicyUnavailable) as refused:
+        await run_call(services, request())
+    assert (refused.value.code, refused.value.retryable) == ("policy_unavailable", True)
+    assert adapter.calls == []
+    assert await store.find_executions("alice", "r", "c1") == []
+
+
+async def test_no_decision_fails_a_queued_call_without_running_it(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    """A call accepted (queued) while the policy answered, whose worker then gets no
+    decision: it ends failed in phase policy, retryable, and nothing ran."""
+    adapter, outage = FunctionAdapter(ok), Outage()
+    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(outage))
+    queued = await run_call(services, request(), respond_async=True)
+    assert queued.status is Status.QUEUED
+    outage.down = True
+    record = await run_queued(services, queued)
+    result = record.result
+    assert record.status is Status.COMPLETED and result is not None, record
+    assert result["outcome"] == "failed"
+    error = result["error"]
+    assert (error["type"], error["phase"], error["retryable"]) == (
+        "policy_unavailable",
+        "policy",
+        True,
+    )
+    assert result["side_effect"]["attempted"] is False
+    assert adapter.calls == []

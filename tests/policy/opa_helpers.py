@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from gateway.errors import PolicyUnavailable
 from gateway.policy import bundle
 from gateway.policy.loader import PolicySources
 from gateway.policy.opa import OpaPolicy
@@ -72,6 +73,36 @@ class Hanging(StandIn):
         super().stop()
 
 
+class Recording(StandIn):
+    """A stand-in that records every request it receives (``seen``: method and target),
+    whatever its method or path, and answers as OPA would (allowing what the policy allows)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[str, str]] = []
+
+    def answer(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+        self.seen.append((method, target))
+        return super().answer(method, target, body)
+
+
+ALLOW = b'{"result": {"result": "allow", "reasons": []}, "decision_id": "redirected"}'
+
+
+class Redirecting(StandIn):
+    """OPA, or a proxy in front of it, that answers every request ``status`` with ``Location``
+    the same path on ``to`` (another origin), and an allowing decision as the body."""
+
+    status = 307
+    to = ""
+
+    def answer(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+        return self.status, "application/json", ALLOW
+
+    def headers(self, method: str, target: str) -> dict[str, str]:
+        return {"Location": self.to + target}
+
+
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -79,10 +110,17 @@ def run(coro: Any) -> Any:
 async def decide_all(
     sources: PolicySources, url: str, documents: list[dict[str, Any]], **kwargs: Any
 ) -> list[Any]:
-    """Open an OpaPolicy on ``url``, decide each document, close it."""
+    """Open an OpaPolicy on ``url``, decide each document, close it: each Decision, or the
+    PolicyUnavailable raised for it."""
     backend = OpaPolicy(sources, url, **kwargs)
     await backend.open()
+    out: list[Any] = []
     try:
-        return [await backend.decide(copy.deepcopy(d)) for d in documents]
+        for document in documents:
+            try:
+                out.append(await backend.decide(copy.deepcopy(document)))
+            except PolicyUnavailable as exc:
+                out.append(exc)
+        return out
     finally:
         await backend.aclose()

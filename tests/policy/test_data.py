@@ -104,3 +104,14 @@ def test_toolgate_check_lists_policy_data_faults_with_the_others(tmp_path: Path)
         f"{tmp_path / 'policies' / 'actors.yaml'}:3: actors.alice.roles: must be a list of "
         "strings (got 'agent')"
     ]
+
+
+def test_protected_paths_are_read_and_checked() -> None:
+    """The one list of protected paths: the Rego reads it, and so does the gateway (every
+    workspace carries it; a process tool's view makes them read-only)."""
+    assert parsed(REPO).protected_paths == (".git/", ".toolgate/")
+    for bad in ("/etc", "../up", "a/./b", "x\x00"):
+        with pytest.raises(ConfigError, match=r"protected_paths\.0: must be a workspace-relative"):
+            PolicyData.parse({"protected_paths": [bad]})
+    with pytest.raises(ConfigError, match="must be a list of strings"):
+        PolicyData.parse({"protected_paths": ".git/"})

@@ -4,13 +4,14 @@ the decision cache and its revision rule."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, PolicyUnavailable
 from gateway.policy import opa
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources
@@ -19,7 +20,14 @@ from gateway.policy.standin import StandIn
 from gateway.testing import free_port
 from gateway.types import DecisionResult
 from tests.policy.helpers import BASE_INPUT, make_input
-from tests.policy.opa_helpers import Misbehaving, decide_all, run, standin
+from tests.policy.opa_helpers import (
+    Misbehaving,
+    Recording,
+    Redirecting,
+    decide_all,
+    run,
+    standin,
+)
 
 # --- the contract: one corpus, both backends --------------------------------------------------
 
@@ -98,10 +106,10 @@ def test_both_backends_give_identical_decisions(corpus_sources: PolicySources) -
         got = run(decide_all(corpus_sources, server.url, documents, cache_size=0))
         assert server.requests == len(documents)
     for name, want, have in zip(CORPUS, expected, got, strict=True):
-        if name.startswith("error"):  # an evaluation error: both deny, each with its cause
-            assert want.result is have.result is DecisionResult.DENY
+        if name.startswith("error"):  # an evaluation error: OPA answers 500, no decision
+            assert want.result is DecisionResult.DENY
             assert want.reasons[0].startswith("policy error: ")
-            assert have.reasons == ("policy error: OPA answered HTTP 500 Internal Server Error",)
+            assert isinstance(have, PolicyUnavailable) and have.cause == "status", have
             continue
         assert (have.result, have.reasons, dict(have.extra)) == (
             want.result,
@@ -136,9 +144,11 @@ BAD_ANSWERS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_ANSWERS))
-def test_a_bad_answer_denies_with_its_cause(
+def test_a_bad_answer_fails_closed_with_its_cause_in_the_log(
     shipped: PolicySources, case: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """No decision from OPA (not 200, not a JSON object) refuses the call, retryably, with
+    no internals in the message; a decision OPA gave but that is unusable denies it."""
     reply, kind, cause = BAD_ANSWERS[case]
 
     class Bad(Misbehaving):
@@ -148,36 +158,105 @@ def test_a_bad_answer_denies_with_its_cause(
     before = opa.FAILURES[kind]
     with standin(shipped, Bad) as server:
         (decision,) = run(decide_all(shipped, server.url, [BASE_INPUT]))
-    assert decision.result is DecisionResult.DENY
-    (reason,) = decision.reasons
-    assert reason.startswith("policy error: OPA") and cause in reason
+    if kind in opa.UNAVAILABLE:
+        assert isinstance(decision, PolicyUnavailable), decision
+        assert (decision.code, decision.retryable, decision.cause) == (
+            "policy_unavailable",
+            True,
+            kind,
+        )
+        assert cause not in decision.message and "OPA" not in decision.message
+    else:
+        assert decision.result is DecisionResult.DENY
+        (reason,) = decision.reasons
+        assert reason.startswith("policy error: OPA") and cause in reason
     assert opa.FAILURES[kind] == before + 1
     assert any(kind in r.getMessage() and cause in r.getMessage() for r in caplog.records)
 
 
-def test_a_slow_opa_denies_after_the_deadline(shipped: PolicySources) -> None:
+def test_a_slow_opa_is_refused_after_the_deadline(
+    shipped: PolicySources, caplog: pytest.LogCaptureFixture
+) -> None:
     class Slow(Misbehaving):
         delay = 1.0
 
     before = opa.FAILURES["timeout"]
     with standin(shipped, Slow) as server:
         started = time.monotonic()
-        (decision,) = run(decide_all(shipped, server.url, [BASE_INPUT], timeout=0.1))
+        (refused,) = run(decide_all(shipped, server.url, [BASE_INPUT], timeout=0.1))
         waited = time.monotonic() - started
-    assert decision.result is DecisionResult.DENY
-    assert decision.reasons == ("policy error: OPA did not answer within 100 ms",)
+    assert isinstance(refused, PolicyUnavailable) and refused.cause == "timeout"
+    assert "OPA did not answer within 100 ms" in caplog.text
     assert opa.FAILURES["timeout"] == before + 1
     assert waited < Slow.delay  # the gateway's deadline, not the server's pace, ended it
 
 
-def test_a_stopped_opa_denies(shipped: PolicySources) -> None:
+def test_a_stopped_opa_is_refused(shipped: PolicySources, caplog: pytest.LogCaptureFixture) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     before = opa.FAILURES["connection"]
-    decisions = run(decide_all(shipped, url, [BASE_INPUT, BASE_INPUT]))
-    for decision in decisions:
-        assert decision.result is DecisionResult.DENY
-        assert decision.reasons[0].startswith(f"policy error: cannot reach OPA at {url}")
+    refusals = run(decide_all(shipped, url, [BASE_INPUT, BASE_INPUT]))
+    for refused in refusals:
+        assert isinstance(refused, PolicyUnavailable) and refused.cause == "connection"
+        assert url not in refused.message  # the transport's words stay in the log
+    assert f"cannot reach OPA at {url}" in caplog.text
     assert opa.FAILURES["connection"] == before + 2  # no retries, and a failure is not cached
+
+
+@pytest.mark.parametrize("status", [302, 307, 308])
+def test_a_redirect_is_refused_and_never_followed(shipped: PolicySources, status: int) -> None:
+    """OPA (or a proxy in front of it) that redirects to another origin which would allow:
+    the decision, the listing and the health probe are refused, and the other origin
+    receives nothing (the policy input goes to opa_url only)."""
+
+    class ToOther(Redirecting):
+        pass
+
+    async def ask(url: str) -> tuple[Any, Any, bool]:
+        backend = OpaPolicy(shipped, url)
+        await backend.open()
+        try:
+            healthy = await backend.available()
+            listing = await backend.listed([BASE_INPUT])
+            (decided,) = await decide_all(shipped, url, [BASE_INPUT])
+            return decided, listing, healthy
+        finally:
+            await backend.aclose()
+
+    with standin(shipped, Recording) as other:
+        ToOther.status, ToOther.to = status, other.url
+        with standin(shipped, ToOther) as server:
+            decided, listing, healthy = run(ask(server.url))
+        assert other.seen == []
+    assert isinstance(decided, PolicyUnavailable) and decided.cause == "status"
+    assert listing is not None and not listing[0].listed
+    assert f"HTTP {status}" in (listing[0].problem or "")
+    assert "not followed" in (listing[0].problem or "")
+    assert not healthy
+
+
+def test_readiness_comes_from_answers_and_one_probe_at_a_time(shipped: PolicySources) -> None:
+    """``available`` (for /readyz): one health probe for everyone asking at once; known
+    without a request while OPA answered within PROBE_INTERVAL; false once OPA is down."""
+
+    async def go(server: Recording) -> None:
+        backend = OpaPolicy(shipped, server.url)
+        await backend.open()
+        try:
+            assert all(await asyncio.gather(*(backend.available() for _ in range(5))))
+            assert server.seen == [("GET", "/health")]  # one probe for the five
+            await backend.decide(BASE_INPUT)
+            assert await backend.available()
+            assert len(server.seen) == 2  # the decision's answer said so: no probe
+            server.stop()
+            deadline = time.monotonic() + 10
+            while await backend.available():  # until its last answer is PROBE_INTERVAL old
+                assert time.monotonic() < deadline, "still available with OPA stopped"
+                await asyncio.sleep(0.05)
+        finally:
+            await backend.aclose()
+
+    with standin(shipped, Recording) as server:
+        run(go(server))
 
 
 def test_a_closed_backend_denies(shipped: PolicySources) -> None:

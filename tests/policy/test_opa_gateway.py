@@ -1,6 +1,8 @@
 """A real gateway (``toolgate serve``, policy_backend: opa) in front of the loopback OPA stand-in:
-allowed calls carry OPA's decision_id; a stopped, slow or garbled OPA denies every call with a
-clear error, runs nothing, leaves the gateway healthy, and logs one line per failure."""
+allowed calls carry OPA's decision_id; a stopped, slow or garbled OPA refuses every call
+(503 policy_unavailable), a decision it gives that is unusable denies it; either way nothing
+runs, the gateway stays up, and the log has one line per failure (tests/policy/
+test_opa_outage.py has the refusal's other sides: MCP, /readyz, the metric)."""
 
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ class Switchable(StandIn):
         return super().answer(method, target, body)
 
 
-def write(url: str, name: str) -> dict[str, Any]:
-    response = httpx.post(
+def post(url: str, name: str) -> httpx.Response:
+    return httpx.post(
         f"{url}/v1/executions",
         json={
             "run_id": "opa-gateway",
@@ -47,9 +49,19 @@ def write(url: str, name: str) -> dict[str, Any]:
         headers={"Authorization": f"Bearer {ALICE}"},
         timeout=30,
     )
+
+
+def write(url: str, name: str) -> dict[str, Any]:
+    response = post(url, name)
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
+
+
+def refused(url: str, name: str) -> None:
+    response = post(url, name)
+    assert response.status_code == 503, response.text
+    assert response.json()["code"] == "policy_unavailable", response.text
 
 
 def decided(url: str, execution_id: str) -> dict[str, Any]:
@@ -83,30 +95,35 @@ def test_gateway_on_opa_allows_and_fails_closed(tmp_path: Path) -> None:
             assert decided(url, allowed["id"])["decision_id"]
 
             bad = {
-                "html": ((200, "text/html", b"<html/>"), 0.0, "text/html, not JSON"),
+                "html": ((200, "text/html", b"<html/>"), 0.0, None),
                 "noresult": ((200, "application/json", b"{}"), 0.0, "is undefined"),
                 "shape": ((200, "application/json", b'{"result": 1}'), 0.0, "malformed"),
-                "slow": (None, 1.0, "did not answer within 200 ms"),
+                "slow": (None, 1.0, None),
             }
             for name, (reply, delay, cause) in bad.items():
                 Switchable.reply, Switchable.delay = reply, delay
-                denied = write(url, name)
-                assert denied["result"]["outcome"] == "failed", denied
-                error = denied["result"]["error"]
-                assert error["type"] == "policy_denied", error
-                assert cause in error["message"], error
+                if cause is None:  # no decision from OPA: refused, retryable
+                    refused(url, name)
+                else:  # OPA's decision is unusable: denied, like the policy's own error
+                    denied = write(url, name)
+                    assert denied["result"]["outcome"] == "failed", denied
+                    error = denied["result"]["error"]
+                    assert error["type"] == "policy_denied", error
+                    assert cause in error["message"], error
                 assert not (workspace / f"notes/{name}.txt").exists()
             Switchable.reply, Switchable.delay = None, 0.0
             server.stop()
-            stopped = write(url, "stopped")
-            assert "cannot reach OPA" in stopped["result"]["error"]["message"]
+            refused(url, "stopped")
             assert not (workspace / "notes/stopped.txt").exists()
             assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
             server = Switchable.from_bundle(built.data, port=port).start()
             again = write(url, "again")
             assert again["result"]["outcome"] == "succeeded", again
         log = next(tmp_path.glob("gateway-*.log")).read_text()
-        for kind in ("not_json", "undefined", "malformed", "timeout", "connection"):
+        for kind in ("undefined", "malformed"):
             assert f"policy decision denied ({kind})" in log, log
+        for kind in ("not_json", "timeout", "connection"):
+            assert f"policy decision refused ({kind})" in log, log
+        assert "cannot reach OPA" in log and "did not answer within 200 ms" in log, log
     finally:
         server.stop()

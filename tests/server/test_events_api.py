@@ -44,3 +44,53 @@ def test_a_bad_after_is_400(client: TestClient, after: str) -> None:
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["code"] == "invalid_after"
     assert "after must be" in response.json()["detail"]
+
+
+HUGE = [str(2**63), str(2**96), "9" * 5000]
+"""Past the largest seq a store holds (2**63 - 1), and past what ``int()`` parses."""
+STREAM = {"Accept": "text/event-stream"}
+
+
+def _ended(client: TestClient) -> dict:  # type: ignore[type-arg]
+    done: dict = client.post(  # type: ignore[type-arg]
+        "/v1/executions", json=body("fs.read_file", {"path": "nope.txt"}), headers=auth()
+    ).json()
+    return done
+
+
+ENTRIES = ["after", "stream Last-Event-ID", "stream after", "run stream Last-Event-ID"]
+
+
+@pytest.mark.parametrize("after", HUGE, ids=["2**63", "2**96", "5000 digits"])
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_huge_cursor_is_400_at_every_entry(client: TestClient, entry: str, after: str) -> None:
+    """``?after=``, a live stream's ``Last-Event-ID`` and ``?after=``, a run stream's
+    ``execution_id:seq``: each is refused whole, before the store or the stream sees it."""
+    done = _ended(client)
+    url = done["links"]["events"]
+    path, params, headers, code = {
+        "after": (url, {"after": after}, auth(), "invalid_after"),
+        "stream Last-Event-ID": (
+            url,
+            {},
+            {**auth(), **STREAM, "Last-Event-ID": after},
+            "invalid_last_event_id",
+        ),
+        "stream after": (url, {"after": after}, {**auth(), **STREAM}, "invalid_after"),
+        "run stream Last-Event-ID": (
+            "/v1/runs/run-1/events",
+            {},
+            {**auth(), **STREAM, "Last-Event-ID": f"{done['id']}:{after}"},
+            "invalid_last_event_id",
+        ),
+    }[entry]
+    response = client.get(path, params=params, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == code
+
+
+def test_the_largest_seq_is_a_cursor(client: TestClient) -> None:
+    url = _ended(client)["links"]["events"]
+    assert _events(client, url, str(2**63 - 1)) == []
+    assert _events(client, url, "0" * 40 + "2") == _events(client, url, "2")

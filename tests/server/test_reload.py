@@ -6,7 +6,8 @@ policy) and ``POST /v1/admin/reload`` through the app.
   is closed;
 - a broken YAML, a broken Rego and a fault only an adapter's check sees are refused with the
   faults, and nothing changes;
-- unchanged files change nothing (the route's test); the same files in another directory
+- unchanged files change nothing (the route's test) and are logged at INFO, a change at
+  WARNING; the same files in another directory
   give the same revisions;
 - the route: 401 without a key, 403 problem+json for a non-admin, 200 for an admin, 422 with
   the faults for a broken change; ``/readyz``, the events and plans name the revisions.
@@ -14,6 +15,7 @@ policy) and ``POST /v1/admin/reload`` through the app.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -153,6 +155,21 @@ async def test_a_broken_change_is_refused_and_nothing_changes(
     assert runtime.latest is before and runtime.generations.number == 1
     assert "fs.read_file_again" not in runtime.latest.catalogue.names
     assert await reloader.close_drained() == 0
+
+
+async def test_a_reload_that_finds_nothing_changed_logs_at_info_and_a_change_at_warning(
+    runtime: Runtime, project: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 29.5: an unchanged reload (a SIGHUP from a script, a timer) is routine, not a
+    warning; an applied one changes what runs and stays a warning."""
+    reloader = Reloader(runtime)
+    with caplog.at_level(logging.INFO, logger="toolgate.reload"):
+        assert not (await reloader.reload(by="carol")).applied
+        _new_tool(project)
+        assert (await reloader.reload(by="carol")).applied
+    levels = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "toolgate.reload"]
+    assert [level for level, _ in levels] == [logging.INFO, logging.WARNING], levels
+    assert "found nothing changed" in levels[0][1] and "applied" in levels[1][1]
 
 
 async def test_the_same_files_elsewhere_have_the_same_revisions(

@@ -1,4 +1,4 @@
--- schema version 3
+-- schema version 4
 -- sqlite
 CREATE TABLE executions (
 	id VARCHAR(64) NOT NULL, 
@@ -96,6 +96,13 @@ CREATE TABLE revoked_keys (
 	reason VARCHAR NOT NULL, 
 	PRIMARY KEY (key_id)
 );
+CREATE TABLE ended_sessions (
+	session_id VARCHAR(64) NOT NULL, 
+	ended_ms BIGINT NOT NULL, 
+	expires_ms BIGINT NOT NULL, 
+	PRIMARY KEY (session_id)
+);
+CREATE INDEX ix_ended_sessions_expires_ms ON ended_sessions (expires_ms);
 CREATE TABLE replicas (
 	id VARCHAR(256) NOT NULL, 
 	node VARCHAR(256) NOT NULL, 
@@ -220,6 +227,13 @@ CREATE TABLE revoked_keys (
 	reason VARCHAR NOT NULL, 
 	PRIMARY KEY (key_id)
 );
+CREATE TABLE ended_sessions (
+	session_id VARCHAR(64) NOT NULL, 
+	ended_ms BIGINT NOT NULL, 
+	expires_ms BIGINT NOT NULL, 
+	PRIMARY KEY (session_id)
+);
+CREATE INDEX ix_ended_sessions_expires_ms ON ended_sessions (expires_ms);
 CREATE TABLE replicas (
 	id VARCHAR(256) NOT NULL, 
 	node VARCHAR(256) NOT NULL, 

@@ -729,3 +729,30 @@ async def test_a_version_2_store_is_upgraded_and_its_approvals_name_no_roles(
         assert await second.schema_version() == SCHEMA_VERSION
     finally:
         await second.aclose()
+
+
+async def test_a_version_3_store_gains_ended_sessions_kept_until_they_expire(
+    database_url: str,
+) -> None:
+    first = Store(database_url)
+    await first.open()
+
+    def to_version_3(db: Db) -> None:  # what a version 3 store looks like
+        db.run("DROP TABLE ended_sessions")
+        db.run("UPDATE schema_version SET version = 3")
+
+    await first._write(to_version_3)
+    await first.aclose()
+    second = Store(database_url)
+    await second.open()
+    try:
+        assert await second.schema_version() == SCHEMA_VERSION
+        now = int(time.time() * 1000)
+        assert not await second.session_ended("gone")
+        await second.end_session("gone", now - 1)  # it had expired anyway
+        await second.end_session("live", now + 60_000)
+        assert await second.session_ended("live")
+        assert not await second.session_ended("gone")  # forgotten by the next sign-out
+        assert not await second.session_ended("other")
+    finally:
+        await second.aclose()

@@ -76,14 +76,19 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
 
 
 def _write(
-    url: str, path: str, content: str, call_id: str, tool: str = "fs.write_file"
+    url: str,
+    path: str,
+    content: str,
+    call_id: str,
+    tool: str = "fs.write_file",
+    agent: str = "coder",
 ) -> dict[str, Any]:
     body = {
         "run_id": "ui-run",
         "call_id": call_id,
         "tool": {"name": tool},
         "arguments": {"path": path, "content": content},
-        "actor": {"user_id": "alice", "agent_id": "coder"},
+        "actor": {"user_id": "alice", "agent_id": agent},
         "workspace": {"id": "demo"},
     }
     answer = httpx.post(
@@ -159,6 +164,38 @@ def test_an_approver_approves_a_diff_and_the_call_completes(
     page.goto(url + "/ui/executions?outcome=bogus")
     assert "outcome is one of" in page.content()
     page.context.close()
+
+
+def test_no_agent_named_and_a_failed_preview_are_said_plainly(
+    served: tuple[str, Path], browser: Any
+) -> None:
+    """Issue 29.5: an empty ``agent_id`` showed "alice for agent" and nothing more; an
+    approval whose preview failed offered Approve with no warning."""
+    url, workspace = served
+    (workspace / "a-directory").mkdir()  # writing over a directory: no diff can be made
+    parked = _write(url, "a-directory", "x\n", "np1", agent="")
+    approval = parked["approval"]["id"]
+    failed = _approval(url, approval)["preview"]
+    assert set(failed) == {"error"}, failed  # what the page is about: a preview that failed
+    seen = _write(url, "previewed.txt", "x\n", "np2")["approval"]["id"]  # one that did not
+    page = _sign_in(browser, url, BOB)
+    item = page.locator(".item", has=page.locator(f'a[href="/ui/approvals/{approval}"]'))
+    expect(item.locator(".meta")).to_contain_text("by alice (no agent named)")
+    expect(item.locator(".meta")).not_to_contain_text("for agent")
+    page.goto(f"{url}/ui/approvals/{approval}")
+    expect(page.locator(".facts")).to_contain_text("alice (no agent named)")
+    expect(page.locator("#preview-failed")).to_contain_text(
+        f"The preview failed: {failed['error']}"
+    )
+    warning = page.locator("form:has(button[value=approve]) #approve-warning")
+    expect(warning).to_contain_text(f"No preview: {failed['error']}")
+    page.goto(f"{url}/ui/approvals/{seen}")
+    expect(page.locator(".facts")).to_contain_text("alice for agent coder")
+    expect(page.locator("button[value=approve]")).to_have_count(1)
+    expect(page.locator("#approve-warning")).to_have_count(0)
+    page.context.close()
+    for decided in (approval, seen):  # leave the inbox as it was for the other tests
+        httpx.post(f"{url}/v1/approvals/{decided}/deny", headers={"Authorization": f"Bearer {BOB}"})
 
 
 def test_the_live_timeline_shows_what_happens_after_the_page_opened(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -291,21 +292,32 @@ def _prepare_sqlite(where: str, spec: ConnectionConfig, settings: Settings, url:
 
 def run_seed(where: str, script: Path, path: Path) -> None:
     """Create the SQLite database ``path`` with ``seed(url)`` of ``script``, atomically: the
-    seed fills a temporary file that replaces ``path`` only once it is complete."""
+    seed fills a temporary file of its own that becomes ``path`` only once it is complete.
+
+    Replicas sharing the directory (docker-compose.yml) may seed at once, with the same pid
+    (each is pid 1 in its container): the temporary file's name is unique whatever the pid,
+    and it is linked into place, so the first database published is the one every replica
+    keeps (one that opened it already keeps writing to it)."""
     if not script.is_file():
         raise ConfigError(f"{where}.seed: {script} does not exist")
     spec = importlib.util.spec_from_file_location(f"toolgate_seed_{path.stem}", script)
     if spec is None or spec.loader is None:
         raise ConfigError(f"{where}.seed: {script} is not a Python file")
     module = importlib.util.module_from_spec(spec)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.seeding")
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".seeding", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
         spec.loader.exec_module(module)
         seed = getattr(module, "seed", None)
         if not callable(seed):
             raise ConfigError(f"{where}.seed: {script} defines no seed(url) function")
         seed(f"sqlite:///{tmp}")
-        os.replace(tmp, path)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            log.info("the database %s was created by another process first: kept", path)
+            return
     except ConfigError:
         raise
     except Exception as exc:

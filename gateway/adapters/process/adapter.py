@@ -52,7 +52,7 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError, ExecutionError, ToolgateError
 from gateway.settings import Settings
 from gateway.types import JSON, Outcome, SideEffect
-from gateway.workspace import ResolvedPath, Workspace, confine
+from gateway.workspace import ResolvedPath, Workspace, confine, protected_in
 
 log = logging.getLogger("toolgate.process")
 TRACK_INTERVAL = 0.25
@@ -75,7 +75,45 @@ def create(settings: Settings, config: Mapping[str, Any], catalogue: Catalogue) 
     if parsed.subreaper:
         become_subreaper()
     _check_network(settings, catalogue)
+    _check_writable(settings, catalogue)
     return ProcessAdapter(executables, isolation(settings))
+
+
+def own_directories(settings: Settings) -> tuple[str, ...]:
+    """The gateway's own directories, real paths: the project directory, the configuration
+    file's, tools.d, rego/, policies/, var_dir (the store, artifacts, default workspaces), a
+    SQLite store's directory and the gateway's code. No process tool may write in them."""
+    dirs = [settings.base_dir, settings.path(settings.var_dir), settings.path(settings.tools_dir)]
+    dirs += [settings.path(settings.rego_dir), settings.path(settings.policies_dir)]
+    dirs += [settings.config_file.parent] if settings.config_file else []
+    database = _sqlite_file(settings)
+    dirs += [Path(database).parent] if database else []
+    dirs.append(Path(__file__).parents[2])  # the gateway package
+    return tuple(sorted({os.path.realpath(d) for d in dirs}))
+
+
+def _overlap(path: str, dirs: Sequence[str]) -> str | None:
+    """The first of ``dirs`` that ``path`` is, lies in or contains (real paths), or None."""
+    return next((d for d in dirs if sandbox.inside(path, d) or sandbox.inside(d, path)), None)
+
+
+def _check_writable(settings: Settings, catalogue: Catalogue) -> None:
+    """A declared ``writable`` path may not re-open the gateway's own directories."""
+    own = own_directories(settings)
+    faults = []
+    for tool in catalogue.all():
+        if not isinstance(tool.options, ProcessOptions):
+            continue
+        for path in tool.options.writable:
+            clash = _overlap(os.path.realpath(path), own)
+            if clash is not None:
+                faults.append(
+                    f"{tool.ref}: writable path {path} overlaps {clash}, one of the gateway's "
+                    "own directories (project, var_dir, the store, its code): a process tool "
+                    "may never write there"
+                )
+    if faults:
+        raise ConfigError(faults)
 
 
 def _check_network(settings: Settings, catalogue: Catalogue) -> None:
@@ -107,20 +145,65 @@ def network_namespace_refused() -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Isolation:
-    """What every child's filesystem view hides (see ``gateway.adapters.process.sandbox``)."""
+    """What every child's filesystem view hides, and the directories it may never write (see
+    ``gateway.adapters.process.sandbox``)."""
 
     hidden_dirs: tuple[str, ...]
     hidden_files: tuple[str, ...]
+    own_dirs: tuple[str, ...] = ()
+    """``own_directories``: a declared writable path is checked against them per call."""
 
-    def view(self, workspace: Workspace, cwd: Path) -> sandbox.View:
+    def view(
+        self,
+        workspace: Workspace,
+        cwd: Path,
+        readonly: Sequence[str] = (),
+        writable: Sequence[str] = (),
+        report: Path | None = None,
+    ) -> sandbox.View:
+        """The view of one call: ``readonly`` (its workspace's protected paths), the
+        declaration's ``writable`` directories, and the test ``report`` file it declares."""
         root = str(workspace.root)
         if any(os.path.realpath(d) == root for d in self.hidden_dirs):
-            raise ExecutionError(
+            raise _not_started(
                 f"the workspace {workspace.id!r} is the gateway's var_dir, which process "
-                "isolation hides: give it a root of its own",
-                code="command_failed_to_start",
+                "isolation hides: give it a root of its own"
             )
-        return sandbox.view(self.hidden_dirs, self.hidden_files, (root,), str(cwd))
+        extra = [_writable(path, self.own_dirs, workspace) for path in writable]
+        if report is not None:
+            real = os.path.realpath(report)
+            if not sandbox.inside(real, root):
+                raise _not_started(f"the test report {report} leads outside the workspace")
+            extra.append(real)
+        return sandbox.view(self.hidden_dirs, self.hidden_files, root, str(cwd), readonly, extra)
+
+
+def _writable(path: str, own: Sequence[str], workspace: Workspace) -> str:
+    """A declared writable directory, checked again now (a symlink on the way may have
+    changed since the load): its real path."""
+    real = os.path.realpath(path)
+    clash = _overlap(real, own)
+    if clash is not None:
+        raise _not_started(f"the writable path {path} ({real}) overlaps the gateway's own {clash}")
+    if _overlap(real, (str(workspace.root),)) is not None:
+        raise _not_started(
+            f"the writable path {path} ({real}) overlaps the workspace {workspace.id!r}, "
+            "whose protected paths must stay read-only"
+        )
+    if not os.path.isdir(real):
+        raise _not_started(f"the writable path {path} is not a directory")
+    return real
+
+
+def _not_started(message: str) -> ExecutionError:
+    return ExecutionError(message, code="command_failed_to_start")
+
+
+def _sqlite_file(settings: Settings) -> str | None:
+    url = settings.resolved_database_url
+    if url.startswith("sqlite:///") and ":memory:" not in url:
+        return url[len("sqlite:///") - 1 :].split("?", 1)[0]
+    return None
 
 
 def isolation(settings: Settings) -> Isolation | None:
@@ -133,22 +216,23 @@ def isolation(settings: Settings) -> Isolation | None:
     var = settings.path(settings.var_dir)
     var.mkdir(parents=True, exist_ok=True)
     files = [str(settings.config_file)] if settings.config_file else []
-    url = settings.resolved_database_url
-    if url.startswith("sqlite:///") and ":memory:" not in url:
-        database = url[len("sqlite:///") - 1 :].split("?", 1)[0]
+    database = _sqlite_file(settings)
+    if database is not None:
         files += [database, database + "-wal", database + "-shm", database + "-journal"]
     reason = sandbox.probe(sys.executable, str(var))
     if reason is None:
-        return Isolation((str(var),), tuple(files))
+        return Isolation((str(var),), tuple(files), own_directories(settings))
     if mode == "required":
         raise ConfigError(
             f"process_isolation is 'required' but this kernel refuses it ({reason}): "
-            "process tools would see var_dir and the configuration file; allow user and "
-            "mount namespaces, or set process_isolation: auto or off"
+            "process tools would see var_dir and the configuration file and could write "
+            "wherever the gateway's user may; allow user and mount namespaces (and "
+            "mount_setattr, Linux 5.12), or set process_isolation: auto or off"
         )
     log.warning(
         "process isolation is not available (%s): process tools run WITHOUT it and can read "
-        "%s and the configuration file; set process_isolation: required to refuse to start",
+        "%s and the configuration file, and write wherever the gateway's user may; set "
+        "process_isolation: required to refuse to start",
         reason,
         var,
     )
@@ -226,7 +310,16 @@ class _Run:
         self.out, self.err = Capture(budget), Capture(budget)
 
     async def run(self) -> AdapterOutcome:
+        made_report = self._make_report()
         report_before = _stat(self.plan.junit)
+        try:
+            return await self._run(report_before)
+        finally:
+            junit = self.plan.junit
+            if made_report and junit is not None and _stat(junit) == report_before:
+                junit.absolute.unlink(missing_ok=True)  # the empty file made above
+
+    async def _run(self, report_before: tuple[int, int, int] | None) -> AdapterOutcome:
         spawned_at = time.time()
         try:
             process, status = await self._spawn()
@@ -256,6 +349,20 @@ class _Run:
         result = _Result(self, process.pid, returncode, duration, len(tree.signalled))
         return await result.outcome(report_before)
 
+    def _make_report(self) -> bool:
+        """Under isolation the declared test report is bound writable into a read-only view
+        (it may lie in a protected path such as ``.toolgate/``), so it must exist before the
+        command starts: made empty here (True), unless it is there already."""
+        junit = self.plan.junit
+        if self.isolation is None or junit is None:
+            return False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            os.close(os.open(junit.absolute, flags, 0o644))
+        except OSError:
+            return False  # there already (or unusable: the launcher then says why)
+        return True
+
     def _start_error(self, reason: str) -> ExecutionError:
         return ExecutionError(
             f"{self.plan.program} could not be started: {reason}",
@@ -278,7 +385,12 @@ class _Run:
             return await anyio.open_process(argv, **options), None
         view = None
         if self.isolation is not None:
-            view = self.isolation.view(self.call.workspace, plan.cwd.absolute)
+            workspace = self.call.workspace
+            readonly = await anyio.to_thread.run_sync(protected_in, workspace)
+            report = plan.junit.absolute if plan.junit is not None else None
+            view = self.isolation.view(
+                workspace, plan.cwd.absolute, readonly, plan.writable, report
+            )
         read, write = os.pipe()
         try:
             launcher = sandbox.launcher(sys.executable, write, plan.env, view, plan.confinement)

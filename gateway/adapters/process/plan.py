@@ -36,6 +36,8 @@ class Plan:
     kill_grace: float
     limits: LimitOptions
     confinement: Confinement
+    writable: tuple[str, ...] = ()
+    """The declaration's extra writable directories (checked per call by the isolation)."""
 
     @property
     def program(self) -> str:
@@ -65,6 +67,7 @@ def make_plan(call: AdapterCall, executables: Mapping[str, str]) -> Plan:
         kill_grace=options.kill_grace,
         limits=options.limits,
         confinement=confinement(options, call.tool.ref),
+        writable=options.writable,
     )
 
 

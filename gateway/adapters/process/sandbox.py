@@ -1,26 +1,36 @@
-"""A private filesystem view for process-adapter children: the gateway's secrets hidden.
+"""A private filesystem view for process-adapter children: the gateway's secrets hidden,
+everything but the call's workspace read-only.
 
 A child the process adapter starts runs as the gateway's OS user, so without this it could
-read ``var/approval.key``, the database and ``toolgate.yaml`` (the key hashes). The adapter
-starts the gateway's interpreter on this file (``python -I -S sandbox.py ... -- argv``): a
-fresh single-threaded process, which enters a mount namespace of its own and then execs the
-command in place (same pid, same start time: the tree's identity holds). In that namespace
+read ``var/approval.key``, the database and ``toolgate.yaml`` (the key hashes), and write
+anywhere that user may. The adapter starts the gateway's interpreter on this file
+(``python -I -S sandbox.py ... -- argv``): a fresh single-threaded process, which enters a
+mount namespace of its own and then execs the command in place (same pid, same start time:
+the tree's identity holds). In that namespace, in this order,
 
-- every hidden directory (the gateway's ``var_dir``) is covered by an empty, read-only tmpfs;
-- the call's workspace, when it lies inside a hidden directory (the default
-  ``var/workspaces/<id>``), is bound back at its own path, writable;
+- ``/tmp`` and ``/dev/shm`` are fresh, empty tmpfs of the child's own (nothing shared with
+  the host's or another call's);
+- every hidden directory (the gateway's ``var_dir``) is covered by an empty tmpfs;
 - every hidden file (the configuration file, a SQLite database outside ``var_dir``) is
-  covered by an empty file of mode 000 on a read-only mount: reading it fails with EACCES;
+  covered by an empty file of mode 000: reading it fails with EACCES (a hidden path that
+  lies under a private tmpfs is made again there, so it looks the same wherever it lives);
+- the call's workspace is bound at its own path (also when it lies under a cover);
+- every ``readonly`` path (the workspace's protected paths, found by the adapter) is bound
+  onto itself, and every ``writable`` path (a declaration's extra directories, the declared
+  test report) at its own path;
+- every mount is made read-only (``mount_setattr``, recursively from ``/``), and then made
+  writable again, one mount each (its sub-mounts stay read-only): ``/proc`` (the launcher
+  itself writes its uid maps there), the private tmpfs, the workspace and the writable paths;
 - the working directory is entered again through the new mounts (the inherited one would
   lead back under them with ``..``).
 
 The child cannot undo the mounts: a non-root gateway enters a user namespace that maps only
 its own uid, so the child (not uid 0 there) keeps no capability after ``exec``; a root
 gateway makes the mounts first and then enters a user namespace, which locks them (``umount``
-fails) and drops the capabilities that would read a mode-000 file. Either way the child ends
-in a user namespace of its own: a process outside it (the gateway, another call's child, a
-browser) cannot be opened through ``/proc/<pid>/root``, ``fd/`` or ``environ`` (that needs
-CAP_SYS_PTRACE over the target's namespace).
+and clearing read-only fail) and drops the capabilities that would read a mode-000 file.
+Either way the child ends in a user namespace of its own: a process outside it (the gateway,
+another call's child, a browser) cannot be opened through ``/proc/<pid>/root``, ``fd/`` or
+``environ`` (that needs CAP_SYS_PTRACE over the target's namespace).
 
 The same launcher applies a tool's ``Confinement`` (without a view too, when isolation is
 off): a network namespace of its own (``network: none``), a switch to another user and
@@ -47,11 +57,9 @@ if TYPE_CHECKING:  # typing and collections.abc cost a launch milliseconds
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
-MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
@@ -61,9 +69,16 @@ PR_SET_NO_NEW_PRIVS = 38
 CAP_DAC_OVERRIDE = 1
 CAP_DAC_READ_SEARCH = 2
 TMPFS_OPTIONS = b"size=64k,nr_inodes=1024,mode=0755"
+PRIVATE_OPTIONS = b"mode=1777"
+PRIVATE_DIRS = ("/tmp", "/dev/shm")
+"""Shared scratch directories: each child gets empty ones of its own (a writable tmpfs)."""
 DECOY = ".toolgate-hidden"
-"""The empty mode-000 file, in the first hidden directory's tmpfs, bound over hidden files."""
+"""The empty mode-000 file, in the first cover's tmpfs, bound over hidden files."""
 _TMPFS_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (Linux 5.12)
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _CHAR = ctypes.c_char_p
@@ -75,6 +90,8 @@ try:
     _unshare.argtypes = (ctypes.c_int,)
     _prctl = _libc.prctl
     _prctl.argtypes = (ctypes.c_int, _ULONG, _ULONG, _ULONG, _ULONG)
+    _syscall = _libc.syscall
+    _syscall.restype = ctypes.c_long
     AVAILABLE = True
 except AttributeError:  # not Linux: probe() says so
     AVAILABLE = False
@@ -147,22 +164,28 @@ def launcher(
 
 
 class View:
-    """What one child must not see, and what it must keep. All paths absolute and real."""
+    """What one child must not see, and where it may write. All paths absolute and real."""
 
-    __slots__ = ("cwd", "hidden_dirs", "hidden_files", "keep")
+    __slots__ = ("cwd", "hidden_dirs", "hidden_files", "readonly", "workspace", "writable")
 
     def __init__(
         self,
         hidden_dirs: tuple[str, ...],
         hidden_files: tuple[str, ...],
-        keep: tuple[str, ...],
+        workspace: str | None,
         cwd: str,
+        readonly: tuple[str, ...] = (),
+        writable: tuple[str, ...] = (),
     ) -> None:
         self.hidden_dirs = hidden_dirs
         self.hidden_files = hidden_files
-        self.keep = keep
-        """Directories that stay visible and writable at their own path (the workspace)."""
+        self.workspace = workspace
+        """Visible and writable at its own path (None: nothing is writable but /tmp)."""
         self.cwd = cwd
+        self.readonly = readonly
+        """Paths in the workspace that stay read-only (its protected paths)."""
+        self.writable = writable
+        """More paths (directories or files) writable at their own path, bound last."""
 
     def launcher(
         self,
@@ -176,27 +199,42 @@ class View:
 
     def args(self) -> list[str]:
         argv = ["--cwd", self.cwd]
+        argv += ["--workspace", self.workspace] if self.workspace is not None else []
         argv += [a for d in self.hidden_dirs for a in ("--dir", d)]
         argv += [a for f in self.hidden_files for a in ("--file", f)]
-        argv += [a for k in self.keep for a in ("--keep", k)]
+        argv += [a for r in self.readonly for a in ("--readonly", r)]
+        argv += [a for w in self.writable for a in ("--writable", w)]
         return argv
 
 
 def view(
-    hidden_dirs: Iterable[str], hidden_files: Iterable[str], keep: Iterable[str], cwd: str
+    hidden_dirs: Iterable[str],
+    hidden_files: Iterable[str],
+    workspace: str | None,
+    cwd: str,
+    readonly: Iterable[str] = (),
+    writable: Iterable[str] = (),
 ) -> View:
     """A ``View`` with paths made real, nested hidden directories folded into their parent
     and missing ones dropped (what does not exist has nothing to hide)."""
     dirs: list[str] = []
     for path in sorted({os.path.realpath(p) for p in hidden_dirs if os.path.isdir(p)}):
-        if not any(_inside(path, d) for d in dirs):
+        if not any(inside(path, d) for d in dirs):
             dirs.append(path)
     files = sorted({os.path.realpath(p) for p in hidden_files if os.path.isfile(p)})
-    kept = tuple(sorted({os.path.realpath(p) for p in keep}))
-    return View(tuple(dirs), tuple(files), kept, os.path.realpath(cwd))
+    root = os.path.realpath(workspace) if workspace is not None else None
+    return View(
+        tuple(dirs),
+        tuple(files),
+        root,
+        os.path.realpath(cwd),
+        tuple(sorted({os.path.realpath(p) for p in readonly})),
+        tuple(sorted({os.path.realpath(p) for p in writable})),
+    )
 
 
-def _inside(path: str, parent: str) -> bool:
+def inside(path: str, parent: str) -> bool:
+    """Whether ``path`` is ``parent`` or lies under it (both absolute and real)."""
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
@@ -210,6 +248,26 @@ def _do_mount(
     source: bytes | None, target: str, fstype: bytes | None, flags: int, data: bytes | None
 ) -> None:
     _check(_mount(source, os.fsencode(target), fstype, flags, data), f"mount {target}")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("set", "clr", "propagation", "userns")]
+
+
+def _readonly(path: str, readonly: bool, recursive: bool = False) -> None:
+    """Set (or clear) read-only on the mount at ``path`` (and every mount below it)."""
+    flags = AT_RECURSIVE if recursive else 0
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0) if readonly else _MountAttr(0, MOUNT_ATTR_RDONLY)
+    result = _syscall(
+        ctypes.c_long(SYS_MOUNT_SETATTR),
+        ctypes.c_int(AT_FDCWD),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.c_uint(flags),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    step = "read-only" if readonly else "writable"
+    _check(0 if result == 0 else -1, f"mount_setattr({path}, {step})")
 
 
 def _write(path: str, text: str) -> None:
@@ -310,31 +368,91 @@ def limit(c: Confinement) -> None:
 
 
 def _hide(v: View) -> None:
-    kept = {k: os.open(k, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for k in v.keep}
+    binds = [v.workspace] if v.workspace is not None else []
+    binds += [w for w in v.writable if w not in binds]
+    # Opened before anything covers them: a path under a cover is bound back from here.
+    sources = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in binds}
     try:
+        private = [
+            p
+            for p in dict.fromkeys(os.path.realpath(d) for d in PRIVATE_DIRS)
+            if os.path.isdir(p) and not any(inside(p, d) for d in v.hidden_dirs)
+        ]
+        for path in private:
+            _do_mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, PRIVATE_OPTIONS)
         decoy = None
         for directory in v.hidden_dirs:
+            if not _mount_point(directory, private, directory=True):
+                continue
             _do_mount(b"tmpfs", directory, b"tmpfs", _TMPFS_FLAGS, TMPFS_OPTIONS)
             if decoy is None:
                 decoy = os.path.join(directory, DECOY)
-                os.close(os.open(decoy, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0))
-            for keep, fd in kept.items():
-                if _inside(keep, directory) and keep != directory:
-                    os.makedirs(keep, mode=0o755, exist_ok=True)
-                    source = f"/proc/self/fd/{fd}".encode()
-                    _do_mount(source, keep, None, MS_BIND | MS_REC, None)
+        if decoy is None and private:
+            decoy = os.path.join(private[0], DECOY)
+        if decoy is not None:
+            os.close(os.open(decoy, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0))
         for path in v.hidden_files:
+            if any(inside(path, d) for d in v.hidden_dirs):
+                continue  # under an empty cover already
+            if not _mount_point(path, private, directory=False):
+                continue
             if decoy is None:
-                raise IsolationError(0, f"no hidden directory to hold the decoy for {path}")
-            if os.path.exists(path):  # not under a hidden directory already
-                _do_mount(os.fsencode(decoy), path, None, MS_BIND, None)
-                _do_mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-        for directory in v.hidden_dirs:
-            flags = MS_REMOUNT | MS_RDONLY | _TMPFS_FLAGS
-            _do_mount(None, directory, None, flags, TMPFS_OPTIONS)
+                raise IsolationError(0, f"no cover to hold the decoy for {path}")
+            _do_mount(os.fsencode(decoy), path, None, MS_BIND, None)
+        covers = [*private, *v.hidden_dirs]
+        if v.workspace is not None:
+            _bind(sources[v.workspace], v.workspace, covers)
+        for path in v.readonly:
+            _bind_onto_itself(path)
+        for path in v.writable:
+            if path != v.workspace:
+                _bind(sources[path], path, covers)
+        _readonly("/", True, recursive=True)
+        for path in ["/proc", *private, *binds]:
+            if path != "/proc" or os.path.isdir(path):
+                _readonly(path, False)
     finally:
-        for fd in kept.values():
+        for fd in sources.values():
             os.close(fd)
+
+
+def _mount_point(path: str, covers: list[str], directory: bool) -> bool:
+    """Whether ``path`` is there to mount on, made inside a cover (a tmpfs of this
+    namespace) if it lies under one; never elsewhere: that would create it on the host."""
+    if os.path.lexists(path):
+        return True
+    if not any(inside(path, c) for c in covers):
+        return False
+    if directory:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0))
+    return True
+
+
+def _bind(source: int, target: str, covers: list[str]) -> None:
+    """Bind the path open as ``source`` at ``target``, its mount point made in a cover if
+    it lies under one."""
+    magic = f"/proc/self/fd/{source}"
+    if not _mount_point(target, covers, directory=os.path.isdir(magic)):
+        raise IsolationError(2, f"{target} is gone")
+    _do_mount(magic.encode(), target, None, MS_BIND | MS_REC, None)
+
+
+def _bind_onto_itself(path: str) -> None:
+    """A mount of its own for ``path`` (not a symlink), to stay read-only; gone: nothing."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if os.fstat(fd).st_mode & 0o170000 == 0o120000:
+            return  # a symlink now: it leads elsewhere, which the view already decides
+        magic = f"/proc/self/fd/{fd}"
+        _do_mount(magic.encode(), magic, None, MS_BIND | MS_REC, None)
+    finally:
+        os.close(fd)
 
 
 def probe(python: str, hidden_dir: str | None, confinement: Confinement = NOTHING) -> str | None:
@@ -344,7 +462,7 @@ def probe(python: str, hidden_dir: str | None, confinement: Confinement = NOTHIN
         return "namespaces need Linux"
     import subprocess  # the launcher itself never needs it
 
-    v = view([hidden_dir], [], [], "/") if hidden_dir is not None else None
+    v = view([hidden_dir], [], None, "/") if hidden_dir is not None else None
     read, write = os.pipe()
     try:
         argv = [*launcher(python, write, {}, v, confinement), "/bin/sh", "-c", ":"]
@@ -364,10 +482,13 @@ _SWITCHES = ("--no-lc-ctype", "--no-new-privs", "--no-network")
 
 
 def _parse(args: list[str]) -> tuple[View | None, Confinement, int, str | None, list[str]]:
-    """``--status FD [--cwd C [--dir D]... [--file F]... [--keep K]...] [--rlimit N:S:H]...
+    """``--status FD [--cwd C [--workspace W] [--dir D]... [--file F]... [--readonly R]...
+    [--writable P]...] [--rlimit N:S:H]...
     [--no-new-privs] [--no-network] [--uid U] [--gid G] --lc-ctype V|--no-lc-ctype -- argv...``
     (built by ``launcher``); without ``--cwd`` there is no view."""
-    lists: dict[str, list[str]] = {"--dir": [], "--file": [], "--keep": [], "--rlimit": []}
+    lists: dict[str, list[str]] = {
+        flag: [] for flag in ("--dir", "--file", "--readonly", "--writable", "--rlimit")
+    }
     single: dict[str, str] = {}
     switches: set[str] = set()
     lc_ctype: str | None = None
@@ -387,8 +508,11 @@ def _parse(args: list[str]) -> tuple[View | None, Confinement, int, str | None, 
         i += 2
     v = None
     if "--cwd" in single:
-        dirs, files, keep = (tuple(lists[k]) for k in ("--dir", "--file", "--keep"))
-        v = View(dirs, files, keep, single["--cwd"])
+        dirs, files, readonly, writable = (
+            tuple(lists[k]) for k in ("--dir", "--file", "--readonly", "--writable")
+        )
+        workspace = single.get("--workspace")
+        v = View(dirs, files, workspace, single["--cwd"], readonly, writable)
     rlimits = []
     for spec in lists["--rlimit"]:
         name, soft, hard = spec.split(":")

@@ -2,14 +2,15 @@
 
 The argv (its program fixed, every element a template), the working directory, the
 child's whole environment, stdin, exit codes, the JUnit report, and what confines the child
-(``limits``, ``user``/``group``, ``network``); the ``adapters.process`` settings; the
-``AdapterSpec`` the loader checks a declaration against. Light on purpose: no psutil, no
-adapter; docs/adapters/process.md documents every key.
+(``limits``, ``user``/``group``, ``network``, the extra ``writable`` directories); the
+``adapters.process`` settings; the ``AdapterSpec`` the loader checks a declaration against.
+Light on purpose: no psutil, no adapter; docs/adapters/process.md documents every key.
 """
 
 from __future__ import annotations
 
 import grp
+import posixpath
 import pwd
 import re
 from collections.abc import Iterable
@@ -125,6 +126,22 @@ def _known_group(value: str) -> str:
     return value
 
 
+def _writable_path(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("a writable path may not contain a NUL byte")
+    if not value.startswith("/"):
+        raise ValueError(
+            f"{value!r} must be an absolute path (the workspace is writable already; "
+            "this names a directory outside it, such as a cache)"
+        )
+    normal = posixpath.normpath(value)
+    if normal == "/":
+        raise ValueError("'/' (the root of the filesystem) cannot be made writable")
+    if normal != value.rstrip("/"):
+        raise ValueError(f"{value!r} must be normalised: no '.', '..' or '//' in it")
+    return normal
+
+
 class ProcessOptions(_Frozen):
     """The declaration keys of ``adapter: process`` (documented in docs/adapters/process.md)."""
 
@@ -144,6 +161,10 @@ class ProcessOptions(_Frozen):
     """Run with this group (name or gid); default: the user's primary group."""
     network: Literal["host", "none"] = "host"
     """``none``: a network namespace of its own, without any interface but a down loopback."""
+    writable: tuple[Annotated[str, AfterValidator(_writable_path)], ...] = ()
+    """Absolute directories the command may write besides its workspace and its own /tmp
+    (under process isolation everything else is read-only); never one of the gateway's own
+    directories (checked when the adapter is built, and again per call)."""
 
     @field_validator("command")
     @classmethod
