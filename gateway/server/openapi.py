@@ -138,6 +138,13 @@ def _query(name: str, description: str, schema: Schema) -> Schema:
     return {"name": name, "in": "query", "description": description, "schema": schema}
 
 
+_WORKSPACE = _query(
+    "workspace",
+    "the workspace whose calls the listing is for (default: the configured mcp.workspace)",
+    {"type": "string"},
+)
+
+
 _KEYED = {
     "401": _shared("Unauthorized"),
     "431": _shared("HeadersTooLarge"),
@@ -295,7 +302,12 @@ def _execution_paths() -> dict[str, Any]:
                 "listExecutions",
                 "executions",
                 "The caller's executions, newest first, by run_id and call_id",
-                {"200": _json("at most 100 executions", "ExecutionList")},
+                {
+                    "200": _json(
+                        "at most 100 executions, each as getExecution gives it", "ExecutionList"
+                    ),
+                    "400": _problem("a query parameter this route does not take (invalid_query)"),
+                },
                 parameters=[
                     _query("run_id", "only this run's", {"type": "string"}),
                     _query("call_id", "only this call's", {"type": "string"}),
@@ -625,13 +637,17 @@ def _other_paths() -> dict[str, Any]:
             "get": _operation(
                 "listTools",
                 "tools",
-                "The tool catalogue, or every enabled tool as an LLM tool definition",
+                "The tools the caller may see (the policy's listing rule, as MCP tools/list), "
+                "or each as an LLM tool definition",
                 {
                     "200": _json(
-                        "the catalogue; with format, the definitions",
+                        "the tools; with format, the definitions",
                         {"oneOf": [ref("ToolDefinitions"), ref("ToolList")]},
                     ),
-                    "400": _problem("an unknown format (invalid_format)"),
+                    "400": _problem(
+                        "an unknown format (invalid_format), or a query parameter this route "
+                        "does not take (invalid_query)"
+                    ),
                 },
                 parameters=[
                     _query(
@@ -641,7 +657,8 @@ def _other_paths() -> dict[str, Any]:
                         "description, input_schema}; mcp: {name, description, inputSchema, "
                         "outputSchema when the tool declares output}",
                         {"type": "string", "enum": list(TOOL_FORMATS)},
-                    )
+                    ),
+                    _WORKSPACE,
                 ],
             )
         },
@@ -652,14 +669,17 @@ def _other_paths() -> dict[str, Any]:
                 "One tool with its input (and declared output) as JSON Schema",
                 {
                     "200": _json("the tool", "Tool"),
+                    "400": _problem("a query parameter this route does not take (invalid_query)"),
                     "404": _problem(
-                        "unknown tool (not_found), or a version that does not resolve "
-                        "(version_not_found, tool_disabled, invalid_version_range)"
+                        "unknown tool, or one the caller may not see (not_found), or a version "
+                        "that does not resolve (version_not_found, tool_disabled, "
+                        "invalid_version_range)"
                     ),
                 },
                 parameters=[
                     {"name": "name", "in": "path", "required": True, "schema": _STR},
                     _query("version", "an exact version or a range", {"type": "string"}),
+                    _WORKSPACE,
                 ],
             )
         },
