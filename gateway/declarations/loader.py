@@ -23,7 +23,7 @@ from gateway.declarations.jsonschema import (
     validate_cerberus_schema,
 )
 from gateway.declarations.model import ProbeDecl, ToolDeclaration
-from gateway.declarations.spec import AdapterSpec, Templating
+from gateway.declarations.spec import AdapterSpec, FillsAbsent, Loc, Templating
 from gateway.declarations.templates import FIELDS, Template
 from gateway.errors import ConfigError
 from gateway.yamlsrc import Lines, load_yaml, parse_yaml, pydantic_problems
@@ -161,7 +161,7 @@ def _check(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[s
     yield from _check_output(tool, lines)
     yield from _check_paths(tool, lines, spec)
     yield from _check_editable(tool, lines)
-    yield from _check_templates(tool, lines)
+    yield from _check_templates(tool, lines, spec)
     yield from _check_probes(tool, lines, spec)
 
 
@@ -268,17 +268,56 @@ def _templates(tool: ToolDeclaration) -> Iterable[tuple[tuple[str | int, ...], T
         yield from options.templates()
 
 
-def _check_templates(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
+def _check_templates(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:
     """Every hole of every template names something a call will have: an argument the
-    input schema declares (down to nested fields), or a field of another root."""
+    input schema declares (down to nested fields), or a field of another root; and an
+    argument that a call may leave out only where the adapter knows what to do then."""
     for loc, template in _templates(tool):
-        for ref in template.references:
-            fault = _reference_fault(ref, tool.input)
-            if fault is not None:
-                yield f"{lines.where(loc)}: template {template.source!r} uses {fault}"
-        fault = _wildcard_fault(template, is_lock_key=loc[0] == "locks")
-        if fault is not None:
-            yield f"{lines.where(loc)}: template {template.source!r}: {fault}"
+        faults = [f for ref in template.references if (f := _reference_fault(ref, tool.input))]
+        for fault in faults:
+            yield f"{lines.where(loc)}: template {template.source!r} uses {fault}"
+        absent = None if faults else _absent_fault(template, tool.input)
+        if absent is not None and not _fills_absent(tool, loc, template):
+            hint = spec.absent_hint.get(str(loc[0]), "")
+            hint = f"; or {hint}" if hint else ""
+            yield (
+                f"{lines.where(loc)}: template {template.source!r} has no value when "
+                f"{absent}: give it a default or make it required{hint}"
+            )
+        wildcard = _wildcard_fault(template, is_lock_key=loc[0] == "locks")
+        if wildcard is not None:
+            yield f"{lines.where(loc)}: template {template.source!r}: {wildcard}"
+
+
+def _fills_absent(tool: ToolDeclaration, loc: Loc, template: Template) -> bool:
+    options = tool.options
+    return isinstance(options, FillsAbsent) and options.fills_absent(loc, template)
+
+
+def _absent_fault(template: Template, schema: Mapping[str, Any]) -> str | None:
+    """When a hole may have no value: an argument a call may leave out, with no default to
+    fill in, or a field below a nullable one (None when every hole always has a value)."""
+    for ref in template.references:
+        if ref[0] != "arguments":
+            continue
+        rule: Any = {"type": "dict", "schema": schema}
+        for i, part in enumerate(ref[1:], start=1):
+            nested = rule.get("schema") if isinstance(rule, dict) else None
+            if not isinstance(nested, dict):
+                break  # a shape the schema leaves open, or a scalar: checked elsewhere
+            if rule.get("type") == "list":
+                rule = nested
+                continue
+            rule = nested.get(part)
+            if not isinstance(rule, dict):
+                break
+            name = ".".join(ref[1 : i + 1])
+            has_default = "default" in rule or "default_setter" in rule
+            if not rule.get("required") and not has_default:
+                return f"a call leaves out the optional argument {name!r} (no default)"
+            if rule.get("nullable") and i + 1 < len(ref):
+                return f"the nullable argument {name!r} is null (null has no fields)"
+    return None
 
 
 def _wildcard_fault(template: Template, is_lock_key: bool) -> str | None:

@@ -123,6 +123,11 @@ class DatabaseOptions(BaseModel):
                 if name not in self.binds:
                     yield loc, _argument_ref(name)
 
+    def fills_absent(self, loc: Loc, template: Template) -> bool:
+        """A bind taken from the arguments is NULL when the argument is absent; a ``binds``
+        template with no value fails the call."""
+        return loc[0] != "binds" and template.source.startswith(":")
+
     def probe_sql(self, name: str, params: Mapping[str, str]) -> str | None:
         """The SQL behind probe ``name`` (``row_version`` or ``query``), if declared."""
         if name == "row_version":

@@ -14,4 +14,5 @@ SPEC = AdapterSpec(
     operations={"query": frozenset({"none", "read"}), "execute": frozenset({"write"})},
     probes={"row_version": frozenset(), "query": frozenset({"query"})},
     options=DatabaseOptions,
+    referenced=frozenset({"binds", "queries", "row_version"}),
 )

@@ -1,0 +1,107 @@
+"""``check`` finds at load what used to wait for a call or a second run (issue 29.4).
+
+- A template hole that a call can leave without a value (an optional argument without a
+  default, a field below a nullable one) is a load error, except where the adapter gives "no
+  value" a meaning (a process element marked ``optional``, an HTTP whole reference in
+  ``query``/``headers``/``body``, a database bind from the arguments).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import ConfigError
+from gateway.testing import load_catalogue
+
+HEAD = """\
+name: t.{name}
+version: 1.0.0
+description: A tool.
+adapter: {adapter}
+operation: {operation}
+risk: low
+side_effect: {side_effect}
+"""
+
+
+def _faults(tmp_path: Path, text: str) -> list[str]:
+    (tmp_path / "t.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_catalogue(tmp_path)
+    return info.value.problems
+
+
+def _loads(tmp_path: Path, text: str) -> None:
+    (tmp_path / "t.yaml").write_text(text)
+    load_catalogue(tmp_path)
+
+
+PROCESS = HEAD.format(name="p", adapter="process", operation="run", side_effect="read")
+
+
+def test_a_hole_an_optional_argument_can_leave_empty_is_a_load_error(tmp_path: Path) -> None:
+    text = (
+        PROCESS
+        + """\
+input:
+  dir: {type: string}
+  opts: {type: dict, required: true, nullable: true, schema: {depth: {type: integer}}}
+  name: {type: string, default: x}
+command: [ls, "{arguments.name}", "--depth={arguments.opts.depth}"]
+locks:
+  - key: "dir:{arguments.dir}"
+"""
+    )
+    depth, lock = _faults(tmp_path, text)
+    assert ":12: command.2: template '--depth={arguments.opts.depth}' has no value when " in depth
+    assert "the nullable argument 'opts' is null (null has no fields)" in depth
+    assert ":14: locks.0.key: template 'dir:{arguments.dir}' has no value when a call " in lock
+    assert lock.endswith(
+        "leaves out the optional argument 'dir' (no default): give it a default or make it required"
+    )
+
+
+def test_where_no_value_has_a_meaning_the_hole_may_be_empty(tmp_path: Path) -> None:
+    _loads(
+        tmp_path,
+        PROCESS
+        + """\
+input: {dir: {type: string}}
+command: [ls, {arg: "--dir={arguments.dir}", optional: true}]
+""",
+    )
+    _loads(
+        tmp_path,
+        HEAD.format(name="h", adapter="http", operation="request", side_effect="read")
+        + """\
+input: {q: {type: string}, note: {type: string}}
+method: POST
+base_url: https://api.example.com
+url: /search
+query: {q: "{arguments.q}"}
+body: {json: {note: "{arguments.note}"}}
+""",
+    )
+    _loads(
+        tmp_path,
+        HEAD.format(name="d", adapter="database", operation="query", side_effect="read")
+        + """\
+connection: orders
+input: {status: {type: string}}
+sql: SELECT id FROM orders WHERE (:status IS NULL OR status = :status)
+""",
+    )
+    text = (
+        HEAD.format(name="h", adapter="http", operation="request", side_effect="read")
+        + """\
+input: {q: {type: string}}
+method: GET
+base_url: https://api.example.com
+url: /search
+query: {q: "text {arguments.q}"}
+"""
+    )
+    [fault] = _faults(tmp_path, text)  # text around the hole: no key to leave out
+    assert ": query.q: template 'text {arguments.q}' has no value when a call leaves out" in fault
