@@ -176,14 +176,14 @@ def _reload_note(settings: Settings) -> str:
 
 
 def _loadable_tools(settings: Settings) -> Catalogue:
-    """The tools that load when others do not, for the adapters' checks (only a failed
-    load reads tools.d a second time)."""
+    """The tools that can be built when some have faults, for the adapters' checks in the
+    same run (only a failed load reads tools.d a second time)."""
     from gateway.adapters.registry import SPECS
     from gateway.declarations.catalogue import Catalogue
     from gateway.declarations.loader import read_catalogue
 
     try:
-        return read_catalogue(settings.path(settings.tools_dir), SPECS)[0]
+        return read_catalogue(settings.path(settings.tools_dir), SPECS, faulty=True)[0]
     except ConfigError:
         return Catalogue(())
 

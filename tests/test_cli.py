@@ -70,6 +70,28 @@ def test_check_strict_fails_on_a_misspelt_data_key(project: Path) -> None:
     assert "--strict: warnings fail the check (1 warning)" in strict.stderr
 
 
+def test_check_shows_every_round_of_faults_of_a_file_in_one_run(project: Path) -> None:
+    """Issue 29.4: a database file took three runs of check (the template in the SQL, then
+    its second statement, then expect_rows and the connection, which the adapter checks).
+    One run lists them all."""
+    (project / "tools.d" / "db.bad.yaml").write_text(
+        "name: db.bad\nversion: 1.0.0\ndescription: A bad one.\nadapter: database\n"
+        "operation: query\nrisk: low\nside_effect: read\nconnection: kb\n"
+        "input: {id: {type: integer, required: true}}\n"
+        'sql: "SELECT * FROM orders WHERE id = {arguments.id}; DELETE FROM orders"\n'
+        "expect_rows: 1\n"
+    )
+    done = toolgate("check", cwd=project)
+    assert done.returncode == 2
+    faults = [line for line in done.stderr.splitlines() if "db.bad.yaml" in line]
+    assert len(faults) == 3, done.stderr
+    connection, expect_rows, sql = sorted(faults, key=lambda f: f.split(": ")[1])
+    assert ":8: connection: connection 'kb' is not declared" in connection
+    assert ":10: sql: SQL is never a template" in sql
+    assert "and must be one SQL statement" in sql
+    assert ":11: expect_rows: expect_rows applies to operation execute only" in expect_rows
+
+
 def test_check_lists_every_fault(project: Path) -> None:
     read = project / "tools.d" / "fs.read_file.yaml"
     read.write_text(read.read_text() + "colour: blue\n")

@@ -65,6 +65,9 @@ class AdapterSpec:
     absent_hint: Mapping[str, str] = field(default_factory=dict)
     """Option key → how a declaration marks a template there that may go without a value
     (added to the load error of one that is not marked)."""
+    stand_ins: Mapping[str, object] = field(default_factory=dict)
+    """A neutral value for a required option key that has a fault, so that the checks of
+    the other keys still run in the same pass (``sql: SELECT 1``); never loaded to serve."""
     referenced: frozenset[str] = frozenset()
     """Option keys that other keys name (a bind, a query): when one of them has a fault, the
     checks of the keys that name it are not run (they would report its absence)."""

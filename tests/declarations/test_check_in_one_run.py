@@ -105,3 +105,49 @@ query: {q: "text {arguments.q}"}
     )
     [fault] = _faults(tmp_path, text)  # text around the hole: no key to leave out
     assert ": query.q: template 'text {arguments.q}' has no value when a call leaves out" in fault
+
+
+def test_faults_of_shape_and_of_meaning_come_in_one_run(tmp_path: Path) -> None:
+    """A key with a fault of shape (``kill_grace``) used to hide the second round (the
+    template roots) until it was fixed; now it is left out and the second round runs."""
+    text = (
+        PROCESS
+        + """\
+input: {name: {type: string, required: true}}
+command: [ls, "{arguments.name}"]
+kill_grace: 90s
+cwd: "{workspace.rot}"
+"""
+    )
+    grace, cwd = _faults(tmp_path, text)
+    assert ":10: kill_grace: kill_grace must be between 0s and 60s" in grace
+    assert ":11: cwd: template '{workspace.rot}' uses workspace.rot, which no call has" in cwd
+
+
+def test_a_fault_of_a_key_others_name_holds_their_checks_back(tmp_path: Path) -> None:
+    """Without ``input`` (a fault of shape) every argument would look undeclared: those
+    checks wait for it rather than report faults that are not there."""
+    text = (
+        PROCESS
+        + """\
+input: [name]
+command: [ls, "{arguments.name}"]
+"""
+    )
+    [fault] = _faults(tmp_path, text)
+    assert ":8: input: " in fault
+
+
+def test_every_fault_of_a_statement_at_once(tmp_path: Path) -> None:
+    """A template in the SQL hid the second statement until the next run."""
+    text = (
+        HEAD.format(name="d", adapter="database", operation="query", side_effect="read")
+        + """\
+connection: orders
+input: {id: {type: integer, required: true}}
+sql: "SELECT * FROM orders WHERE id = {arguments.id}; DELETE FROM orders"
+"""
+    )
+    [fault] = _faults(tmp_path, text)
+    assert ":10: sql: SQL is never a template: {arguments.id} would splice text" in fault
+    assert "; and must be one SQL statement: declare one tool per statement" in fault

@@ -59,14 +59,17 @@ def bind_names(sql: str) -> tuple[str, ...]:
 def _sql(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("must be one SQL statement (a non-empty string)")
+    faults = []
     hole = _HOLE.search(value)
     if hole:
-        raise ValueError(
+        faults.append(
             f"SQL is never a template: {hole.group(0)} would splice text into the statement; "
             "bind values as :name parameters instead (arguments are bound by name)"
         )
     if ";" in _NOT_CODE.sub(" ", value).strip().rstrip(";"):
-        raise ValueError("must be one SQL statement: declare one tool per statement")
+        faults.append("must be one SQL statement: declare one tool per statement")
+    if faults:  # every fault of the statement at once, not one per run of check
+        raise ValueError("; and ".join(faults))
     bind_names(value.strip())
     return value.strip()
 
