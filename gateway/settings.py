@@ -496,7 +496,8 @@ def load_settings(
     try:
         return Settings.model_validate(data)
     except PydanticValidationError as exc:
-        raise ConfigError(pydantic_problems(exc, lines)) from exc
+        # Never echo a value: the file holds secrets (approval_secret, a database password).
+        raise ConfigError(pydantic_problems(exc, lines, (Settings,))) from exc
 
 
 RELOADABLE: frozenset[str] = frozenset({"adapters"})

@@ -29,6 +29,8 @@ from gateway.errors import ConfigError
 from gateway.yamlsrc import Lines, load_yaml, parse_yaml, pydantic_problems
 
 _COMMON_KEYS = frozenset(ToolDeclaration.model_fields) - {"options"}
+_HIDDEN = frozenset({"options"})
+"""The model's field for the adapter's keys, which a file writes at the top level."""
 
 
 def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec]) -> Catalogue:
@@ -193,17 +195,18 @@ def _shape_faults(
         faulty.add("options")
         raw = {k: v for k, v in raw.items() if k != "options"}
     common, options_raw = _split(raw, spec)
+    models = (ToolDeclaration, *((spec.options,) if spec is not None else ()))
     options: BaseModel | None = None
     try:
         if spec is not None:
             options = spec.options.model_validate(options_raw)
     except PydanticValidationError as exc:
-        problems.extend(pydantic_problems(exc, lines))
+        problems.extend(pydantic_problems(exc, lines, models[1:], echo=True))
         faulty.update(_top_keys(exc))
     try:
         ToolDeclaration.model_validate({**common, "options": options})
     except PydanticValidationError as exc:
-        problems.extend(pydantic_problems(exc, lines))
+        problems.extend(pydantic_problems(exc, lines, models, echo=True, hidden=_HIDDEN))
         faulty.update(_top_keys(exc))
     return problems, faulty
 

@@ -4,6 +4,8 @@
   default, a field below a nullable one) is a load error, except where the adapter gives "no
   value" a meaning (a process element marked ``optional``, an HTTP whole reference in
   ``query``/``headers``/``body``, a database bind from the arguments).
+- A file's faults of shape no longer hide its faults of meaning until the next run.
+- A misspelt key or value names the closest known one (difflib).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import ConfigError
+from gateway.settings import load_settings
 from gateway.testing import load_catalogue
 
 HEAD = """\
@@ -151,3 +154,21 @@ sql: "SELECT * FROM orders WHERE id = {arguments.id}; DELETE FROM orders"
     [fault] = _faults(tmp_path, text)
     assert ":10: sql: SQL is never a template: {arguments.id} would splice text" in fault
     assert "; and must be one SQL statement: declare one tool per statement" in fault
+
+
+def test_toolgate_yaml_faults_say_what_was_meant_and_never_echo_a_value(tmp_path: Path) -> None:
+    """A misspelt key of toolgate.yaml gets the closest known key (in a section too), a
+    value out of a few words the words; a refused value is never repeated (the file holds
+    secrets: a short approval_secret must not end up in a CI log)."""
+    config = tmp_path / "toolgate.yaml"
+    config.write_text(
+        "prot: 1\nmcp: {workspce: demo}\npolicy_backend: opaa\napproval_secret: hunter2\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_settings(config, env={})
+    assert sorted(info.value.problems) == [
+        f"{config}:1: prot: unknown key (did you mean 'port'?)",
+        f"{config}:2: mcp.workspce: unknown key (did you mean 'workspace'?)",
+        f"{config}:3: policy_backend: should be one of embedded, opa (did you mean 'opa'?)",
+        f"{config}:4: approval_secret: String should have at least 32 characters",
+    ]
