@@ -143,7 +143,7 @@ async def test_json_body_keeps_types_and_drops_absent_values(
         + """\
 side_effect: external
 input:
-  n: {type: integer}
+  n: {type: integer, required: true}
   flag: {type: boolean}
   tags: {type: list}
   opt: {type: string}
