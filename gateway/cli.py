@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.errors import ConfigError, ToolgateError
-from gateway.settings import Settings, hash_key, load_settings
+from gateway.settings import RELOADABLE, Settings, hash_key, load_settings
 from gateway.types import ApprovalStatus
 
 if TYPE_CHECKING:
@@ -144,24 +144,46 @@ def cmd_check(args: argparse.Namespace) -> int:
     if problems:
         raise ConfigError(problems)
     assert loaded is not None
-    warn(loaded.sources.warnings)
+    warnings = loaded.sources.warnings
+    warn(warnings)
     print(
         f"ok: {len(loaded.catalogue)} tool versions, {len(loaded.sources.modules)} policy "
         f"modules, {len(loaded.sources.test_modules)} policy test modules"
-        + (f", {count(loaded.sources.warnings, 'warning')}" if loaded.sources.warnings else "")
+        + (f", {count(warnings, 'warning')}" if warnings else "")
     )
+    print(_reload_note(settings))
+    if warnings and args.strict:
+        print(
+            f"toolgate: --strict: warnings fail the check ({count(warnings, 'warning')})",
+            file=sys.stderr,
+        )
+        return EXIT_WARNINGS
     return 0
 
 
+EXIT_WARNINGS = 1
+"""``check --strict``: no fault, but warnings (faults exit 2)."""
+
+
+def _reload_note(settings: Settings) -> str:
+    """What a reload of a running gateway would apply (``settings.RELOADABLE``)."""
+    keys = ", ".join(sorted(RELOADABLE))
+    where = f" ({settings.config_file.name})" if settings.config_file else ""
+    return (
+        f"reload (SIGHUP, toolgate reload) applies tools.d, rego/, policies/ and these keys "
+        f"of toolgate.yaml{where}: {keys}; a change to any other key needs a restart"
+    )
+
+
 def _loadable_tools(settings: Settings) -> Catalogue:
-    """The tools that load when others do not, for the adapters' checks (only a failed
-    load reads tools.d a second time)."""
+    """The tools that can be built when some have faults, for the adapters' checks in the
+    same run (only a failed load reads tools.d a second time)."""
     from gateway.adapters.registry import SPECS
     from gateway.declarations.catalogue import Catalogue
     from gateway.declarations.loader import read_catalogue
 
     try:
-        return read_catalogue(settings.path(settings.tools_dir), SPECS)[0]
+        return read_catalogue(settings.path(settings.tools_dir), SPECS, faulty=True)[0]
     except ConfigError:
         return Catalogue(())
 
@@ -235,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's socket
     serve.set_defaults(fn=cmd_serve)
 
-    sub.add_parser("check", help="check tools.d, rego/ and policies/").set_defaults(fn=cmd_check)
+    check = sub.add_parser("check", help="check toolgate.yaml, tools.d, rego/ and policies/")
+    check.add_argument("--strict", action="store_true", help="fail (exit status 1) on warnings too")
+    check.set_defaults(fn=cmd_check)
 
     tools = sub.add_parser("tools", help="list tools, or show one with its input schema")
     tools.add_argument("name", nargs="?")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -369,6 +370,9 @@ class Settings(_Frozen):
     """The audit trail's checkpoints (docs/security.md#audit-trail)."""
     config_file: Path | None = None
     """The configuration file these settings were read from (set by ``load_settings``)."""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """The explicit overrides ``load_settings`` was given (``serve --host/--port``), so that
+    a reload reads the file again as start-up did (set by ``load_settings``)."""
 
     @field_validator("principals")
     @classmethod
@@ -487,8 +491,65 @@ def load_settings(
             section = dict(raw) if isinstance(raw, dict) else {}
             section[key] = [item.strip() for item in env[var].split(",")]
             data[name] = section
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data.update(given)
+    data["overrides"] = given
     try:
         return Settings.model_validate(data)
     except PydanticValidationError as exc:
-        raise ConfigError(pydantic_problems(exc, lines)) from exc
+        # Never echo a value: the file holds secrets (approval_secret, a database password).
+        raise ConfigError(pydantic_problems(exc, lines, (Settings,))) from exc
+
+
+RELOADABLE: frozenset[str] = frozenset({"adapters"})
+"""The keys of ``toolgate.yaml`` a reload applies: what the tools use (``adapters.*``:
+database connections, HTTP services and their base URLs, secrets, egress). A change to any
+other key is named by the reload and needs a restart (docs/deploy.md#reload); ``toolgate
+check`` says which are which."""
+_NOT_COMPARED = frozenset({"config_file", "overrides"})
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsChange:
+    """What a reload does with ``toolgate.yaml`` read again."""
+
+    settings: Settings
+    """The settings of the new generation: the running ones with the reloadable keys
+    taken from the file."""
+    applied: tuple[str, ...]
+    """Reloadable keys that changed (applied now)."""
+    restart: tuple[str, ...]
+    """Keys that changed and need a restart (not applied)."""
+
+
+def reread(current: Settings) -> Settings:
+    """The settings of ``current``'s configuration file as it is now, with the same
+    overrides (the environment is the process's own); ``current`` when it was read from no
+    file. ConfigError lists every fault."""
+    if current.config_file is None:
+        return current
+    return load_settings(current.config_file, **current.overrides)
+
+
+def settings_change(current: Settings, new: Settings) -> SettingsChange:
+    """Apply the reloadable keys of ``new`` to ``current``; name every other key that
+    changed (one level into sections: ``mcp.allowed_hosts``)."""
+    applied: list[str] = []
+    restart: list[str] = []
+    for key in type(current).model_fields:
+        before, after = getattr(current, key), getattr(new, key)
+        if key in _NOT_COMPARED or before == after:
+            continue
+        if key in RELOADABLE:
+            applied.append(key)
+        else:
+            restart.extend(_changed_keys(key, before, after))
+    update = {key: getattr(new, key) for key in applied}
+    return SettingsChange(current.model_copy(update=update), tuple(applied), tuple(restart))
+
+
+def _changed_keys(key: str, before: Any, after: Any) -> list[str]:
+    if isinstance(before, BaseModel) and isinstance(after, BaseModel):
+        fields = type(before).model_fields
+        return [f"{key}.{f}" for f in fields if getattr(before, f) != getattr(after, f)]
+    return [key]

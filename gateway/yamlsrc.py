@@ -6,12 +6,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import difflib
+import re
+import typing
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from gateway.errors import ConfigError
 
@@ -105,18 +109,94 @@ def load_yaml(path: Path) -> tuple[Any, Lines]:
     return parse_yaml(text, str(path))
 
 
-def pydantic_problems(exc: Any, lines: Lines) -> list[str]:
-    """Turn a pydantic ValidationError into messages naming file, line and key."""
+def pydantic_problems(
+    exc: Any,
+    lines: Lines,
+    models: Sequence[type[BaseModel]] = (),
+    *,
+    echo: bool = False,
+    hidden: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Turn a pydantic ValidationError into messages naming file, line and key, and what
+    was expected: an unknown key gets the closest known key of ``models`` (those the
+    document was validated against, at the top) or the list of them; a value not among the
+    allowed ones gets the closest allowed one. ``echo``: say what was given too (never for
+    a document that can hold secrets); ``hidden``: fields that are no key of the document."""
     problems = []
     for err in exc.errors(include_url=False):
         loc = tuple(part for part in err["loc"] if not _is_union_tag(part))
         msg = list_wording(err["msg"])
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = _unknown_key(str(loc[-1]), keys_at(models, loc[:-1], hidden))
         elif err["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")  # pydantic's, not the message's
+        elif err["type"] in ("literal_error", "enum"):
+            msg += _given(err["input"], re.findall(r"'([^']*)'", err["ctx"]["expected"]), echo)
+        elif err["type"] == "string_pattern_mismatch" and (
+            choice := _CHOICE.match(err["ctx"]["pattern"])
+        ):  # a pattern that is a list of words: say the words
+            words = choice.group(1).split("|")
+            msg = f"should be one of {', '.join(words)}" + _given(err["input"], words, echo)
+        elif echo and err["type"] != "missing" and _is_scalar(err["input"]):
+            msg += f" (got {_short(err['input'])})"
         problems.append(f"{lines.where(loc)}: {msg}")
     return problems
+
+
+_CHOICE = re.compile(r"^\^\(([\w-]+(?:\|[\w-]+)+)\)\$$")
+"""A pattern ``^(a|b|c)$``: one of a few words."""
+
+
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The known name nearest a misspelt one (difflib), if one is near enough."""
+    match = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _unknown_key(key: str, known: list[str]) -> str:
+    near = closest(key, known)
+    if near is not None:
+        return f"unknown key (did you mean {near!r}?)"
+    return f"unknown key (known: {', '.join(known)})" if known else "unknown key"
+
+
+def _given(value: Any, allowed: list[str], echo: bool) -> str:
+    near = closest(value, allowed) if isinstance(value, str) else None
+    said = f"got {_short(value)}" if echo and _is_scalar(value) else ""
+    hint = f"did you mean {near!r}?" if near is not None else ""
+    text = "; ".join(part for part in (said, hint) if part)
+    return f" ({text})" if text else ""
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def keys_at(
+    models: Sequence[type[BaseModel]], loc: tuple[str | int, ...], hidden: frozenset[str]
+) -> list[str]:
+    """The keys the models accept at ``loc`` (a list index or a mapping's own key in
+    ``loc`` is passed over), sorted; ``hidden`` left out at the top."""
+    current = list(models)
+    for part in loc:
+        fields = [
+            f for m in current for name, f in m.model_fields.items() if part in (f.alias, name)
+        ]
+        if fields:
+            current = [m for f in fields for m in _models_in(f.annotation)]
+    names = {f.alias or name for m in current for name, f in m.model_fields.items()}
+    return sorted(names - hidden if not loc else names)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def list_wording(message: str) -> str:

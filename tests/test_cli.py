@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.settings import RELOADABLE
 from gateway.testing import free_port, gateway, make_project, wait_healthy
 from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
 from tests.helpers import ALICE, BOB, REVIEWED_TOOL
@@ -41,6 +42,56 @@ def test_check_passes_on_the_shipped_files(project: Path) -> None:
     done = toolgate("check", cwd=project)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok: ")
+
+
+def test_check_says_which_toolgate_yaml_keys_a_reload_applies(project: Path) -> None:
+    """Issue 29.3: check passed a connection added to toolgate.yaml that the reload then
+    refused, and said nothing of which keys need a restart."""
+    done = toolgate("check", cwd=project)
+    assert done.returncode == 0, done.stderr
+    note = done.stdout.splitlines()[1]
+    assert note.startswith("reload (SIGHUP, toolgate reload) applies tools.d, rego/, policies/")
+    assert note.endswith(
+        f"keys of toolgate.yaml (toolgate.yaml): {', '.join(sorted(RELOADABLE))}; "
+        "a change to any other key needs a restart"
+    )
+
+
+def test_check_strict_fails_on_a_misspelt_data_key(project: Path) -> None:
+    """Issue 29.4: a rule reading a data key that does not exist (a misspelling) never
+    matches; ``check`` warns and passes, ``check --strict`` fails (exit status 1) for CI."""
+    (project / "rego" / "typo.rego").write_text(
+        "package toolgate\n\nsuffixes := data.toolgate.secret_file.suffixes\n"
+    )
+    lenient = toolgate("check", cwd=project)
+    assert lenient.returncode == 0, lenient.stderr
+    assert "data.toolgate.secret_file.suffixes" in lenient.stderr
+    strict = toolgate("check", "--strict", cwd=project)
+    assert strict.returncode == 1, strict.stderr
+    assert "data.toolgate.secret_file.suffixes" in strict.stderr
+    assert "--strict: warnings fail the check (1 warning)" in strict.stderr
+
+
+def test_check_shows_every_round_of_faults_of_a_file_in_one_run(project: Path) -> None:
+    """Issue 29.4: a database file took three runs of check (the template in the SQL, then
+    its second statement, then expect_rows and the connection, which the adapter checks).
+    One run lists them all."""
+    (project / "tools.d" / "db.bad.yaml").write_text(
+        "name: db.bad\nversion: 1.0.0\ndescription: A bad one.\nadapter: database\n"
+        "operation: query\nrisk: low\nside_effect: read\nconnection: kb\n"
+        "input: {id: {type: integer, required: true}}\n"
+        'sql: "SELECT * FROM orders WHERE id = {arguments.id}; DELETE FROM orders"\n'
+        "expect_rows: 1\n"
+    )
+    done = toolgate("check", cwd=project)
+    assert done.returncode == 2
+    faults = [line for line in done.stderr.splitlines() if "db.bad.yaml" in line]
+    assert len(faults) == 3, done.stderr
+    connection, expect_rows, sql = sorted(faults, key=lambda f: f.split(": ")[1])
+    assert ":8: connection: connection 'kb' is not declared" in connection
+    assert ":10: sql: SQL is never a template" in sql
+    assert "and must be one SQL statement" in sql
+    assert ":11: expect_rows: expect_rows applies to operation execute only" in expect_rows
 
 
 def test_check_lists_every_fault(project: Path) -> None:

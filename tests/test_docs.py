@@ -24,7 +24,7 @@ from gateway.events.model import EVENT_TYPES
 from gateway.pipeline import policy
 from gateway.pipeline.records import Call, Requested
 from gateway.server.app import create_app
-from gateway.settings import ENV_VARIABLES, JwtSettings, Settings
+from gateway.settings import ENV_VARIABLES, RELOADABLE, JwtSettings, Settings
 from gateway.types import ApprovalStatus, Outcome, Status
 from gateway.workspace import Workspace
 from tests.pipeline.fakes import request as fake_request
@@ -627,6 +627,14 @@ def test_every_nested_policy_input_field_is_in_policies_md() -> None:
 def test_every_setting_is_in_configuration_md() -> None:
     missing = missing_from_table(set(Settings.model_fields), doc("configuration.md"))
     assert not missing, f"docs/configuration.md has no row in 'Keys' for the settings {missing}"
+
+
+def test_the_reloadable_keys_are_the_ones_deploy_md_names() -> None:
+    """Issue 29.3: reload, check and the docs share one list (``settings.RELOADABLE``)."""
+    text = section(doc("deploy.md"), "## Reload")
+    match = re.search(r"applies its reloadable keys: ((?:`[a-z_.]+`(?:, )?)+)", text)
+    assert match, "deploy.md#reload does not list the reloadable keys of toolgate.yaml"
+    assert set(re.findall(r"`([^`]+)`", match.group(1))) == set(RELOADABLE)
 
 
 def test_every_key_of_the_jwt_section_is_in_configuration_md() -> None:

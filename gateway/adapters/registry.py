@@ -48,10 +48,18 @@ def build_adapters(settings: Settings, catalogue: Catalogue) -> dict[str, Adapte
     """One live instance of every adapter, opened with the app and closed with it; each is
     built from its ``adapters.<kind>`` section and the loaded catalogue (tools.d is not
     read again)."""
-    unknown = sorted(set(settings.adapters) - set(SPECS))
-    if unknown:
-        raise ConfigError(f"adapters: unknown adapter sections {unknown} (known: {sorted(SPECS)})")
+    problems = section_faults(settings)
+    if problems:
+        raise ConfigError(problems)
     return {kind: build_adapter(settings, kind, catalogue) for kind in KINDS}
+
+
+def section_faults(settings: Settings) -> list[str]:
+    """An ``adapters.<name>`` section for no adapter kind (start-up and reload refuse it)."""
+    unknown = sorted(set(settings.adapters) - set(SPECS))
+    if not unknown:
+        return []
+    return [f"adapters: unknown adapter sections {unknown} (known: {sorted(SPECS)})"]
 
 
 def build_adapter(settings: Settings, kind: str, catalogue: Catalogue) -> Adapter:

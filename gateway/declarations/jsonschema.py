@@ -34,6 +34,7 @@ from typing import Any
 import cerberus
 
 from gateway.declarations.validator import JsonValidator
+from gateway.yamlsrc import closest
 
 JSONSchema = dict[str, Any]
 UNMAPPED_KEY = "x-toolgate-unmapped"
@@ -101,7 +102,8 @@ def _error_lines(errors: Any, path: str = "") -> list[str]:
             line for key, value in errors.items() for line in _error_lines(value, _join(path, key))
         ]
     if not isinstance(errors, list):
-        return [f"{path}: {errors}" if path else str(errors)]
+        message = _explain(path, str(errors))
+        return [f"{path}: {message}" if path else message]
     lines: list[str] = []
     for item in errors:
         if isinstance(item, Mapping) and item and all(" definition " in str(k) for k in item):
@@ -110,6 +112,23 @@ def _error_lines(errors: Any, path: str = "") -> list[str]:
         else:
             lines.extend(_error_lines(item, path))
     return lines
+
+
+def _explain(path: str, message: str) -> str:
+    """cerberus's words for a misspelt type or rule, with what it knows and the closest."""
+    if message.startswith("Unsupported types: "):
+        names = [n.strip() for n in message.removeprefix("Unsupported types: ").split(",")]
+        return "; ".join(_unknown("type", name, JsonValidator.types) for name in names)
+    if message == "unknown rule":
+        return _unknown("rule", path.rsplit(".", 1)[-1], JsonValidator.rules)
+    return message
+
+
+def _unknown(what: str, name: str, known: Iterable[str]) -> str:
+    near = closest(name, sorted(known))
+    if near is not None:
+        return f"unknown {what} {name!r} (did you mean {near!r}?)"
+    return f"unknown {what} {name!r} (known: {', '.join(sorted(known))})"
 
 
 # --- conversion ---------------------------------------------------------------------------

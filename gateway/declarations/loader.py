@@ -23,12 +23,14 @@ from gateway.declarations.jsonschema import (
     validate_cerberus_schema,
 )
 from gateway.declarations.model import ProbeDecl, ToolDeclaration
-from gateway.declarations.spec import AdapterSpec, Templating
+from gateway.declarations.spec import AdapterSpec, FillsAbsent, Loc, Templating
 from gateway.declarations.templates import FIELDS, Template
 from gateway.errors import ConfigError
 from gateway.yamlsrc import Lines, load_yaml, parse_yaml, pydantic_problems
 
 _COMMON_KEYS = frozenset(ToolDeclaration.model_fields) - {"options"}
+_HIDDEN = frozenset({"options"})
+"""The model's field for the adapter's keys, which a file writes at the top level."""
 
 
 def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec]) -> Catalogue:
@@ -40,10 +42,12 @@ def load_catalogue(tools_dir: Path, specs: Mapping[str, AdapterSpec]) -> Catalog
 
 
 def read_catalogue(
-    tools_dir: Path, specs: Mapping[str, AdapterSpec]
+    tools_dir: Path, specs: Mapping[str, AdapterSpec], faulty: bool = False
 ) -> tuple[Catalogue, list[str]]:
     """The tools that load, and the faults of those that do not (for a check that reports
-    everything at once: the good tools can still be checked against the configuration)."""
+    everything at once: the good tools can still be checked against the configuration).
+    ``faulty``: the catalogue also holds the tools that have faults but could be built, so
+    that ``check`` runs the adapters' checks on them in the same run (never to serve)."""
     if not tools_dir.is_dir():
         raise ConfigError(f"{tools_dir}: the tools directory does not exist")
     files = sorted(p for p in tools_dir.rglob("*") if p.suffix in (".yaml", ".yml"))
@@ -56,9 +60,11 @@ def read_catalogue(
         try:
             raw = _read(path)
             contents[path.relative_to(tools_dir).as_posix()] = raw
-            tool, lines = load_declaration(path, specs, raw.decode("utf-8"))
+            tool, lines, faults = _load(path, specs, raw.decode("utf-8"))
         except ConfigError as exc:
-            problems.extend(sorted(exc.problems, key=lambda p: _line_of(p, str(path))))
+            tool, faults = None, exc.problems
+        problems.extend(sorted(faults, key=lambda p: _line_of(p, str(path))))
+        if tool is None or (faults and not faulty):
             continue
         key = (tool.name, str(tool.version))
         if key in seen:
@@ -101,47 +107,112 @@ def load_declaration(
     path: Path, specs: Mapping[str, AdapterSpec], text: str | None = None
 ) -> tuple[ToolDeclaration, Lines]:
     """Parse and check one declaration file (``text``: its content, already read)."""
-    raw, lines = load_yaml(path) if text is None else parse_yaml(text, str(path))
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}:1: a tool declaration must be a mapping of keys")
-    tool = _validate(raw, lines, specs)
-    problems = list(_check(tool, lines, specs[tool.adapter]))
-    if problems:
+    tool, lines, problems = _load(path, specs, text)
+    if problems or tool is None:
         raise ConfigError(problems)
     return tool, lines
 
 
+_REFERENCED = frozenset({"input", "paths"})
+"""Common keys other keys name (templates, path and editable arguments)."""
+
+
+def _load(
+    path: Path, specs: Mapping[str, AdapterSpec], text: str | None = None
+) -> tuple[ToolDeclaration | None, Lines, list[str]]:
+    """The declaration (None when it cannot be built) and every fault of both rounds: the
+    shape of each key, then what the file means. A key with a fault of the first round is
+    left out for the second, so the other keys' faults come in the same run; unless other
+    keys name it (``input``, a database ``binds``): their checks would only report it
+    missing, so the second round waits for it."""
+    raw, lines = load_yaml(path) if text is None else parse_yaml(text, str(path))
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}:1: a tool declaration must be a mapping of keys")
+    tool, problems, faulty_keys = _validate(raw, lines, specs)
+    if tool is None:
+        return None, lines, problems
+    spec = specs[tool.adapter]
+    if faulty_keys & (_REFERENCED | spec.referenced):
+        return None, lines, problems
+    problems.extend(_check(tool, lines, spec))
+    return tool, lines, problems
+
+
 def _validate(
     raw: dict[str, Any], lines: Lines, specs: Mapping[str, AdapterSpec]
-) -> ToolDeclaration:
+) -> tuple[ToolDeclaration | None, list[str], frozenset[str]]:
+    """The declaration, its faults of shape, and the top-level keys they are at. With
+    faults, the declaration is built without those keys, a required one replaced by the
+    adapter's stand-in (``AdapterSpec.stand_ins``); None when that fails too (a required key
+    with no stand-in, a fault of the whole document)."""
+    problems, faulty = _shape_faults(raw, lines, specs)
+    if not problems:
+        return _build(raw, specs), [], frozenset()
+    if None in faulty:
+        return None, problems, frozenset()
+    keys = frozenset(str(key) for key in faulty)
+    kept = {k: v for k, v in raw.items() if k not in keys}
+    stand_ins = specs[raw["adapter"]].stand_ins
+    kept.update({k: stand_ins[k] for k in keys if k in stand_ins})
+    try:
+        return _build(kept, specs), problems, keys
+    except (PydanticValidationError, ConfigError):
+        return None, problems, keys
+
+
+def _build(raw: dict[str, Any], specs: Mapping[str, AdapterSpec]) -> ToolDeclaration:
+    spec = specs[raw["adapter"]]
+    options = spec.options.model_validate(_split(raw, spec)[1])
+    return ToolDeclaration.model_validate({**_split(raw, spec)[0], "options": options})
+
+
+def _split(raw: dict[str, Any], spec: AdapterSpec | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The common keys, and the adapter's own."""
+    option_keys = set(spec.options.model_fields) if spec is not None else set()
+    common = {k: v for k, v in raw.items() if k not in option_keys or k in _COMMON_KEYS}
+    options = {k: v for k, v in raw.items() if k in option_keys and k not in _COMMON_KEYS}
+    return common, options
+
+
+def _shape_faults(
+    raw: dict[str, Any], lines: Lines, specs: Mapping[str, AdapterSpec]
+) -> tuple[list[str], set[str | int | None]]:
+    """Every fault of the first round, and the top-level key of each (None: no key, or
+    the adapter is unknown: nothing can be built)."""
     problems: list[str] = []
+    faulty: set[str | int | None] = set()
     adapter = raw.get("adapter")
     spec = specs.get(adapter) if isinstance(adapter, str) else None
     if spec is None:
         known = ", ".join(sorted(specs))
         problems.append(f"{lines.where(('adapter',))}: unknown adapter {adapter!r} ({known})")
+        faulty.add(None)
         # Without the adapter its keys are unknown: check the common keys only.
         raw = {k: v for k, v in raw.items() if k in _COMMON_KEYS}
     if "options" in raw:
         where = lines.where(("options",))
         problems.append(f"{where}: unknown key (adapter settings are top-level keys)")
+        faulty.add("options")
         raw = {k: v for k, v in raw.items() if k != "options"}
-    option_keys = set(spec.options.model_fields) if spec is not None else set()
-    common = {k: v for k, v in raw.items() if k not in option_keys or k in _COMMON_KEYS}
-    options_raw = {k: v for k, v in raw.items() if k in option_keys and k not in _COMMON_KEYS}
+    common, options_raw = _split(raw, spec)
+    models = (ToolDeclaration, *((spec.options,) if spec is not None else ()))
     options: BaseModel | None = None
     try:
         if spec is not None:
             options = spec.options.model_validate(options_raw)
     except PydanticValidationError as exc:
-        problems.extend(pydantic_problems(exc, lines))
+        problems.extend(pydantic_problems(exc, lines, models[1:], echo=True))
+        faulty.update(_top_keys(exc))
     try:
-        tool = ToolDeclaration.model_validate({**common, "options": options})
+        ToolDeclaration.model_validate({**common, "options": options})
     except PydanticValidationError as exc:
-        problems.extend(pydantic_problems(exc, lines))
-    if problems:
-        raise ConfigError(problems)
-    return tool
+        problems.extend(pydantic_problems(exc, lines, models, echo=True, hidden=_HIDDEN))
+        faulty.update(_top_keys(exc))
+    return problems, faulty
+
+
+def _top_keys(exc: PydanticValidationError) -> set[str | int | None]:
+    return {err["loc"][0] if err["loc"] else None for err in exc.errors(include_url=False)}
 
 
 def _check(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:
@@ -161,7 +232,7 @@ def _check(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[s
     yield from _check_output(tool, lines)
     yield from _check_paths(tool, lines, spec)
     yield from _check_editable(tool, lines)
-    yield from _check_templates(tool, lines)
+    yield from _check_templates(tool, lines, spec)
     yield from _check_probes(tool, lines, spec)
 
 
@@ -268,17 +339,56 @@ def _templates(tool: ToolDeclaration) -> Iterable[tuple[tuple[str | int, ...], T
         yield from options.templates()
 
 
-def _check_templates(tool: ToolDeclaration, lines: Lines) -> Iterable[str]:
+def _check_templates(tool: ToolDeclaration, lines: Lines, spec: AdapterSpec) -> Iterable[str]:
     """Every hole of every template names something a call will have: an argument the
-    input schema declares (down to nested fields), or a field of another root."""
+    input schema declares (down to nested fields), or a field of another root; and an
+    argument that a call may leave out only where the adapter knows what to do then."""
     for loc, template in _templates(tool):
-        for ref in template.references:
-            fault = _reference_fault(ref, tool.input)
-            if fault is not None:
-                yield f"{lines.where(loc)}: template {template.source!r} uses {fault}"
-        fault = _wildcard_fault(template, is_lock_key=loc[0] == "locks")
-        if fault is not None:
-            yield f"{lines.where(loc)}: template {template.source!r}: {fault}"
+        faults = [f for ref in template.references if (f := _reference_fault(ref, tool.input))]
+        for fault in faults:
+            yield f"{lines.where(loc)}: template {template.source!r} uses {fault}"
+        absent = None if faults else _absent_fault(template, tool.input)
+        if absent is not None and not _fills_absent(tool, loc, template):
+            hint = spec.absent_hint.get(str(loc[0]), "")
+            hint = f"; or {hint}" if hint else ""
+            yield (
+                f"{lines.where(loc)}: template {template.source!r} has no value when "
+                f"{absent}: give it a default or make it required{hint}"
+            )
+        wildcard = _wildcard_fault(template, is_lock_key=loc[0] == "locks")
+        if wildcard is not None:
+            yield f"{lines.where(loc)}: template {template.source!r}: {wildcard}"
+
+
+def _fills_absent(tool: ToolDeclaration, loc: Loc, template: Template) -> bool:
+    options = tool.options
+    return isinstance(options, FillsAbsent) and options.fills_absent(loc, template)
+
+
+def _absent_fault(template: Template, schema: Mapping[str, Any]) -> str | None:
+    """When a hole may have no value: an argument a call may leave out, with no default to
+    fill in, or a field below a nullable one (None when every hole always has a value)."""
+    for ref in template.references:
+        if ref[0] != "arguments":
+            continue
+        rule: Any = {"type": "dict", "schema": schema}
+        for i, part in enumerate(ref[1:], start=1):
+            nested = rule.get("schema") if isinstance(rule, dict) else None
+            if not isinstance(nested, dict):
+                break  # a shape the schema leaves open, or a scalar: checked elsewhere
+            if rule.get("type") == "list":
+                rule = nested
+                continue
+            rule = nested.get(part)
+            if not isinstance(rule, dict):
+                break
+            name = ".".join(ref[1 : i + 1])
+            has_default = "default" in rule or "default_setter" in rule
+            if not rule.get("required") and not has_default:
+                return f"a call leaves out the optional argument {name!r} (no default)"
+            if rule.get("nullable") and i + 1 < len(ref):
+                return f"the nullable argument {name!r} is null (null has no fields)"
+    return None
 
 
 def _wildcard_fault(template: Template, is_lock_key: bool) -> str | None:

@@ -34,6 +34,18 @@ class Templating(Protocol):
         ...
 
 
+@runtime_checkable
+class FillsAbsent(Protocol):
+    """Options that give some templates a meaning when a hole has no value (an optional
+    argument not sent, without a default): an HTTP key left out, a SQL bind that is NULL, a
+    process command element left out. Every other template whose hole may have no value is
+    a load error (it would fail the call with ``template_error``)."""
+
+    def fills_absent(self, loc: Loc, template: Template) -> bool:
+        """The template at ``loc`` is rendered, or left out, even when a hole has no value."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterSpec:
     """What the declaration loader checks a tool against, before any call."""
@@ -50,3 +62,12 @@ class AdapterSpec:
     path_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Operation → path specs a tool of that operation must list in ``paths`` (key ``*``:
     every operation not listed)."""
+    absent_hint: Mapping[str, str] = field(default_factory=dict)
+    """Option key → how a declaration marks a template there that may go without a value
+    (added to the load error of one that is not marked)."""
+    stand_ins: Mapping[str, object] = field(default_factory=dict)
+    """A neutral value for a required option key that has a fault, so that the checks of
+    the other keys still run in the same pass (``sql: SELECT 1``); never loaded to serve."""
+    referenced: frozenset[str] = frozenset()
+    """Option keys that other keys name (a bind, a query): when one of them has a fault, the
+    checks of the keys that name it are not run (they would report its absence)."""

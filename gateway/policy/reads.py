@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.policy.loader import ref_path, rules_in_ast
+from gateway.yamlsrc import closest
 
 Path = tuple[str, ...]
 
@@ -393,10 +394,12 @@ def missing_data(
                 break  # a list or a scalar: indexing it is the rule's business
             if key not in value:
                 where = ".".join(read.path[1:depth]) or "the top level"
+                near = closest(key, sorted(str(k) for k in value))
+                guess = f" (did you mean '{near}'?)" if near is not None else ""
                 warnings.append(
                     f"{read.file}:{read.line}: data.{'.'.join(read.path)}: no key '{key}' at "
-                    f"{where} of the policy data (policies/*.yaml); a misspelling? the rule "
-                    "never sees a value there"
+                    f"{where} of the policy data (policies/*.yaml){guess}; a misspelling? the "
+                    "rule never sees a value there"
                 )
                 break
             value = value[key]

@@ -1,8 +1,11 @@
-"""Hot reload: read tools.d, rego/ and policies/ again, check everything, swap atomically.
+"""Hot reload: read toolgate.yaml, tools.d, rego/ and policies/ again, check everything,
+swap atomically.
 
 ``Reloader.reload`` (``SIGHUP``, ``POST /v1/admin/reload``, docs/deploy.md#reload):
 
-1. loads and checks the three sources as start-up does (``bootstrap.load_sources``, in a
+1. reads ``toolgate.yaml`` again and takes its reloadable keys (``settings.RELOADABLE``: the
+   adapters' sections), naming every other key that changed (those need a restart); loads
+   and checks the three sources as start-up does (``bootstrap.load_sources``, in a
    worker thread), opens the workspaces the policy data declares, builds the adapters whose
    tools changed (their ``create`` runs the adapters' own checks: connections, services,
    SQL) and the policy backend when the policy changed;
@@ -30,7 +33,7 @@ from typing import Any
 import anyio
 
 from gateway.adapters.base import Adapter
-from gateway.adapters.registry import KINDS, build_adapter
+from gateway.adapters.registry import KINDS, build_adapter, section_faults
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError, ReloadRefused
 from gateway.policy.backends import open_backend
@@ -43,6 +46,7 @@ from gateway.runtime.bootstrap import (
     revisions_of,
 )
 from gateway.runtime.container import Runtime
+from gateway.settings import Settings, SettingsChange, reread, settings_change
 from gateway.types import CachingPolicy, PolicyBackend, Revisions
 
 log = logging.getLogger("toolgate.reload")
@@ -58,6 +62,10 @@ class Reloaded:
     previous: Revisions
     rebuilt: tuple[str, ...]
     """The adapter kinds that got a new instance."""
+    settings_applied: tuple[str, ...]
+    """Keys of toolgate.yaml that changed and were applied (``settings.RELOADABLE``)."""
+    restart_needed: tuple[str, ...]
+    """Keys of toolgate.yaml that changed and were not applied: they need a restart."""
     warnings: tuple[str, ...]
     generation: int
     seconds: float
@@ -69,6 +77,8 @@ class Reloaded:
             "previous": self.previous.to_json(),
             "generation": self.generation,
             "adapters_rebuilt": list(self.rebuilt),
+            "settings_applied": list(self.settings_applied),
+            "restart_needed": list(self.restart_needed),
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
         }
@@ -109,20 +119,26 @@ class Reloader:
                 raise
             self._count("applied" if outcome.applied else "unchanged")
             log.log(
-                logging.WARNING if outcome.applied else logging.INFO,  # unchanged is routine
-                "reload%s %s: catalogue %s, policy %s%s",
+                logging.WARNING if outcome.applied or outcome.restart_needed else logging.INFO,
+                "reload%s %s: catalogue %s, policy %s%s%s%s",
                 f" by {by}" if by else "",
                 "applied" if outcome.applied else "found nothing changed",
                 _change(outcome.previous.catalogue, outcome.revisions.catalogue),
                 _change(outcome.previous.policy, outcome.revisions.policy),
                 f", adapters rebuilt: {', '.join(outcome.rebuilt)}" if outcome.rebuilt else "",
+                _keys(", toolgate.yaml applied: ", outcome.settings_applied),
+                _keys(
+                    ", toolgate.yaml changed but NOT applied (restart needed): ",
+                    outcome.restart_needed,
+                ),
             )
             return outcome
 
     async def _reload(self, started: float) -> Reloaded:
         current = self.runtime.latest
-        settings = current.settings
         try:
+            change = await anyio.to_thread.run_sync(_settings_change, current.settings)
+            settings = change.settings
             loaded = await anyio.to_thread.run_sync(load_sources, settings)
             workspaces = open_workspaces(loaded.policy_data, settings.base_dir)
         except ConfigError as exc:
@@ -133,14 +149,16 @@ class Reloader:
             ) from exc
         revisions = revisions_of(loaded)
         warnings = tuple(loaded.sources.warnings)
-        if revisions == current.revisions:
+        if revisions == current.revisions and not change.applied:
             number = self.runtime.generations.number
             seconds = time.perf_counter() - started
-            return Reloaded(False, revisions, revisions, (), warnings, number, seconds)
+            return Reloaded(
+                False, revisions, revisions, (), (), change.restart, warnings, number, seconds
+            )
         catalogue = current.catalogue
         if revisions.catalogue != current.revisions.catalogue:
             catalogue = loaded.catalogue
-        adapters, fresh = await self._adapters(current, catalogue)
+        adapters, fresh = await self._adapters(current, catalogue, settings)
         policy = current.policy
         policy_changed = revisions.policy != current.revisions.policy
         try:
@@ -151,6 +169,7 @@ class Reloader:
             raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
         newer = replace(
             current,
+            settings=settings,
             catalogue=catalogue,
             policy=policy,
             policy_data=loaded.policy_data if policy_changed else current.policy_data,
@@ -165,22 +184,23 @@ class Reloader:
             revisions,
             current.revisions,
             tuple(sorted(fresh)),
+            change.applied,
+            change.restart,
             warnings,
             self.runtime.generations.number,
             time.perf_counter() - started,
         )
 
     async def _adapters(
-        self, current: Runtime, catalogue: Catalogue
+        self, current: Runtime, catalogue: Catalogue, settings: Settings
     ) -> tuple[dict[str, Adapter], dict[str, Adapter]]:
         """Every adapter of the new generation, and those of them built new (the kinds whose
-        tools changed). Each kind is built, so its checks run; an unchanged kind keeps its
-        instance and the one just built is closed."""
-        if catalogue is current.catalogue:
+        tools or ``adapters.<kind>`` section changed). Each kind is built, so its checks run;
+        an unchanged kind keeps its instance and the one just built is closed."""
+        if catalogue is current.catalogue and settings.adapters == current.settings.adapters:
             return dict(current.adapters), {}
-        settings = current.settings
         built: dict[str, Adapter] = {}
-        problems: list[str] = []
+        problems = section_faults(settings)
         for kind in KINDS:
             try:
                 built[kind] = build_adapter(settings, kind, catalogue)
@@ -193,7 +213,12 @@ class Reloader:
         fresh: dict[str, Adapter] = {}
         for kind, adapter in built.items():
             old = current.adapters.get(kind)
-            if old is not None and _tools(current.catalogue, kind) == _tools(catalogue, kind):
+            same = _tools(current.catalogue, kind) == _tools(catalogue, kind)
+            if (
+                old is not None
+                and same
+                and _section(current.settings, kind) == _section(settings, kind)
+            ):
                 adapters[kind] = old
                 await adapter.aclose()
             else:
@@ -276,6 +301,18 @@ class Reloader:
                 await self.close_drained()
             except Exception:
                 log.exception("closing what a retired generation held failed")
+
+
+def _settings_change(current: Settings) -> SettingsChange:
+    return settings_change(current, reread(current))
+
+
+def _section(settings: Settings, kind: str) -> Any:
+    return settings.adapters.get(kind, {})
+
+
+def _keys(label: str, keys: tuple[str, ...]) -> str:
+    return f"{label}{', '.join(keys)}" if keys else ""
 
 
 def _tools(catalogue: Catalogue, kind: str) -> list[Any]:

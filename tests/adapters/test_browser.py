@@ -207,8 +207,10 @@ def declare(tmp_path: Path, body: str, name: str = "t.browser") -> ToolDeclarati
     text = (
         f"name: {name}\nversion: 1.0.0\ndescription: test\nadapter: browser\n"
         "risk: low\nreversible: true\nidempotency: none\n"
-        "input:\n  url: {type: string}\n  selector: {type: string}\n"
-        "  session: {type: string}\n  value: {type: string}\n" + body
+        "input:\n  url: {type: string, required: true}\n"
+        "  selector: {type: string, required: true}\n"
+        "  session: {type: string, required: true}\n"
+        "  value: {type: string, required: true}\n" + body
     )
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)

@@ -143,7 +143,7 @@ async def test_json_body_keeps_types_and_drops_absent_values(
         + """\
 side_effect: external
 input:
-  n: {type: integer}
+  n: {type: integer, required: true}
   flag: {type: boolean}
   tags: {type: list}
   opt: {type: string}
@@ -185,7 +185,7 @@ async def test_query_headers_form_and_traceparent(
         + """\
 side_effect: write
 input:
-  q: {type: string}
+  q: {type: string, required: true}
   ids: {type: list}
   note: {type: string}
 service: orders
@@ -324,7 +324,7 @@ async def test_hosts_outside_the_allowlist_are_refused(
         HEAD
         + """\
 side_effect: read
-input: {url: {type: string}}
+input: {url: {type: string, required: true}}
 method: GET
 url: "{arguments.url}"
 egress: {allow_hosts: [api.example.com]}
@@ -397,7 +397,7 @@ async def test_a_host_template_given_a_path_is_a_clear_egress_error(
         HEAD
         + """\
 side_effect: read
-input: {host: {type: string}}
+input: {host: {type: string, required: true}}
 method: GET
 url: "https://{arguments.host}/x"
 egress: {allow_hosts: ["*.example.com"]}

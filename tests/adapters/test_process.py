@@ -306,25 +306,48 @@ async def test_cwd_escaping_the_workspace_is_rejected(
     assert rec.states == []  # nothing was spawned
 
 
-async def test_a_template_without_a_value_is_the_declarations_fault(
+def test_a_template_that_may_have_no_value_is_a_load_error(tmp_path: Path) -> None:
+    """Issue 11 bug 5 blamed the arguments for an optional argument without a default, left
+    out by the agent; issue 29.4: such a template passed ``check`` and failed the call
+    (``template_error: command[4] ('{arguments.dir}') has no value``). It is a load error now,
+    naming the argument and the ways out."""
+    inputs = {"script": {"type": "string", "default": "s.py"}, "label": {"type": "string"}}
+    with pytest.raises(ConfigError) as info:
+        declare(
+            tmp_path,
+            input=inputs,
+            command=["python", "{arguments.script}", "--label={arguments.label}"],
+            env={"allow": ["PATH"], "set": {"LABEL": "{arguments.label}"}},
+        )
+    command, env = info.value.problems
+    assert ": command.2: template '--label={arguments.label}' has no value when a call " in command
+    assert "leaves out the optional argument 'label' (no default)" in command
+    assert command.endswith(
+        "give it a default or make it required; or declare the element as "
+        "{arg: ..., optional: true} to leave it out then"
+    )
+    assert ": env.set.LABEL: " in env and "optional argument 'label'" in env
+    assert env.endswith("give it a default or make it required")  # no marker there
+
+
+async def test_an_optional_command_element_is_left_out_without_a_value(
     adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
 ) -> None:
-    """Issue 11 bug 5: an optional argument without a default, left out by the agent, used
-    to fail as invalid_arguments, blaming arguments that the input schema accepted."""
-    script(ws, "open('/dev/null')\n")
-    inputs = {"script": {"type": "string", "default": "s.py"}, "label": {"type": "string"}}
-    tool = declare(
-        tmp_path,
-        input=inputs,
-        command=["python", "{arguments.script}"],
-        env={"allow": ["PATH"], "set": {"LABEL": "{arguments.label}"}},
-    )
-    out, rec = await run(adapter, ws, tool)
-    assert out.outcome is Outcome.FAILED and out.error is not None
-    assert out.error.code == "template_error" and out.error.phase.value == "validate"
-    assert "the declaration cannot be filled in" in out.error.message
-    assert "env.set.LABEL" in out.error.message and "arguments.label" in out.error.message
-    assert rec.states == []  # nothing was spawned
+    """``{arg: ..., optional: true}``: the element is in argv when its argument is sent,
+    left out when it is not (or is null); the program can never be optional."""
+    script(ws, "import sys\nprint(sys.argv[1:])\n")
+    inputs = {"script": {"type": "string", "default": "s.py"}, "dir": {"type": "string"}}
+    element = {"arg": "--dir={arguments.dir}", "optional": True}
+    tool = declare(tmp_path, input=inputs, command=["python", "{arguments.script}", element])
+    sent, _ = await run(adapter, ws, tool, dir="out")
+    assert sent.outcome is Outcome.SUCCEEDED, sent.error
+    assert sent.data["stdout"] == "['--dir=out']\n"
+    for arguments in ({}, {"dir": None}):
+        left_out, _ = await run(adapter, ws, tool, **arguments)
+        assert left_out.outcome is Outcome.SUCCEEDED, left_out.error
+        assert left_out.data["stdout"] == "[]\n"
+    with pytest.raises(ConfigError, match=re.escape("command.0: command[0] (the program) must")):
+        declare(tmp_path, command=[{"arg": "python", "optional": True}])
 
 
 async def test_cwd_inside_the_workspace(

@@ -113,8 +113,8 @@ steps:
         + """\
 input:
   name: {type: string, required: true}
-  items: {type: list, schema: {type: string}}
-  opts: {type: dict, schema: {depth: {type: integer}}}
+  items: {type: list, required: true, schema: {type: string}}
+  opts: {type: dict, required: true, schema: {depth: {type: integer}}}
 command: [python, "{arguments.name.first}", "{arguments.items.x}", "{arguments.opts.width}"]
 cwd: "{workspace.rot}"
 stdin: "{actor.user_id}{request.call}{execution.id.x}"
@@ -186,8 +186,9 @@ GOOD_PROC = (
 input:
   files:
     type: list
-    schema: {type: dict, schema: {path: {type: string}}}
-  extra: {type: dict}
+    required: true
+    schema: {type: dict, schema: {path: {type: string, required: true}}}
+  extra: {type: dict, required: true}
   name: {type: string, default: x}
 command:
   - python
@@ -217,7 +218,7 @@ def test_a_lock_key_walks_one_list(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_catalogue(tmp_path)
     assert len(info.value.problems) == 1
-    assert ":24: locks.0.key: " in info.value.problems[0]
+    assert ":25: locks.0.key: " in info.value.problems[0]
     assert "walks one list" in info.value.problems[0]
 
 

@@ -356,8 +356,8 @@ def test_valid_schema_has_no_problems():
 @pytest.mark.parametrize(
     ("schema", "expected"),
     [
-        ({"a": {"type": "strin"}}, "w: a.type: Unsupported types: strin"),
-        ({"a": {"foo": 1}}, "w: a.foo: unknown rule"),
+        ({"a": {"type": "strin"}}, "w: a.type: unknown type 'strin' (did you mean 'string'?)"),
+        ({"a": {"foo": 1}}, "w: a.foo: unknown rule 'foo' (known: allof, allow_unknown, "),
         ({"a": {"minlength": "x"}}, "w: a.minlength: must be of integer type"),
         ({"a": None}, "w: a: rules must be a mapping, not NoneType"),
         (["a"], "w: must be a mapping of field names to rules, not list"),

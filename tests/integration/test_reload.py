@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -209,3 +210,47 @@ def test_two_replicas_reloading_converge_on_the_same_revisions(tmp_path: Path, p
         assert after != before
         _until(lambda: _revisions(first) == after, "the first replica to converge")
         assert _revisions(second) == after
+
+
+KB_TOOL = """\
+name: db.kb_count
+version: 1.0.0
+description: Count the notes of the knowledge base.
+adapter: database
+operation: query
+connection: kb
+risk: low
+side_effect: read
+sql: SELECT count(*) AS n FROM notes
+idempotency: none
+"""
+
+
+def test_a_database_connection_added_to_toolgate_yaml_is_reloaded(tmp_path: Path) -> None:
+    """Issue 29.3: a connection added to toolgate.yaml with a tool that uses it, then
+    SIGHUP: the reload applies the adapters' sections (it refused before: "connection 'kb'
+    is not declared"), and names a changed key that needs a restart instead of applying it."""
+    config = _project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    with sqlite3.connect(tmp_path / "kb.db") as db:
+        db.executescript(
+            "CREATE TABLE notes (id INTEGER PRIMARY KEY); INSERT INTO notes VALUES (1)"
+        )
+    with _gateways(config) as [(url, proc, log)], httpx.Client(base_url=url, timeout=30) as client:
+        before = client.get("/readyz").json()["generation"]
+        settings = yaml.safe_load(config.read_text())
+        settings["adapters"]["database"]["connections"]["kb"] = {"url": "sqlite:///kb.db"}
+        config.write_text(yaml.safe_dump(settings))
+        (tmp_path / "tools.d" / "db.kb_count.yaml").write_text(KB_TOOL)
+        proc.send_signal(signal.SIGHUP)
+        _until(lambda: client.get("/readyz").json()["generation"] > before, "the reload")
+        done = client.post("/v1/executions", json=_call("db.kb_count", {}, "kb"), headers=ALICE_H)
+        assert done.json()["result"]["outcome"] == "succeeded", done.text
+        assert done.json()["result"]["data"]["rows"] == [{"n": 1}]
+        assert b"toolgate.yaml applied: adapters" in log.read_bytes()
+
+        settings["max_body_bytes"] = "2MiB"
+        config.write_text(yaml.safe_dump(settings))
+        answer = client.post("/v1/admin/reload", headers=CAROL_H).json()
+        assert answer["status"] == "unchanged", answer
+        assert answer["restart_needed"] == ["max_body_bytes"]
+        assert answer["settings_applied"] == []

@@ -175,13 +175,13 @@ def test_a_misspelt_data_key_is_a_warning_with_file_and_line(tmp_path: Path) -> 
     sources = load_policy_sources(root / "rego", root / "policies")
     assert sources.warnings == (
         f"{root / 'rego' / 'secrets.rego'}:6: data.toolgate.secret_file.suffixes: no key "
-        "'secret_file' at the top level of the policy data (policies/*.yaml); a misspelling? "
-        "the rule never sees a value there",
+        "'secret_file' at the top level of the policy data (policies/*.yaml) (did you mean "
+        "'secret_files'?); a misspelling? the rule never sees a value there",
     )
     done = toolgate(root, "check")
     assert done.returncode == 0, done.stderr
     assert "toolgate: warning: " in done.stderr and "secrets.rego:6: " in done.stderr
-    assert done.stdout.strip().endswith(", 1 warning")
+    assert done.stdout.splitlines()[0].endswith(", 1 warning")
 
 
 def test_a_misspelt_nested_key_is_named_where_it_goes_wrong(tmp_path: Path) -> None:
@@ -193,7 +193,8 @@ def test_a_misspelt_nested_key_is_named_where_it_goes_wrong(tmp_path: Path) -> N
     (warning,) = load_policy_sources(root / "rego", root / "policies").warnings
     assert warning.endswith(
         "x.rego:4: data.toolgate.approvers.by_rsk: no key 'by_rsk' at approvers of the policy "
-        "data (policies/*.yaml); a misspelling? the rule never sees a value there"
+        "data (policies/*.yaml) (did you mean 'by_risk'?); a misspelling? the rule never sees "
+        "a value there"
     )
 
 

@@ -172,6 +172,29 @@ async def test_a_reload_that_finds_nothing_changed_logs_at_info_and_a_change_at_
     assert "found nothing changed" in levels[0][1] and "applied" in levels[1][1]
 
 
+async def test_toolgate_yaml_applies_the_adapters_and_names_what_needs_a_restart(
+    runtime: Runtime, project: Path
+) -> None:
+    """Issue 29.3: the adapters' sections of toolgate.yaml are reloaded (the database adapter
+    is rebuilt with the new connection, the others keep their instance); a changed key that
+    needs a restart is named, one level into its section, and keeps its running value."""
+    config = yaml.safe_load((project / "toolgate.yaml").read_text())
+    config["adapters"]["database"]["connections"]["kb"] = {"url": "sqlite:///var/kb.db"}
+    config["mcp"]["allowed_hosts"] = ["toolgate:*"]
+    (project / "toolgate.yaml").write_text(yaml.safe_dump(config))
+    before = runtime.latest
+    outcome = await Reloader(runtime).reload()
+    assert outcome.applied and outcome.rebuilt == ("database",)
+    assert outcome.settings_applied == ("adapters",)
+    assert outcome.restart_needed == ("mcp.allowed_hosts",)
+    newer = runtime.latest
+    assert "kb" in newer.settings.adapters["database"]["connections"]
+    assert newer.settings.mcp == before.settings.mcp  # not applied
+    assert newer.adapters["file"] is before.adapters["file"]
+    again = await Reloader(runtime).reload()  # the file as it is: nothing more to apply
+    assert not again.applied and again.restart_needed == ("mcp.allowed_hosts",)
+
+
 async def test_the_same_files_elsewhere_have_the_same_revisions(
     runtime: Runtime, project: Path, tmp_path: Path
 ) -> None:

@@ -59,14 +59,17 @@ def bind_names(sql: str) -> tuple[str, ...]:
 def _sql(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("must be one SQL statement (a non-empty string)")
+    faults = []
     hole = _HOLE.search(value)
     if hole:
-        raise ValueError(
+        faults.append(
             f"SQL is never a template: {hole.group(0)} would splice text into the statement; "
             "bind values as :name parameters instead (arguments are bound by name)"
         )
     if ";" in _NOT_CODE.sub(" ", value).strip().rstrip(";"):
-        raise ValueError("must be one SQL statement: declare one tool per statement")
+        faults.append("must be one SQL statement: declare one tool per statement")
+    if faults:  # every fault of the statement at once, not one per run of check
+        raise ValueError("; and ".join(faults))
     bind_names(value.strip())
     return value.strip()
 
@@ -122,6 +125,11 @@ class DatabaseOptions(BaseModel):
             for name in bind_names(sql):
                 if name not in self.binds:
                     yield loc, _argument_ref(name)
+
+    def fills_absent(self, loc: Loc, template: Template) -> bool:
+        """A bind taken from the arguments is NULL when the argument is absent; a ``binds``
+        template with no value fails the call."""
+        return loc[0] != "binds" and template.source.startswith(":")
 
     def probe_sql(self, name: str, params: Mapping[str, str]) -> str | None:
         """The SQL behind probe ``name`` (``row_version`` or ``query``), if declared."""

@@ -14,4 +14,6 @@ SPEC = AdapterSpec(
     operations={"query": frozenset({"none", "read"}), "execute": frozenset({"write"})},
     probes={"row_version": frozenset(), "query": frozenset({"query"})},
     options=DatabaseOptions,
+    stand_ins={"sql": "SELECT 1"},  # a read with no bind: adds no fault of its own
+    referenced=frozenset({"binds", "queries", "row_version"}),
 )

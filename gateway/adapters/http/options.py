@@ -284,6 +284,11 @@ class HttpOptions(_Frozen):
         kind, host = url_origin(self.url)
         return (*hosts, host) if kind == "literal" and host else tuple(hosts)
 
+    def fills_absent(self, loc: Loc, template: Template) -> bool:
+        """A whole reference in ``query``, ``headers`` or ``body`` with no value leaves its
+        key out (``null`` in a JSON list); any other hole without a value fails the call."""
+        return loc[0] in ("query", "headers", "body") and whole_reference(template) is not None
+
     def templates(self) -> Iterator[tuple[Loc, Template]]:
         """Every template, for the loader's check of ``arguments.X`` references."""
         yield ("url",), self.url

@@ -19,7 +19,7 @@ from typing import Any
 from gateway.adapters.base import AdapterCall
 from gateway.adapters.process.limits import confinement
 from gateway.adapters.process.sandbox import Confinement
-from gateway.adapters.process.spec import MARKER_ENV, LimitOptions, ProcessOptions
+from gateway.adapters.process.spec import MARKER_ENV, CommandArg, LimitOptions, ProcessOptions
 from gateway.declarations.templates import Template, TemplateError, lookup
 from gateway.errors import ExecutionError, ValidationError
 from gateway.workspace import ResolvedPath, Workspace, confine
@@ -53,7 +53,7 @@ def make_plan(call: AdapterCall, executables: Mapping[str, str]) -> Plan:
     env = {name: os.environ[name] for name in options.env.allow if name in os.environ}
     env.update({k: _render(v, context, f"env.set.{k}") for k, v in options.env.constants.items()})
     env[MARKER_ENV] = call.execution_id
-    argv = [arg for i, t in enumerate(options.command) for arg in _element(t, context, i)]
+    argv = [arg for i, e in enumerate(options.command) for arg in _argv(e, context, i)]
     argv[0] = _program(argv[0], env, cwd.absolute, executables, call.tool.ref)
     stdin = options.stdin
     junit = options.junit
@@ -89,6 +89,21 @@ def _unfilled(where: str, template: Template, exc: TemplateError) -> ValidationE
         f"{exc} (the declaration should give that argument a default or require it)",
         code="template_error",
     )
+
+
+def _argv(element: CommandArg, context: Mapping[str, Any], index: int) -> list[str]:
+    """An element's argv items; none for an ``optional`` one with a hole that has no value."""
+    if element.optional and not _filled(element.arg, context):
+        return []
+    return _element(element.arg, context, index)
+
+
+def _filled(template: Template, context: Mapping[str, Any]) -> bool:
+    """Every hole has a value: the argument was sent (or has a default) and is not null."""
+    try:
+        return all(lookup(context, path) is not None for path in template.references)
+    except TemplateError:
+        return False
 
 
 def _element(template: Template, context: Mapping[str, Any], index: int) -> list[str]:

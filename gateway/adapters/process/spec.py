@@ -14,9 +14,18 @@ import posixpath
 import pwd
 import re
 from collections.abc import Iterable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from gateway.declarations.located import Faults
 from gateway.declarations.model import Duration, Size, TemplateStr
@@ -55,6 +64,41 @@ class EnvOptions(_Frozen):
                 faults.add(loc, f"{MARKER_ENV} is set by the gateway itself", name)
         faults.raise_any("EnvOptions")
         return self
+
+
+class CommandArg(_Frozen):
+    """One argv element: a template, written as a string, or as ``{arg: TEMPLATE, optional:
+    true}`` for an element left out of argv when one of its holes has no value (an optional
+    argument the call did not send and that has no default, or null)."""
+
+    arg: TemplateStr
+    optional: bool = False
+    """Left out when a hole has no value; without it, a hole that may have none is a load
+    error."""
+
+
+def _command_arg(value: Any) -> Any:
+    """A plain string is an element that is never left out."""
+    return value if isinstance(value, dict | CommandArg) else {"arg": value}
+
+
+Element = Annotated[
+    CommandArg,
+    BeforeValidator(_command_arg),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "description": "a template with {dotted.path} holes"},
+                {
+                    "type": "object",
+                    "properties": {"arg": {"type": "string"}, "optional": {"type": "boolean"}},
+                    "required": ["arg"],
+                    "additionalProperties": False,
+                },
+            ]
+        }
+    ),
+]
 
 
 def _exit_code(value: int) -> int:
@@ -145,7 +189,7 @@ def _writable_path(value: str) -> str:
 class ProcessOptions(_Frozen):
     """The declaration keys of ``adapter: process`` (documented in docs/adapters/process.md)."""
 
-    command: tuple[TemplateStr, ...] = Field(min_length=1)
+    command: tuple[Element, ...] = Field(min_length=1)
     cwd: TemplateStr = Field(default_factory=lambda: compile_template("."))
     env: EnvOptions = Field(default_factory=EnvOptions)
     stdin: TemplateStr | None = None
@@ -168,19 +212,26 @@ class ProcessOptions(_Frozen):
 
     @field_validator("command")
     @classmethod
-    def _fixed_program(cls, command: tuple[Template, ...]) -> tuple[Template, ...]:
-        program = command[0]
-        if program.references or not program.source.strip():
+    def _fixed_program(cls, command: tuple[CommandArg, ...]) -> tuple[CommandArg, ...]:
+        program = command[0].arg
+        if program.references or not program.source.strip() or command[0].optional:
             faults = Faults()
             message = "command[0] (the program) must be a fixed, non-empty name or path"
             faults.add((0,), message, program.source)
             faults.raise_any("command")
         return command
 
+    def fills_absent(self, loc: tuple[str | int, ...], template: Template) -> bool:
+        """A command element marked ``optional`` is left out when a hole has no value (the
+        loader's check of holes that may have none: ``declarations.spec.FillsAbsent``)."""
+        if loc[0] != "command" or not isinstance(loc[1], int):
+            return False
+        return self.command[loc[1]].optional
+
     def templates(self) -> Iterable[tuple[tuple[str | int, ...], Template]]:
         """Every template, with its location, for the loader's reference check."""
         for i, element in enumerate(self.command):
-            yield ("command", i), element
+            yield ("command", i), element.arg
         yield ("cwd",), self.cwd
         for name, value in self.env.constants.items():
             yield ("env", "set", name), value
@@ -205,4 +256,7 @@ SPEC = AdapterSpec(
     probes={"file_sha256": frozenset({"path"}), "file_exists": frozenset({"path"})},
     options=ProcessOptions,
     durable_reads=True,  # a read still leaves a process tree to stop after a crash
+    absent_hint={
+        "command": "declare the element as {arg: ..., optional: true} to leave it out then"
+    },
 )
