@@ -175,13 +175,6 @@ class Metrics:
     def stage(self, name: str, seconds: float) -> None:
         self.stages.child(name).observe(seconds)
 
-    def stages_ran(self, timed: Sequence[tuple[str, float]]) -> None:
-        """``stage`` for each (name, seconds) of one call's stages, at once (the runner's
-        loop: one call here per execution rather than two per stage)."""
-        children = self.stages.children
-        for name, seconds in timed:
-            (children.get((name,)) or self.stages.child(name)).observe(seconds)
-
     def execution(self, tool: str, outcome: str, error_phase: str) -> None:
         self.executions.inc(tool, outcome, error_phase)
 
