@@ -45,11 +45,12 @@ class Observer:
         """Held around the whole call (``state`` is where it starts)."""
         return _UNWATCHED
 
-    async def stage(
+    def stage(
         self, stage: Stage[Any], services: Services, state: Working, execution_id: str, step: Step
-    ) -> State:
-        """Run ``stage`` on ``state`` (through the observers inside this one)."""
-        return await step(stage, services, state, execution_id)
+    ) -> Awaitable[State]:
+        """Run ``stage`` on ``state`` (through the observers inside this one). Here the
+        step's own awaitable, not a coroutine around it: an unobserved stage costs a call."""
+        return step(stage, services, state, execution_id)
 
     def ended(self, state: State) -> None:
         """The driver stopped at ``state`` (not called when an exception left it)."""
