@@ -1,8 +1,8 @@
 """The gateway's Prometheus series, in a registry of its own (docs/operations.md#metrics).
 
 One ``Metrics`` per runtime: its registry is not ``prometheus_client``'s global default, so
-several gateways (and tests) in one process never collide. The hot path only adds to plain
-Python numbers (a histogram's observation is one ``bisect`` and two additions, a counter's a
+several gateways (and tests) in one process never collide. The hot path only adds to
+Python ints and floats (a histogram's observation is one ``bisect`` and two additions, a counter's a
 dict update); ``prometheus_client`` sees them only at scrape time, through the collector
 below. A ``prometheus_client`` ``Histogram.observe`` costs several times as much in the
 pipeline's loop (``bench/telemetry_cost.py``).

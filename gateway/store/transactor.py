@@ -1,6 +1,6 @@
 """The store's backend seam: a :class:`Transactor` runs the domain operations in transactions.
 
-A domain operation is a plain function whose first argument is the transaction (:class:`Db`),
+A domain operation is a function whose first argument is the transaction (:class:`Db`),
 e.g. ``executions.reserve(db, ...)``; the store facade hands it, with its other arguments, to
 the transactor: ``write`` (a read-write transaction), ``read``, or ``read_quick`` (a read of a
 few index rows, which a backend may run without a thread hop). A backend is one transactor
@@ -71,7 +71,7 @@ class Committed(asyncio.Future[tuple[str, Any]]):
     It refuses to be cancelled: a task cancelled while its write is queued still waits for the
     COMMIT (the write happens, awaited or not) and gets its CancelledError only then, so it
     never goes on believing a committed write did not happen. (A shielded anyio cancel scope
-    around the await does the same for anyio's cancellations, not for a plain
+    around the await does the same for anyio's cancellations, not for
     ``Task.cancel``, and its enter and exit cost several times this.)
     """
 
