@@ -61,5 +61,6 @@ strict = prebuilt(json.JSONEncoder(allow_nan=False, separators=(",", ":")))
 response = prebuilt(json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")))
 """What Starlette's ``JSONResponse.render`` writes, before encoding to UTF-8."""
 
-plain = prebuilt(json.JSONEncoder())
-"""``json.dumps(value)``: the default separators (a completed call's fencing tokens)."""
+spaced = prebuilt(json.JSONEncoder())
+"""``json.dumps(value)``: the default separators, a space after each (a completed call's
+fencing tokens)."""

@@ -65,7 +65,7 @@ class ResolvedPath:
 
     @property
     def location(self) -> str:
-        """``str(self.absolute)`` without making a Path (what a plain ``os`` call takes)."""
+        """``str(self.absolute)`` without making a Path (what an ``os`` function takes)."""
         root = str(self.root)
         if self.relative == ".":
             return root

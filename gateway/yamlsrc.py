@@ -1,7 +1,7 @@
 """Load YAML while remembering where each key stands, for errors that name the line.
 
-``load_yaml(path)`` returns the plain data and a ``Lines`` index that maps a key path
-(a tuple of keys and list indexes, as pydantic reports ``loc``) to its 1-based line.
+``load_yaml(path)`` returns the data (dicts, lists, scalars) and a ``Lines`` index that maps a
+key path (a tuple of keys and list indexes, as pydantic reports ``loc``) to its 1-based line.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def parse_yaml(text: str, name: str) -> tuple[Any, Lines]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{name}:1: YAML error: {exc}") from exc
     except TypeError as exc:  # e.g. a mapping used as a key: unhashable
-        raise ConfigError(f"{name}:1: YAML error: a key must be a plain value ({exc})") from exc
+        raise ConfigError(f"{name}:1: YAML error: a key must be a scalar ({exc})") from exc
     finally:
         loader.dispose()
     by_loc: dict[Loc, int] = {}

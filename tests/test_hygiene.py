@@ -188,7 +188,27 @@ def test_every_room_of_gateway_is_on_the_map() -> None:
     assert not missing, f"docs/architecture.md does not name the rooms {missing}"
 
 
+def stage_loops(tree: ast.Module) -> list[ast.For | ast.AsyncFor]:
+    """Loops over a list of stages. One loop drives them (``pipeline/runner.drive``, with
+    observers around it): a second copy is one the tests may not run."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.For | ast.AsyncFor)
+        and ast.unparse(node.iter).lower().endswith("stages")
+    ]
+
+
+def test_one_loop_drives_the_stages() -> None:
+    found = [where(p, n) for p, tree in modules(GATEWAY) for n in stage_loops(tree)]
+    assert [f.split(":")[0] for f in found] == ["gateway/pipeline/runner.py"], (
+        f"loops over the stages at {found}: give runner.drive a step or an observer instead"
+    )
+
+
 def test_the_room_checks_can_fail() -> None:
+    tree = ast.parse("for s in STAGES: pass\nfor s in self.plan_stages: pass\nfor s in x: pass\n")
+    assert [n.lineno for n in stage_loops(tree)] == [1, 2]
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [("a", "b")]
     assert cycles({"a": {"b"}, "b": {"c"}}) == []
     assert (

@@ -53,7 +53,7 @@ def test_the_prebuilt_encoders_write_what_json_dumps_writes(value: object) -> No
     assert jsontext.response(value) == json.dumps(
         value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
-    assert jsontext.plain(value) == json.dumps(value)
+    assert jsontext.spaced(value) == json.dumps(value)
 
 
 def test_the_prebuilt_encoders_keep_their_options() -> None:

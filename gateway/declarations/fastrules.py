@@ -98,7 +98,7 @@ def max_rule(bound: Any) -> Callable[[Any], bool]:
 
 
 def names(value: Any) -> bool:
-    """Plain field names: no ``^`` (document root) or ``.`` (path) lookups."""
+    """Bare field names: no ``^`` (document root) or ``.`` (path) lookups."""
     return isinstance(value, str) and "." not in value and not value.startswith("^")
 
 

@@ -1,7 +1,7 @@
 """A compiled fast path for validating and normalising tool arguments, deferring to cerberus.
 
 cerberus builds child validators, error trees and rule queues for every call: 100-800 µs for
-a small schema. :func:`compile_schema` turns a cerberus ``input:`` schema into plain Python
+a small schema. :func:`compile_schema` turns a cerberus ``input:`` schema into Python
 closures that do the same normalisation and checks in a few µs, for the rules whose exact
 semantics it models (see ``_RULES``). :class:`FastValidator` runs them first:
 

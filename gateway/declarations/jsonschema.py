@@ -5,13 +5,13 @@ publishes it as JSON Schema, ready to paste into an LLM tool definition. The JSO
 what a caller may send; it is exact for the rules that have an equivalent, when the gateway
 validates with :class:`JsonValidator`. Decisions:
 
-* **Types.** Plain ``cerberus.Validator`` takes ``true`` as an ``integer`` or ``float`` (bool
+* **Types.** A stock ``cerberus.Validator`` takes ``true`` as an ``integer`` or ``float`` (bool
   is an int in Python); JSON does not. :class:`JsonValidator` excludes bools, so both agree.
   One gap is left: JSON Schema counts ``1.0`` as an integer, cerberus sees a float and rejects
   it. ``datetime``/``date`` are published as strings with a ``format``: JSON carries no dates,
   so such a field needs ``coerce`` (flagged otherwise).
 * **regex** is published as ``^(?:...)$``. :class:`JsonValidator` matches the whole string;
-  plain cerberus appends ``$`` and uses ``re.match``, so ``a|b`` accepts ``"abc"`` there.
+  stock cerberus appends ``$`` and uses ``re.match``, so ``a|b`` accepts ``"abc"`` there.
 * **Normalisation** (``coerce``, ``rename``, ``default_setter``, ``purge_unknown``...) is
   described by its result: the type after coercion, unknown fields forbidden. Such rules, and
   every rule with no JSON Schema equivalent for the field's type, are never dropped silently:

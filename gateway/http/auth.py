@@ -2,7 +2,7 @@
 
 Two kinds of credential, one header (``Authorization: Bearer ...``):
 
-- an **API key** of ``principals`` (compared by its sha256, never stored plain): refused
+- an **API key** of ``principals`` (compared by its sha256, never stored in the clear): refused
   once past its ``expires``, or when its key id is in the store's ``revoked_keys`` (read for
   every request, by a read that begins after it arrives, so a revocation holds on every
   replica as soon as it commits);

@@ -99,8 +99,6 @@ class KeySet:
         self._fetched_at = -math.inf
         self._attempted_at = -math.inf
         self._lock = anyio.Lock()
-        self.fetches = 0
-        """How many times the document was read (tests and operators watch it)."""
 
     @property
     def source(self) -> str:
@@ -131,7 +129,6 @@ class KeySet:
             if self._clock() - self._attempted_at < self._min_refetch:
                 return  # another request fetched while this one waited
             self._attempted_at = self._clock()
-            self.fetches += 1
             try:
                 keys = parse_jwks(await self._read())
             except (OSError, ValueError, httpx.HTTPError) as exc:

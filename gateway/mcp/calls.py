@@ -16,7 +16,7 @@ import copy
 import logging
 import re
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -339,15 +339,10 @@ def _start(door: Door, request: ToolExecutionRequest) -> Run:
 
 
 def _with_trace(request: ToolExecutionRequest, traceparent: Any) -> ToolExecutionRequest:
-    """Continue the caller's trace: once ``ToolExecutionRequest`` has a ``traceparent``
-    field (the REST door's), a valid one from ``_meta`` or the header fills it."""
+    """Continue the caller's trace: a valid ``traceparent`` from ``_meta`` or the header
+    becomes the request's (as the REST door's header does)."""
     parsed = tracecontext.parse(traceparent) if isinstance(traceparent, str) else None
-    if parsed is None:
-        return request
-    if "traceparent" not in {f.name for f in fields(request)}:
-        return request
-    extra: dict[str, Any] = {"traceparent": parsed}
-    return replace(request, **extra)
+    return request if parsed is None else replace(request, traceparent=parsed)
 
 
 @dataclass(slots=True)

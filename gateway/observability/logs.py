@@ -72,10 +72,6 @@ def bind_call(fields: Mapping[str, str]) -> Iterator[None]:
         _CALL.reset(token)
 
 
-def call_fields() -> Mapping[str, str] | None:
-    return _CALL.get()
-
-
 class MaskingFormatter(logging.Formatter):
     """A formatter whose whole line (message, fields, traceback) has every registered secret
     masked: each format renders a record (``render``), this masks it."""

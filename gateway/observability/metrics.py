@@ -1,8 +1,8 @@
 """The gateway's Prometheus series, in a registry of its own (docs/operations.md#metrics).
 
 One ``Metrics`` per runtime: its registry is not ``prometheus_client``'s global default, so
-several gateways (and tests) in one process never collide. The hot path only adds to plain
-Python numbers (a histogram's observation is one ``bisect`` and two additions, a counter's a
+several gateways (and tests) in one process never collide. The hot path only adds to
+Python ints and floats (a histogram's observation is one ``bisect`` and two additions, a counter's a
 dict update); ``prometheus_client`` sees them only at scrape time, through the collector
 below. A ``prometheus_client`` ``Histogram.observe`` costs several times as much in the
 pipeline's loop (``bench/telemetry_cost.py``).
@@ -186,13 +186,6 @@ class Metrics:
 
     def stage(self, name: str, seconds: float) -> None:
         self.stages.child(name).observe(seconds)
-
-    def stages_ran(self, timed: Sequence[tuple[str, float]]) -> None:
-        """``stage`` for each (name, seconds) of one call's stages, at once (the runner's
-        loop: one call here per execution rather than two per stage)."""
-        children = self.stages.children
-        for name, seconds in timed:
-            (children.get((name,)) or self.stages.child(name)).observe(seconds)
 
     def declare_tools(self, names: Iterable[str]) -> None:
         """Tool names the ``tool`` label may take: each generation's catalogue adds its own

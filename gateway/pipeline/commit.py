@@ -25,7 +25,7 @@ async def run(services: Services, state: Settled) -> Ended:
     events = (*trail.events, completed)
     result_json = jsontext.stored(body)
     fencing = state.fencing
-    fencing_json = jsontext.plain(dict(fencing)) if fencing else None
+    fencing_json = jsontext.spaced(dict(fencing)) if fencing else None
     if state.record is None:
         tool = state.tool
         record = build_record(

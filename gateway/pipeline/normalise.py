@@ -140,7 +140,7 @@ def _normalise(
     tool: ToolDeclaration, workspace: Workspace, validator: FastValidator, raw: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, ResolvedPath]]:
     """Confine the paths, validate and normalise against the input schema, then confine the
-    paths the schema filled in (defaults). Plain code: it runs on the loop or in a thread."""
+    paths the schema filled in (defaults). Synchronous code: it runs on the loop or in a thread."""
     first = _confine_paths(tool, workspace, raw, None)
     if not validator.validate(raw):
         errors = validator.errors

@@ -39,7 +39,6 @@ class OutputSink:
         self.kept: list[Event] = []
         """Output events of a non-durable call, for the final commit to write in order."""
         self.stored_bytes = 0
-        self.dropped_bytes = 0
 
     @property
     def next_seq(self) -> int:
@@ -50,11 +49,9 @@ class OutputSink:
         size = len(text.encode("utf-8", "replace"))
         room = self._max_bytes - self.stored_bytes
         if room <= 0:
-            self.dropped_bytes += size
             return
         if size > room:
             text = text.encode("utf-8", "replace")[:room].decode("utf-8", "ignore")
-            self.dropped_bytes += size - room
             size = room
         self.stored_bytes += size
         if self._pending and self._pending[-1][0] == stream:

@@ -22,6 +22,7 @@ from gateway.adapters.base import Previewing
 from gateway.errors import UNRECORDED, CallError, ExecutionError
 from gateway.pipeline.context import adapter_of
 from gateway.pipeline.lock import lock_requests
+from gateway.pipeline.outcomes import failed, ticket_of
 from gateway.pipeline.policy import preview_of
 from gateway.pipeline.records import (
     Authorized,
@@ -33,8 +34,9 @@ from gateway.pipeline.records import (
     State,
     ToolExecutionRequest,
     Trail,
+    Working,
 )
-from gateway.pipeline.runner import STAGES, Stage
+from gateway.pipeline.runner import STAGES, Stage, drive
 from gateway.pipeline.services import Services
 from gateway.types import JSON, DecisionResult
 
@@ -93,35 +95,56 @@ async def plan_call(services: Services, request: ToolExecutionRequest) -> Plan:
 
 
 async def _plan_call(services: Services, request: ToolExecutionRequest) -> Plan:
-    state: State = Requested.start(request, dry_run=True)
-    call: Call | None = None
+    planner = _Planner()
+    start = Requested.start(request, dry_run=True)
+    state = await drive(services, start, PLAN_STAGES, step=planner.step)
     error: CallError | None = None
-    for stage in PLAN_STAGES:
-        if not isinstance(state, stage.takes):
-            continue
+    if planner.stopped is not None:
+        state, error = planner.stopped  # described as it was when the stage failed
+    elif isinstance(state, Settled) and state.result.error is not None:
+        error = state.result.error if isinstance(state.result.error, CallError) else None
+        if error is None:
+            error = ExecutionError(state.result.error.message, code=state.result.error.code)
+    plan = await _describe(services, state, planner.call, error)
+    _audit(request, plan)
+    return plan
+
+
+class _Planner:
+    """The step a plan runs each stage with (``runner.drive``'s ``step``), with the plan's
+    treatment of what a stage raises: a ``CallError`` the real call would end ``failed`` on,
+    or anything unexpected, stops the plan, which describes the call as it was then."""
+
+    __slots__ = ("call", "stopped")
+
+    def __init__(self) -> None:
+        self.call: Call | None = None
+        """The call as the last stage that made one left it."""
+        self.stopped: tuple[Working, CallError] | None = None
+        """The state the failing stage was given, and what stopped the plan."""
+
+    async def step(
+        self, stage: Stage[Any], services: Services, state: Working, execution_id: str
+    ) -> State:
         try:
-            state = await stage.run(services, state)
+            current = await stage.run(services, state)
         except CallError as exc:
             error = exc
-            break
         except UNRECORDED:
             raise
         except Exception:
-            log.exception("plan of %s failed in stage %s", request.tool_name, stage.name)
+            tool = ticket_of(state).request.tool_name
+            log.exception("plan of %s failed in stage %s", tool, stage.name)
             error = ExecutionError(
                 f"the gateway failed in stage {stage.name} while planning; nothing was run",
                 code="internal_error",
             )
-            break
-        if isinstance(state, Prepared | Authorized):
-            call = state.call
-    if isinstance(state, Settled) and state.result.error is not None:
-        error = state.result.error if isinstance(state.result.error, CallError) else None
-        if error is None:
-            error = ExecutionError(state.result.error.message, code=state.result.error.code)
-    plan = await _describe(services, state, call, error)
-    _audit(request, plan)
-    return plan
+        else:
+            if isinstance(current, Prepared | Authorized):
+                self.call = current.call
+            return current
+        self.stopped = (state, error)
+        return failed(state, error)  # no stage a plan runs takes a settled call: it stops
 
 
 async def _describe(

@@ -1,4 +1,6 @@
-"""The pipeline: the ordered list of stages, and the loop that runs a call through them.
+"""The pipeline: the ordered list of stages, and the one loop that runs a call through them
+(``drive``: for calls, for plans (``plan.py``) and for recovery's ``rebuild``; metrics and
+tracing watch it as observers, ``observers.py``).
 
 Each stage is ``async def run(services, state) -> State``: it takes the record of the phase
 it acts on (``Stage.takes``) and returns the next one, a ``Settled`` call (it ended early
@@ -16,7 +18,6 @@ was called, reconciled or ``unknown`` after a write's adapter was; only ``StoreE
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
@@ -31,7 +32,6 @@ from gateway.errors import (
     ToolgateError,
 )
 from gateway.observability import logs
-from gateway.observability.metrics import Metrics
 from gateway.pipeline import (
     commit,
     execute,
@@ -44,6 +44,7 @@ from gateway.pipeline import (
     validate,
     verify,
 )
+from gateway.pipeline.observers import UNOBSERVED, Observer, Step, observing
 from gateway.pipeline.outcomes import (
     Before,
     failed,
@@ -150,12 +151,24 @@ async def resume_call(services: Services, approval: ApprovalRecord) -> Execution
     return await run_flow(services, Requested.resume(record, approval, _next_seq(events)))
 
 
+REBUILT: tuple[Stage[Any], ...] = STAGES[:2]
+"""The stages ``rebuild`` runs: those up to normalise (resolve, normalise)."""
+
+
 async def rebuild(services: Services, record: ExecutionRecord) -> Call:
     """The call of a stored execution as far as normalisation (what its probes and its
     adapter's ``recover`` need): how recovery rebuilds a call it settles. Raises what those
-    stages raise (the tool or the workspace may be gone)."""
-    resolved = await resolve.run(services, Requested.dequeued(record, 0))
-    return (await normalise.run(services, resolved)).call
+    stages raise (the tool or the workspace may be gone): the call is not settled here."""
+    state = await drive(services, Requested.dequeued(record, 0), REBUILT, step=_unguarded)
+    if not isinstance(state, Prepared):
+        raise ExecutionError(f"execution {record.id} could not be rebuilt as far as normalise")
+    return state.call
+
+
+async def _unguarded(
+    stage: Stage[Any], services: Services, state: Working, execution_id: str
+) -> State:
+    return await stage.run(services, state)
 
 
 def _next_seq(events: list[Any]) -> int:
@@ -196,108 +209,13 @@ async def _run_flow(
     services: Services, state: Requested, stages: tuple[Stage[Any], ...]
 ) -> ExecutionRecord:
     execution_id = state.ticket.execution_id
-    telemetry = services.telemetry
     services.active.add(execution_id)
-    current: State = state
     try:
-        metrics = telemetry.metrics
-        if metrics is None and telemetry.tracing is None:
-            for stage in stages:
-                if isinstance(current, Ended):
-                    break
-                if isinstance(current, stage.takes):
-                    current = await _run_stage(stage, services, current, execution_id)
-        elif metrics is not None and telemetry.tracing is None:
-            current = await _run_timed(stages, services, state, metrics)
-        else:
-            current = await _run_observed(stages, services, state)
+        current = await drive(services, state, stages, observing(services.telemetry))
     finally:
         services.active.discard(execution_id)
-        if _holds_locks(current):
-            await _release(services, execution_id)
     assert isinstance(current, Ended), "the last stage ends every call"
     return current.record
-
-
-async def _run_timed(
-    stages: tuple[Stage[Any], ...], services: Services, state: Requested, metrics: Metrics
-) -> State:
-    """The stage loop with each stage timed and the call's end counted, without tracing:
-    ``_run_observed`` less its span bookkeeping (the common configuration: metrics on)."""
-    execution_id = state.ticket.execution_id
-    current: State = state
-    last: ToolResult | None = None
-    clock = time.perf_counter
-    timed: list[tuple[str, float]] = []  # observed together once the loop ends
-    start = clock()
-    try:
-        for stage in stages:
-            if isinstance(current, Ended):
-                break
-            if isinstance(current, stage.takes):
-                current = await _run_stage(stage, services, current, execution_id)
-                end = clock()  # the end of one stage is the start of the next
-                timed.append((stage.name, end - start))
-                start = end
-                if isinstance(current, Settled):
-                    last = current.result
-    finally:
-        metrics.stages_ran(timed)
-    if isinstance(current, Ended) and current.record.id == execution_id:
-        record = current.record  # a replay of an existing execution is not counted again
-        if record.terminal:  # a parked call: when it ends
-            _count_end(metrics, record, last)
-    return current
-
-
-def _count_end(metrics: Metrics, record: ExecutionRecord, last: ToolResult | None) -> None:
-    error = last.error if last is not None else None
-    phase = error.phase.value if error is not None and error.phase else ""
-    metrics.execution(record.tool_name, record.outcome or "", phase)
-
-
-async def _run_observed(
-    stages: tuple[Stage[Any], ...], services: Services, state: Requested
-) -> State:
-    """The stage loop with tracing on: each stage traced (and timed when metrics are on),
-    the call's end counted; ``_run_timed`` is the same loop without spans."""
-    telemetry = services.telemetry
-    metrics, tracing = telemetry.metrics, telemetry.tracing
-    assert tracing is not None, "_run_timed runs the stages when tracing is off"
-    ticket = state.ticket
-    request = ticket.request
-    with tracing.execution(
-        request.traceparent,
-        {
-            "toolgate.execution_id": ticket.execution_id,
-            "toolgate.run_id": request.run_id,
-            "toolgate.call_id": request.call_id,
-            "toolgate.tool": request.tool_name,
-            "toolgate.principal": request.principal,
-        },
-    ) as span:
-        current: State = state
-        last: ToolResult | None = None
-        clock = time.perf_counter
-        for stage in stages:
-            if isinstance(current, Ended):
-                break
-            if isinstance(current, stage.takes):
-                start = clock()
-                with tracing.stage(stage.name):
-                    current = await _run_stage(stage, services, current, ticket.execution_id)
-                if metrics is not None:
-                    metrics.stage(stage.name, clock() - start)
-                if isinstance(current, Settled):
-                    last = current.result
-        error = last.error if last is not None else None
-        if isinstance(current, Ended) and current.record.id == ticket.execution_id:
-            record = current.record  # a replay of an existing execution is not counted again
-            shown = record.outcome if record.terminal else str(record.status)
-            tracing.ended(span, shown, error.code if error else None)
-            if metrics is not None and record.terminal:  # a parked call: when it ends
-                _count_end(metrics, record, last)
-    return current
 
 
 _HOLDING = (Locked, Executed, Settled)
@@ -348,6 +266,34 @@ def _durable(state: State, execution_id: str) -> bool:
     if isinstance(state, Ended):
         return state.record.id == execution_id
     return record_of(state) is not None
+
+
+async def drive(
+    services: Services,
+    state: Requested,
+    stages: tuple[Stage[Any], ...],
+    observer: Observer = UNOBSERVED,
+    step: Step = _run_stage,
+) -> State:
+    """The one stage driver, for calls, plans and ``rebuild``: runs each of ``stages`` whose
+    record the call is in, with ``step`` (a call's is the catch-all ``_run_stage``), until
+    the call has ``Ended`` or the stages run out, and returns the state it stopped in.
+    ``observer`` watches the call (``observers.py``: metrics, tracing). However the call
+    leaves, by an exception too, the locks it still holds are released."""
+    execution_id = state.ticket.execution_id
+    current: State = state
+    try:
+        with observer.watching(state):
+            for stage in stages:
+                if isinstance(current, Ended):
+                    break
+                if isinstance(current, stage.takes):
+                    current = await observer.stage(stage, services, current, execution_id, step)
+            observer.ended(current)
+    finally:
+        if _holds_locks(current):
+            await _release(services, execution_id)
+    return current
 
 
 # -- the catch-all ----------------------------------------------------------------------------
@@ -432,11 +378,13 @@ async def _commit_anyway(services: Services, state: Settled) -> Ended:
     nothing of the one that could not be recorded but its outcome's truth."""
     bare = replace(state.result, data=None, evidence=(), truncated=False)
     trail = state.trail
-    plain = Trail(trail.execution_id, tuple(e for e in trail.events if _plain(e.data)), trail.seq)
-    return await commit.run(services, replace(state, result=bare, trail=plain))
+    storable = Trail(
+        trail.execution_id, tuple(e for e in trail.events if _storable(e.data)), trail.seq
+    )
+    return await commit.run(services, replace(state, result=bare, trail=storable))
 
 
-def _plain(data: object) -> bool:
+def _storable(data: object) -> bool:
     """Whether event data can be stored (the commit that failed may have failed on it)."""
     try:
         jsontext.stored(data)

@@ -2,7 +2,7 @@
 
 The concrete object is ``gateway.runtime.container.Runtime``, built once per gateway
 process by ``gateway.runtime.bootstrap``; it satisfies these Protocols structurally, so a
-stage's ``services.x`` is a plain attribute read (nothing is wrapped or copied per call).
+stage's ``services.x`` is an attribute read (nothing is wrapped or copied per call).
 The pipeline never imports the runtime: the runtime sits above it.
 """
 

@@ -285,26 +285,26 @@ def json_problem(value: Any) -> str | None:
     """
     if type(value) in _LEAVES:
         return None
-    if _plain(value, 0):
+    if _certainly_json(value, 0):
         return None
     if isinstance(value, dict | list | tuple):
         return _container_problem(value, set())
     return _scalar_problem(value)
 
 
-_PLAIN_DEPTH = 64
+_CERTAIN_DEPTH = 64
 
 
-def _plain(value: Any, depth: int) -> bool:
+def _certainly_json(value: Any, depth: int) -> bool:
     """True when ``value`` is certainly JSON: dicts with str keys, lists, and str, int, bool,
-    None or finite floats, at most _PLAIN_DEPTH deep (so a cycle ends it). False means only
+    None or finite floats, at most _CERTAIN_DEPTH deep (so a cycle ends it). False means only
     "not sure": json_problem then looks again, the exact way. About twice as fast as that
     (no cycle bookkeeping), on what the gateway actually passes. Depth first, with a stack
     of its own rather than a call per container (a policy input has a dozen)."""
     stack = [(value, depth)]
     while stack:
         value, depth = stack.pop()
-        if depth > _PLAIN_DEPTH:
+        if depth > _CERTAIN_DEPTH:
             return False
         items: Any
         if type(value) is dict:

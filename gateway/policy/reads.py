@@ -17,7 +17,7 @@ whenever it cannot bound them. It is sound by construction rather than clever:
   passed to a function, bound to a variable, compared, walked, marshalled, replaced with
   ``with input as ...``) refuses, as does a reference that reads ``input`` as a whole.
 - Every call must be a builtin known to be deterministic (``DETERMINISTIC_BUILTINS``) or a
-  function defined in the modules, by its plain name in its own package or its full
+  function defined in the modules, by its bare name in its own package or its full
   ``data.``-path; anything else refuses (an unknown builtin, ``print``, a call through an import
   alias). Functions and rules defined in the modules are scanned with everything else.
 - ``with`` anywhere refuses (it can replace a builtin by another).

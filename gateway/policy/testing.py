@@ -41,16 +41,6 @@ class PolicyTestResult(NamedTuple):
     message: str  # why it failed ("" when it passed)
 
 
-def run_policy_tests(
-    sources: PolicySources, name_filter: str | None = None
-) -> list[PolicyTestResult]:
-    """Run every test whose name contains ``name_filter`` (all when None), in file order.
-
-    Raises ConfigError if regorus cannot load the sources at all.
-    """
-    return run_tests(sources, name_filter).results
-
-
 class PolicyTestRun(NamedTuple):
     """What ``run_tests`` did: the results, the ``todo_`` rules skipped, and (``coverage``)
     the coverage lines."""
@@ -97,14 +87,6 @@ def run_tests(
         if on_step is not None:
             on_step(len(results), len(to_run))
     return PolicyTestRun(results, skipped, _coverage(engine, sources) if coverage else [])
-
-
-def run_with_coverage(
-    sources: PolicySources, name_filter: str | None = None, *, coverage: bool = True
-) -> tuple[list[PolicyTestResult], list[str]]:
-    """``run_tests``'s results and coverage lines."""
-    run = run_tests(sources, name_filter, coverage=coverage)
-    return run.results, run.coverage
 
 
 def _coverage(engine: Any, sources: PolicySources) -> list[str]:

@@ -178,10 +178,6 @@ class Generations(Generic[T]):
         """Every retired generation not handed over yet (leased or not)."""
         return [self._retired[n] for n in sorted(self._retired)]
 
-    def in_use(self) -> int:
-        """Leases held now, on any generation."""
-        return sum(self._users.values())
-
 
 class _Lease(Generic[T]):
     """``with generations.lease(fallback) as held:`` (a class, not a generator: every call

@@ -35,7 +35,17 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect, LockWait
-from gateway.store.transactor import Committed, Observer, Pool, Timer, quietly, timer, unavailable
+from gateway.store.transactor import (
+    Committed,
+    Finished,
+    Observer,
+    Outcome,
+    Pool,
+    Timer,
+    quietly,
+    timer,
+    unavailable,
+)
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -61,8 +71,7 @@ WRITERS = 2
 """Writer lanes, taking batches from one queue: while one waits for its COMMIT to be
 flushed, the next batch runs on the other."""
 
-_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[tuple[str, Any]]"]
-_Outcome = tuple[str, Any]
+_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Finished]"]
 
 
 class _Lost(Exception):
@@ -84,7 +93,7 @@ class _Session:
         self.cursor = conn.cursor
 
 
-_Run = Callable[["_Lane", list[_Job]], list[_Outcome]]
+_Run = Callable[["_Lane", list[_Job]], list[Finished]]
 
 
 class _Lane:
@@ -136,7 +145,7 @@ class _Lane:
             outcomes = self.run(self, batch)
         except BaseException as exc:  # never leave a caller waiting
             log.exception("store thread %s failed", self.thread.name)
-            outcomes = [("error", unavailable(exc))] * len(batch)
+            outcomes = [(Outcome.ERROR, unavailable(exc))] * len(batch)
         _deliver(batch, outcomes)
 
     # -- the connection -------------------------------------------------------------------
@@ -166,10 +175,10 @@ class _Lane:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def run_reads(self, batch: list[_Job]) -> list[_Outcome]:
+    def run_reads(self, batch: list[_Job]) -> list[Finished]:
         return [self._read(fn, args) for fn, args, _ in batch]
 
-    def _read(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> _Outcome:
+    def _read(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Finished:
         """One read, in autocommit; retried once on a connection found dead."""
         driver_error = self.owner.dialect.driver_error
         timed = self.owner.timer
@@ -177,29 +186,29 @@ class _Lane:
             try:
                 db = self.session()
                 value = fn(db, *args) if timed is None else timed(fn, fn, db, *args)
-                return ("ok", value)
+                return (Outcome.OK, value)
             except Abort as abort:
-                return ("ok", abort.value)
+                return (Outcome.OK, abort.value)
             except StoreError as exc:
-                return ("error", exc)
+                return (Outcome.ERROR, exc)
             except driver_error as exc:
                 if not self.broken():
-                    return ("error", unavailable(exc))
+                    return (Outcome.ERROR, unavailable(exc))
                 self.close()
                 if attempt == 1:
                     log.info("store connection was lost; retrying on a new one: %s", exc)
                     continue
-                return ("error", unavailable(exc))
+                return (Outcome.ERROR, unavailable(exc))
             except Exception as exc:
-                return ("error", exc)
+                return (Outcome.ERROR, exc)
         raise AssertionError("unreachable")
 
 
-def _deliver(batch: list[_Job], outcomes: list[_Outcome]) -> None:
+def _deliver(batch: list[_Job], outcomes: list[Finished]) -> None:
     """Wake each caller's loop once for the whole batch."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, _Outcome]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Finished]]] = {}
     for (_, _, future), outcome in zip(batch, outcomes, strict=True):
-        if outcome[0] == "again":  # put off: it runs alone after this batch
+        if outcome[0] is Outcome.AGAIN:  # put off: it runs alone after this batch
             continue
         by_loop.setdefault(future.get_loop(), []).append((future, outcome))
     for loop, settled in by_loop.items():
@@ -207,7 +216,7 @@ def _deliver(batch: list[_Job], outcomes: list[_Outcome]) -> None:
             loop.call_soon_threadsafe(_settle, settled)
 
 
-def _settle(settled: list[tuple[Any, _Outcome]]) -> None:
+def _settle(settled: list[tuple[Any, Finished]]) -> None:
     for future, outcome in settled:
         if not future.done():
             future.set_result(outcome)
@@ -261,7 +270,7 @@ class PostgresTransactor:
     async def _submit(
         self,
         jobs: queue.SimpleQueue[_Job | None],
-        kind: type[asyncio.Future[_Outcome]],
+        kind: type[asyncio.Future[Finished]],
         fn: Callable[..., T],
         args: tuple[Any, ...],
     ) -> T:
@@ -272,7 +281,7 @@ class PostgresTransactor:
         future = kind(loop=asyncio.get_running_loop())
         jobs.put((fn, args, future))
         outcome, value = await future
-        if outcome == "ok":
+        if outcome is Outcome.OK:
             return cast(T, value)
         raise value
 
@@ -294,29 +303,29 @@ class PostgresTransactor:
 
     # -- group commit (on the writer lane's thread) -----------------------------------------
 
-    def _run_writes(self, lane: _Lane, batch: list[_Job]) -> list[_Outcome]:
+    def _run_writes(self, lane: _Lane, batch: list[_Job]) -> list[Finished]:
         """The batch as one transaction. A write of several that met a lock held elsewhere
-        or a deadlock is put off, to run alone next (``again``); a lone one is retried."""
+        or a deadlock is put off, to run alone next (``Outcome.AGAIN``); a lone one is retried."""
         outcomes = self._commit_batch(lane, batch)
         if len(batch) > 1:
             for job, (kind, _) in zip(batch, outcomes, strict=True):
-                if kind == "again":
+                if kind is Outcome.AGAIN:
                     lane.again.append(job)
             return outcomes
         for _ in range(RETRIES):
-            if outcomes[0][0] != "again":
+            if outcomes[0][0] is not Outcome.AGAIN:
                 return outcomes
             outcomes = self._commit_batch(lane, batch)
         kind, value = outcomes[0]
-        return [("error", unavailable(value)) if kind == "again" else (kind, value)]
+        return [(Outcome.ERROR, unavailable(value)) if kind is Outcome.AGAIN else (kind, value)]
 
-    def _commit_batch(self, lane: _Lane, batch: list[_Job]) -> list[_Outcome]:
+    def _commit_batch(self, lane: _Lane, batch: list[_Job]) -> list[Finished]:
         """Retried once on a new connection when the old one broke before COMMIT."""
         for attempt in (1, 2):
             try:
                 db = lane.session()
             except StoreError as exc:
-                return [("error", exc)] * len(batch)
+                return [(Outcome.ERROR, exc)] * len(batch)
             try:
                 timed = self.timer
                 if timed is None:
@@ -328,13 +337,13 @@ class PostgresTransactor:
                 if attempt == 1:
                     log.info("store connection was lost; retrying on a new one: %s", lost)
                     continue
-                return [("error", unavailable(lost.cause))] * len(batch)
+                return [(Outcome.ERROR, unavailable(lost.cause))] * len(batch)
             if (sizes := self._batch_observer) is not None:
                 sizes(len(batch))
             return outcomes
         raise AssertionError("unreachable")
 
-    def _group(self, lane: _Lane, db: Db, batch: list[_Job]) -> list[_Outcome]:
+    def _group(self, lane: _Lane, db: Db, batch: list[_Job]) -> list[Finished]:
         """First without savepoints (each costs a round trip); if a write of several fails or
         aborts, the whole transaction is rolled back and run again with them, and so are the
         lane's next CAREFUL_AFTER_FAILURE batches (writes that fail come in runs: a busy
@@ -350,7 +359,7 @@ class PostgresTransactor:
 
     def _in_transaction(
         self, lane: _Lane, db: Db, batch: list[_Job], careful: bool
-    ) -> list[_Outcome] | None:
+    ) -> list[Finished] | None:
         """BEGIN; each write (``careful``: in a savepoint of its own, except a lone one, which
         the transaction isolates anyway); COMMIT. None when a write failed and it was not
         careful (everything is rolled back). Control statements go by the simple query
@@ -368,30 +377,30 @@ class PostgresTransactor:
                 raise _Lost(exc) from exc
 
         control("BEGIN; SAVEPOINT w" if savepoints else "BEGIN")
-        outcomes: list[_Outcome] = []
+        outcomes: list[Finished] = []
         try:
             for i, (fn, args, _) in enumerate(batch):
                 if savepoints and i:
                     control("RELEASE w; SAVEPOINT w")
                 db.nowait = i > 0  # it would wait holding the locks of the writes before it
                 try:
-                    outcomes.append(("ok", fn(db, *args)))
+                    outcomes.append((Outcome.OK, fn(db, *args)))
                     continue
                 except Abort as abort:
-                    outcomes.append(("ok", abort.value))
+                    outcomes.append((Outcome.OK, abort.value))
                 except LockWait as busy:
-                    outcomes.append(("again", busy))
+                    outcomes.append((Outcome.AGAIN, busy))
                 except integrity_error as exc:
-                    outcomes.append(("error", exc))
+                    outcomes.append((Outcome.ERROR, exc))
                 except driver_error as exc:
                     if lane.broken():
                         raise _Lost(exc) from exc
                     if getattr(exc, "sqlstate", None) in RETRY_STATES:
-                        outcomes.append(("again", exc))
+                        outcomes.append((Outcome.AGAIN, exc))
                     else:
-                        outcomes.append(("error", unavailable(exc)))
+                        outcomes.append((Outcome.ERROR, unavailable(exc)))
                 except Exception as exc:
-                    outcomes.append(("error", exc))
+                    outcomes.append((Outcome.ERROR, exc))
                 if not careful:
                     control("ROLLBACK")
                     return None
@@ -409,7 +418,7 @@ class PostgresTransactor:
                 quietly(lambda: conn.execute("ROLLBACK"))
             lane.close()
             failed = unavailable(exc)
-            return [("error", failed)] * len(batch)
+            return [(Outcome.ERROR, failed)] * len(batch)
         return outcomes
 
     async def aclose(self) -> None:

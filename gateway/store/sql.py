@@ -1,6 +1,6 @@
 """The SQL the store speaks: statements, the dialect of a backend, and a transaction (:class:`Db`).
 
-The statements are plain SQL with bound parameters, run on the driver's connection: building
+The statements are SQL text with bound parameters, run on the driver's connection: building
 and compiling SQLAlchemy Core statements cost 0.3-0.6 ms each on the benchmark machine, several
 times the statement itself, and every call runs a handful of them (``docs/performance.md``).
 Each statement is written once with ``?`` placeholders (:class:`Sql`); a :class:`Dialect`

@@ -23,7 +23,17 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect
-from gateway.store.transactor import Committed, Observer, Pool, Timer, quietly, timer, unavailable
+from gateway.store.transactor import (
+    Committed,
+    Finished,
+    Observer,
+    Outcome,
+    Pool,
+    Timer,
+    quietly,
+    timer,
+    unavailable,
+)
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -140,13 +150,13 @@ class SqliteTransactor:
         if len(self._batch) == 1:
             loop.call_soon(self._flush)
         kind, value = await future  # uncancellable: it commits, awaited or not
-        if kind == "ok":
+        if kind is Outcome.OK:
             if self._commits_since_checkpoint >= CHECKPOINT_EVERY:
                 self._start_checkpoint()
             return cast(T, value)
-        if kind == "error":
+        if kind is Outcome.ERROR:
             raise value
-        if self._writers is None:  # "busy": another connection has the write lock
+        if self._writers is None:  # BUSY: another connection has the write lock
             self._writers = anyio.CapacityLimiter(1)
         return await anyio.to_thread.run_sync(
             partial(self._pool.transaction, fn, True, *args), limiter=self._writers
@@ -169,7 +179,7 @@ class SqliteTransactor:
             if not future.done():
                 future.set_result(outcome)
 
-    def _run_batch(self, batch: list[_Write]) -> list[tuple[str, Any]]:
+    def _run_batch(self, batch: list[_Write]) -> list[Finished]:
         """First without savepoints (two statements a write, and the pages each write
         touches copied to the statement journal); if a write that changed rows fails or
         aborts, the transaction is rolled back and the batch run again with a savepoint per
@@ -177,7 +187,7 @@ class SqliteTransactor:
         commit does). A write that fails having changed no row (a busy lock, a lost race
         seen by a read) needs nothing rolled back: the others go on."""
         if not self._inline_lock.acquire(blocking=False):  # another thread is using it
-            return [("busy", None)] * len(batch)
+            return [(Outcome.BUSY, None)] * len(batch)
         try:
             careful = self._careful > 0
             self._careful = max(self._careful - 1, 0)
@@ -190,7 +200,7 @@ class SqliteTransactor:
         finally:
             self._inline_lock.release()
 
-    def _in_transaction(self, batch: list[_Write], careful: bool) -> list[tuple[str, Any]] | None:
+    def _in_transaction(self, batch: list[_Write], careful: bool) -> list[Finished] | None:
         """BEGIN IMMEDIATE; each write (``careful``: each of several in a savepoint of its
         own); COMMIT. None when a write that changed rows failed and it was not careful
         (everything is rolled back)."""
@@ -199,32 +209,32 @@ class SqliteTransactor:
             raw, steps = db.raw, db.steps
             steps.execute("BEGIN IMMEDIATE")
         except StoreError as exc:
-            return [("error", exc)] * len(batch)
+            return [(Outcome.ERROR, exc)] * len(batch)
         except self._driver_error as exc:
             if getattr(exc, "sqlite_errorcode", None) in (_SQLITE_BUSY, _SQLITE_LOCKED):
-                return [("busy", None)] * len(batch)
+                return [(Outcome.BUSY, None)] * len(batch)
             self._drop_inline()
-            return [("error", unavailable(exc))] * len(batch)
+            return [(Outcome.ERROR, unavailable(exc))] * len(batch)
         savepoints = careful and len(batch) > 1
-        outcomes: list[tuple[str, Any]] = []
+        outcomes: list[Finished] = []
         try:
             for fn, args, _ in batch:
                 if savepoints:
                     steps.execute("SAVEPOINT w")
                 changes = raw.total_changes  # rows changed by this connection so far
                 try:
-                    outcomes.append(("ok", fn(db, *args)))
+                    outcomes.append((Outcome.OK, fn(db, *args)))
                     if savepoints:
                         steps.execute("RELEASE w")
                     continue
                 except Abort as abort:
-                    outcomes.append(("ok", abort.value))
+                    outcomes.append((Outcome.OK, abort.value))
                 except self._integrity_error as exc:
-                    outcomes.append(("error", exc))
+                    outcomes.append((Outcome.ERROR, exc))
                 except self._driver_error:
                     raise  # the connection may be broken: the whole batch fails
                 except Exception as exc:
-                    outcomes.append(("error", exc))
+                    outcomes.append((Outcome.ERROR, exc))
                 if savepoints:
                     steps.execute("ROLLBACK TO w")
                     steps.execute("RELEASE w")
@@ -235,7 +245,7 @@ class SqliteTransactor:
         except self._driver_error as exc:
             quietly(raw.rollback)
             self._drop_inline()
-            return [("error", unavailable(exc))] * len(batch)
+            return [(Outcome.ERROR, unavailable(exc))] * len(batch)
         self._commits_since_checkpoint += 1
         return outcomes
 

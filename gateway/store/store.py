@@ -1,10 +1,10 @@
 """The store: all persistent state of the gateway, behind one facade.
 
 Its API is async; each method runs one short transaction of a domain operation (``executions``,
-``events``, ``idempotency``, ``locks``, ``approvals``, ``usage``: plain functions over a
+``events``, ``idempotency``, ``locks``, ``approvals``, ``usage``: functions over a
 :class:`~gateway.store.sql.Db`) through the backend's :class:`~gateway.store.transactor.Transactor`
 (``sqlite.py``, ``postgresql.py``). SQLAlchemy owns the schema (``tables.py``), the URL and the
-connection pool; the statements themselves are plain SQL (``sql.py``).
+connection pool; the statements themselves are SQL text (``sql.py``).
 """
 
 from __future__ import annotations

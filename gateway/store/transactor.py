@@ -1,18 +1,19 @@
 """The store's backend seam: a :class:`Transactor` runs the domain operations in transactions.
 
-A domain operation is a plain function whose first argument is the transaction (:class:`Db`),
+A domain operation is a function whose first argument is the transaction (:class:`Db`),
 e.g. ``executions.reserve(db, ...)``; the store facade hands it, with its other arguments, to
 the transactor: ``write`` (a read-write transaction), ``read``, or ``read_quick`` (a read of a
 few index rows, which a backend may run without a thread hop). A backend is one transactor
 and its :class:`~gateway.store.sql.Dialect` (``sqlite.py``, ``postgresql.py``).
 :class:`Pool` is the plumbing both share: one transaction on a pooled connection, on the
 calling (worker) thread, retried once on a connection found dead; :class:`Committed` is the
-future a queued write of a group commit is answered on.
+future a queued write of a group commit is answered on, with a :data:`Finished`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Callable
@@ -65,13 +66,34 @@ class Transactor(Protocol):
     async def aclose(self) -> None: ...
 
 
-class Committed(asyncio.Future[tuple[str, Any]]):
-    """The outcome of one write of a group commit (``(kind, value)``), for the task that queued it.
+class Outcome(enum.Enum):
+    """How a transaction run for a waiting task (on a thread of the backend's, or in a group
+    commit) ended, as that task learns it (:data:`Finished`)."""
+
+    OK = "ok"
+    """It committed (a read: it ran); the value is what the operation returned (or its
+    ``Abort``'s value)."""
+    ERROR = "error"
+    """It failed and changed nothing; the value is the exception the task raises."""
+    BUSY = "busy"
+    """SQLite: another connection holds the write lock and nothing ran (value None); the
+    write runs on a worker thread that waits for the lock."""
+    AGAIN = "again"
+    """PostgreSQL: a write of a group commit met a lock held elsewhere or a deadlock and was
+    rolled back (the value is the error); it runs again, alone."""
+
+
+Finished = tuple[Outcome, Any]
+"""A transaction's :class:`Outcome` and its value."""
+
+
+class Committed(asyncio.Future[Finished]):
+    """The outcome of one write of a group commit (:data:`Finished`), for the task that queued it.
 
     It refuses to be cancelled: a task cancelled while its write is queued still waits for the
     COMMIT (the write happens, awaited or not) and gets its CancelledError only then, so it
     never goes on believing a committed write did not happen. (A shielded anyio cancel scope
-    around the await does the same for anyio's cancellations, not for a plain
+    around the await does the same for anyio's cancellations, not for
     ``Task.cancel``, and its enter and exit cost several times this.)
     """
 

@@ -21,8 +21,6 @@ from gateway.adapters.process.proctree import (
     become_subreaper,
     identify,
     kill_all_recorded,
-    kill_if_ours,
-    kill_recorded,
 )
 
 LEFTOVER_WAIT = 3.0
@@ -184,26 +182,29 @@ def test_identity_does_not_match_a_reused_pid() -> None:
         proc.wait()
 
 
-def test_kill_if_ours_refuses_a_pid_whose_create_time_differs() -> None:
+def test_kill_refuses_a_pid_whose_create_time_differs() -> None:
     proc = _sleeper()
     try:
         identity = identify(proc.pid)
-        assert kill_if_ours(proc.pid, identity.create_time - 10, grace=0.2) is False
-        assert kill_if_ours(proc.pid, identity.create_time + 10, grace=0.2) is False
+        earlier = {"pid": proc.pid, "create_time": identity.create_time - 10}
+        later = {"pid": proc.pid, "create_time": identity.create_time + 10}
+        assert kill_all_recorded([earlier, later], grace=0.2) == [False, False]
         time.sleep(0.1)
         assert proc.poll() is None  # untouched
-        assert kill_if_ours(proc.pid, identity.create_time, grace=0.2) is True
+        recorded = {"pid": proc.pid, "create_time": identity.create_time}
+        assert kill_all_recorded([recorded], grace=0.2) == [True]
         assert proc.wait(timeout=5) == -signal.SIGTERM
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_kill_if_ours_of_a_gone_process_is_false() -> None:
+def test_kill_of_a_gone_process_is_false() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     identity = identify(proc.pid)
     proc.wait()
-    assert kill_if_ours(identity.pid, identity.create_time, grace=0.1) is False
+    recorded = {"pid": identity.pid, "create_time": identity.create_time}
+    assert kill_all_recorded([recorded], grace=0.1) == [False]
 
 
 ORPHAN = """
@@ -215,7 +216,7 @@ time.sleep(60)
 """
 
 
-def test_kill_if_ours_finds_marked_orphans_after_the_root_died(tmp_path: Path) -> None:
+def test_kill_finds_marked_orphans_after_the_root_died(tmp_path: Path) -> None:
     """As after a gateway restart: the root is gone, a setsid'd descendant lives on."""
     become_subreaper()
     pidfile = tmp_path / "pids"
@@ -234,11 +235,11 @@ def test_kill_if_ours_finds_marked_orphans_after_the_root_died(tmp_path: Path) -
         "create_time": root_identity.create_time,
         "marker": "ex_orphan",
     }
-    assert kill_recorded(state, grace=0.2) is True
+    assert kill_all_recorded([state], grace=0.2) == [True]
     assert wait_gone([orphan]) == []
 
 
-def test_kill_if_ours_without_marker_leaves_an_unrelated_marked_process() -> None:
+def test_kill_with_another_marker_leaves_an_unrelated_marked_process() -> None:
     env = {**os.environ, MARKER_ENV: "ex_other"}
     proc = _sleeper(env=env)
     try:
@@ -246,24 +247,26 @@ def test_kill_if_ours_without_marker_leaves_an_unrelated_marked_process() -> Non
         gone = subprocess.Popen([sys.executable, "-c", "pass"])
         dead = identify(gone.pid)
         gone.wait()
-        assert kill_if_ours(dead.pid, dead.create_time, marker="ex_mine", grace=0.1) is False
+        recorded = {"pid": dead.pid, "create_time": dead.create_time, "marker": "ex_mine"}
+        assert kill_all_recorded([recorded], grace=0.1) == [False]
         assert identity.process() is not None
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_kill_recorded_with_only_a_marker_stops_marked_processes() -> None:
+def test_kill_with_only_a_marker_stops_marked_processes() -> None:
     """A crash between the spawn and the checkpoint leaves only the execution id to go by."""
     proc = _sleeper(env={**os.environ, MARKER_ENV: "ex_uncheckpointed"})
     try:
         _wait_for_environ(proc.pid, MARKER_ENV)  # until exec has replaced the forked env
         identity = identify(proc.pid)
         later = {"marker": "ex_uncheckpointed", "not_before": identity.create_time + 5}
-        assert kill_recorded(later, grace=0.1) is False  # started before: not this execution's
+        # started before: not this execution's
+        assert kill_all_recorded([later], grace=0.1) == [False]
         state = {"marker": "ex_uncheckpointed", "not_before": identity.create_time - 1}
         # A loaded machine may show the child mid-exec to one scan: allow a few looks.
-        assert any(kill_recorded(state, grace=0.2) for _ in _tries(10))
+        assert any(kill_all_recorded([state], grace=0.2) == [True] for _ in _tries(10))
         assert wait_gone([identity]) == []  # (and reaped: it looked like an adopted orphan)
     finally:
         proc.kill()
@@ -368,8 +371,8 @@ def test_a_forest_looks_at_the_machine_once_a_round_for_all_its_trees(
         {"marker": "", "not_before": 1.0},
     ],
 )
-def test_kill_recorded_ignores_malformed_state(state: dict[str, object]) -> None:
-    assert kill_recorded(state) is False
+def test_kill_ignores_malformed_state(state: dict[str, object]) -> None:
+    assert kill_all_recorded([state]) == [False]
 
 
 def test_sigterm_ignoring_process_is_killed_after_the_grace(tmp_path: Path) -> None:

@@ -7,8 +7,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.declarations.catalogue import Catalogue
+from gateway.observability.metrics import Metrics
+from gateway.observability.telemetry import OFF, Telemetry
 from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.testing import load_catalogue
@@ -27,6 +30,25 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await s.open()
     yield s
     await s.aclose()
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    """Where the ``telemetry`` fixture's tracing puts the spans it ends."""
+    return InMemorySpanExporter()
+
+
+@pytest.fixture(params=["off", "metrics", "tracing"])
+def telemetry(request: pytest.FixtureRequest, spans: InMemorySpanExporter) -> Telemetry:
+    """Each configuration the stage driver runs under: telemetry off, metrics on (the
+    default), tracing on (with metrics, so both observers are chained)."""
+    if request.param == "off":
+        return OFF
+    if request.param == "metrics":
+        return Telemetry(metrics=Metrics())
+    from gateway.observability.tracing import Tracing
+
+    return Telemetry(metrics=Metrics(), tracing=Tracing(exporter=spans))
 
 
 @pytest.fixture

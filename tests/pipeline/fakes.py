@@ -13,6 +13,7 @@ import anyio
 from gateway import testing
 from gateway.adapters.base import AdapterCall, AdapterOutcome, SideEffectReport
 from gateway.declarations.catalogue import Catalogue
+from gateway.observability.telemetry import OFF, Telemetry
 from gateway.pipeline import normalise, resolve
 from gateway.pipeline.records import Prepared, Requested, ToolExecutionRequest
 from gateway.pipeline.services import Services
@@ -76,7 +77,10 @@ def make_services(
     catalogue: Catalogue,
     adapter: FunctionAdapter,
     policy: FunctionPolicy,
+    telemetry: Telemetry = OFF,
 ) -> Services:
+    """A runtime of ``adapter`` and ``policy`` on ``store``, with ``telemetry`` (off unless a
+    test runs the stages observed: the ``telemetry`` fixture)."""
     root = tmp_path / "ws"
     root.mkdir(exist_ok=True)
     settings = load_settings(REPO / "toolgate.yaml", env={}, lock_lease="2s")
@@ -88,6 +92,7 @@ def make_services(
         workspaces={"demo": Workspace("demo", root.resolve())},
         store=store,
         adapters={"file": adapter},
+        telemetry=telemetry,
     )
 
 

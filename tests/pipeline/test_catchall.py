@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.declarations.catalogue import Catalogue
 from gateway.faults import POINTS, Faults
+from gateway.observability.telemetry import Telemetry
+from gateway.pipeline import runner
 from gateway.pipeline.records import State
 from gateway.pipeline.runner import STAGES, Stage, run_call
 from gateway.pipeline.services import Services
@@ -72,12 +75,30 @@ async def assert_settled(
     return result
 
 
+def assert_observed(telemetry: Telemetry, spans: InMemorySpanExporter, outcome: str) -> None:
+    """The observers on saw the end the catch-all settled: metrics counted it once, the
+    execution's span carries its outcome."""
+    if telemetry.metrics is not None:
+        counted = telemetry.metrics.executions.values
+        assert [(k[:2], n) for k, n in counted.items()] == [(("fs.write_file", outcome), 1)]
+    if telemetry.tracing is not None:
+        ended = [s for s in spans.get_finished_spans() if s.name == "toolgate.execution"]
+        assert [(s.attributes or {}).get("toolgate.outcome") for s in ended] == [outcome]
+
+
 @pytest.mark.parametrize("stage", [s.name for s in STAGES])
 async def test_an_exception_in_any_stage_ends_the_call_truthfully(
-    tmp_path: Path, store: Store, catalogue: Catalogue, stage: str
+    tmp_path: Path,
+    store: Store,
+    catalogue: Catalogue,
+    telemetry: Telemetry,
+    spans: InMemorySpanExporter,
+    stage: str,
 ) -> None:
     adapter = FunctionAdapter(ok, sha_probe(HI))
-    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all), telemetry
+    )
     record = await run_call(services, request(), raising_instead_of(stage))
     if stage in BEFORE_THE_ADAPTER:
         result = await assert_settled(store, record, "failed", attempted=False)
@@ -87,14 +108,22 @@ async def test_an_exception_in_any_stage_ends_the_call_truthfully(
         assert len(adapter.calls) == 1
     assert result["error"]["type"] == "internal_error"
     assert f"stage {stage}" in result["error"]["message"]
+    assert_observed(telemetry, spans, result["outcome"])
 
 
 @pytest.mark.parametrize("point", sorted(POINTS))
 async def test_a_raise_at_every_fault_point_ends_the_call_truthfully(
-    tmp_path: Path, store: Store, catalogue: Catalogue, point: str
+    tmp_path: Path,
+    store: Store,
+    catalogue: Catalogue,
+    telemetry: Telemetry,
+    spans: InMemorySpanExporter,
+    point: str,
 ) -> None:
     adapter = FunctionAdapter(ok, sha_probe(HI))
-    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all), telemetry
+    )
     faulty = replace(services, faults=Faults.parse(f"{point}:raise"))
     record = await run_call(faulty, request())
     expected = {
@@ -108,13 +137,16 @@ async def test_a_raise_at_every_fault_point_ends_the_call_truthfully(
     }[point]
     await assert_settled(store, record, *expected)
     assert len(adapter.calls) == (0 if point in ("after_reserve", "before_adapter") else 1)
+    assert_observed(telemetry, spans, expected[0])
 
 
 async def test_an_exception_after_the_side_effect_is_reconciled_absent(
-    tmp_path: Path, store: Store, catalogue: Catalogue
+    tmp_path: Path, store: Store, catalogue: Catalogue, telemetry: Telemetry
 ) -> None:
     adapter = FunctionAdapter(ok, sha_probe("not-there"))
-    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all), telemetry
+    )
     faulty = replace(services, faults=Faults.parse("after_side_effect:raise"))
     record = await run_call(faulty, request())
     result = await assert_settled(store, record, "failed", attempted=True)
@@ -122,10 +154,12 @@ async def test_an_exception_after_the_side_effect_is_reconciled_absent(
 
 
 async def test_a_verify_probe_that_raises_is_unknown(
-    tmp_path: Path, store: Store, catalogue: Catalogue
+    tmp_path: Path, store: Store, catalogue: Catalogue, telemetry: Telemetry
 ) -> None:
     adapter = FunctionAdapter(ok, crashing_probe)
-    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all), telemetry
+    )
     record = await run_call(services, request())
     result = await assert_settled(store, record, "unknown", attempted=True)
     assert result["error"]["type"] == "verification_unavailable"
@@ -134,20 +168,24 @@ async def test_a_verify_probe_that_raises_is_unknown(
 
 
 async def test_a_reconcile_probe_that_raises_is_unknown(
-    tmp_path: Path, store: Store, catalogue: Catalogue
+    tmp_path: Path, store: Store, catalogue: Catalogue, telemetry: Telemetry
 ) -> None:
     adapter = FunctionAdapter(crash, crashing_probe)
-    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all), telemetry
+    )
     record = await run_call(services, request())
     result = await assert_settled(store, record, "unknown", attempted=True)
     assert result["error"]["type"] == "adapter_crashed"
 
 
 async def test_a_reconcile_probe_that_raises_in_recovery_is_unknown(
-    tmp_path: Path, store: Store, catalogue: Catalogue
+    tmp_path: Path, store: Store, catalogue: Catalogue, telemetry: Telemetry
 ) -> None:
     adapter = FunctionAdapter(ok, crashing_probe)
-    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all), telemetry
+    )
     # The store fails after the side effect: the call is left running for recovery.
     faulty = replace(services, faults=Faults.parse("after_side_effect:store_unavailable"))
     with pytest.raises(Exception, match="store is unavailable"):
@@ -159,20 +197,21 @@ async def test_a_reconcile_probe_that_raises_in_recovery_is_unknown(
 
 
 async def test_recovery_settles_an_execution_whose_rebuild_raises(
-    tmp_path: Path, store: Store, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    store: Store,
+    catalogue: Catalogue,
+    telemetry: Telemetry,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gateway.pipeline import normalise
-
     adapter = FunctionAdapter(ok, sha_probe(HI))
-    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all), telemetry
+    )
     faulty = replace(services, faults=Faults.parse("after_side_effect:store_unavailable"))
     with pytest.raises(Exception, match="store is unavailable"):
         await run_call(faulty, request())
-
-    async def broken(services: Services, state: Any) -> State:
-        raise Boom(SECRET)
-
-    monkeypatch.setattr(normalise, "run", broken)  # what pipeline.rebuild runs
+    # what pipeline.rebuild runs: its normalise raises
+    monkeypatch.setattr(runner, "REBUILT", raising_instead_of("normalise")[:2])
     [settled] = await recover(services)
     await assert_settled(store, settled, "unknown", attempted=True)
 

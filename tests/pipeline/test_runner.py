@@ -11,6 +11,7 @@ import pytest
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome
 from gateway.declarations.catalogue import Catalogue
+from gateway.observability.telemetry import Telemetry
 from gateway.pipeline.runner import STAGES, run_call
 from gateway.pipeline.services import Services
 from gateway.store.store import Store
@@ -130,20 +131,24 @@ async def test_recovery_settles_what_a_dead_owner_left(services: Services, store
 
 
 async def test_a_failure_after_the_side_effect_is_settled_by_recovery(
-    tmp_path: Path, store: Store, catalogue: Catalogue
+    tmp_path: Path, store: Store, catalogue: Catalogue, telemetry: Telemetry
 ) -> None:
     from gateway.errors import StoreError
     from gateway.faults import Faults
     from gateway.runtime.recovery import recover
 
     adapter = FunctionAdapter(ok, sha_probe(hashlib.sha256(b"hi").hexdigest()))
-    services = make_services(tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all))
+    services = make_services(
+        tmp_path, store, catalogue, adapter, FunctionPolicy(allow_all), telemetry
+    )
     # The store fails after the side effect: nothing can be recorded, recovery settles it.
     # (Any other exception there is settled by the call itself: tests/pipeline/test_catchall.)
     faulty = replace(services, faults=Faults.parse("after_side_effect:store_unavailable"))
     with pytest.raises(StoreError):
         await run_call(faulty, request())
     [left] = await store.unfinished([Status.RUNNING])
+    # the call gave its locks back as it left the runner, whatever telemetry observed it
+    assert await store.renew_locks(left.id, 30) == 0
     settled = await recover(services)
     assert [r.id for r in settled] == [left.id]
     assert settled[0].outcome == "succeeded"  # the reconcile probe found the content

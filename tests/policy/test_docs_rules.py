@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import load_policy_sources
-from gateway.policy.testing import run_policy_tests
+from gateway.policy.testing import run_tests
 from tests.policy.helpers import REPO, make_input
 from tests.policy.test_extension import project_copy
 
@@ -33,7 +33,7 @@ def test_the_business_hours_pattern_passes_its_tests_and_keeps_the_cache(tmp_pat
         (root / name).write_text(body, encoding="utf-8")
     sources = load_policy_sources(root / "rego", root / "policies")
     assert sources.warnings == ()
-    results = run_policy_tests(sources, "business_hours")
+    results = run_tests(sources, "business_hours").results
     assert [r.message for r in results if not r.passed] == []
     assert len(results) == 5
 

@@ -17,7 +17,7 @@ import pytest
 
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import load_policy_sources
-from gateway.policy.testing import run_policy_tests
+from gateway.policy.testing import run_tests
 from tests.policy.helpers import REPO, make_input
 
 EXTENSION = """\
@@ -116,10 +116,10 @@ def test_module_order_never_changes_the_test_results(tmp_path: Path, name: str) 
         },
         {"secrets.yaml": SECRET_DATA},
     )
-    results = run_policy_tests(load_policy_sources(root / "rego", root / "policies"))
+    results = run_tests(load_policy_sources(root / "rego", root / "policies")).results
     failed = [f"{r.name}: {r.message}" for r in results if not r.passed]
     assert failed == []
-    shipped = run_policy_tests(load_policy_sources(REPO / "rego", REPO / "policies"))
+    shipped = run_tests(load_policy_sources(REPO / "rego", REPO / "policies")).results
     assert len(results) == len(shipped) + 3
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from gateway.errors import ConfigError
 from gateway.policy.loader import PolicySources, load_policy_sources
-from gateway.policy.testing import PolicyTestResult, format_report, run_policy_tests
+from gateway.policy.testing import PolicyTestResult, format_report, run_tests
 from tests.policy.helpers import WritePolicy
 
 POLICY = """\
@@ -48,11 +48,11 @@ def scratch_results(
     write_policy: WritePolicy, name_filter: str | None = None
 ) -> list[PolicyTestResult]:
     sources = load_policy_sources(*write_policy({"p.rego": POLICY, "p_test.rego": TESTS}))
-    return run_policy_tests(sources, name_filter)
+    return run_tests(sources, name_filter).results
 
 
 def test_shipped_tests_all_pass(shipped: PolicySources) -> None:
-    report = run_policy_tests(shipped)
+    report = run_tests(shipped).results
     assert len(report) >= 15
     assert [r for r in report if not r.passed] == []
     assert format_report(report).splitlines() == [f"{len(report)} passed, 0 failed"]
@@ -99,11 +99,11 @@ def test_name_filter(write_policy: WritePolicy) -> None:
 
 def test_no_tests(write_policy: WritePolicy) -> None:
     sources = load_policy_sources(*write_policy({"p.rego": POLICY}))
-    assert run_policy_tests(sources) == []
+    assert run_tests(sources).results == []
     assert format_report([]) == "0 passed, 0 failed"
 
 
 def test_sources_regorus_cannot_load_are_a_config_error() -> None:
     broken = PolicySources((("x.rego", "package toolgate\ndecision := {\n"),), (), {})
     with pytest.raises(ConfigError, match=r"x\.rego"):
-        run_policy_tests(broken)
+        run_tests(broken)

@@ -5,7 +5,7 @@ context is created with it as its proxy (``bypass: <-loopback>``, so loopback go
 it too) and Chromium runs with QUIC off and WebRTC limited to proxied UDP. The proxy speaks:
 
 - ``CONNECT host:port`` (HTTPS, ``wss:``), answered ``200`` and then relayed byte for byte;
-- absolute-form requests ``GET http://host/path HTTP/1.1`` (plain HTTP and ``ws:``
+- absolute-form requests ``GET http://host/path HTTP/1.1`` (cleartext HTTP and ``ws:``
   upgrades), forwarded in origin form with ``Connection: close`` (one request per
   connection, so a kept-alive connection cannot be reused for another host).
 
@@ -47,7 +47,7 @@ _HOP_HEADERS = frozenset(
 
 MARKER = "X-Toolgate-Egress"
 """The header of the proxy's own answers: ``refused``, or the ``net::ERR_…`` the browser
-would have reported had it connected itself (a plain-HTTP proxy answer looks like a page)."""
+would have reported had it connected itself (a cleartext HTTP proxy answer looks like a page)."""
 
 
 class _Refused(Exception):

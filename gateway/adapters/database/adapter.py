@@ -234,11 +234,12 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-_PLAIN = (str, int, bool, type(None))
+_AS_IS = (str, int, bool, type(None))
+"""The column value types a row's JSON holds as they are (the rest go through ``json_value``)."""
 
 
 def _row(columns: list[str], row: Iterable[Any]) -> dict[str, JSON]:
-    return dict(zip(columns, [v if type(v) in _PLAIN else json_value(v) for v in row], strict=True))
+    return dict(zip(columns, [v if type(v) in _AS_IS else json_value(v) for v in row], strict=True))
 
 
 def _json_size(value: JSON) -> int:

@@ -183,7 +183,7 @@ def check_tool(
 # blanked out first (``_NOT_CODE``): no SQL parser, and nothing it says "read" is taken on
 # trust at run time (reads still run in a read-only transaction). A statement is a read when
 # it starts with a reading keyword and nowhere holds a writing keyword, a data-modifying CTE,
-# a locking clause or a call of a function known to write; anything else that is not plainly
+# a locking clause or a call of a function known to write; anything else that is not clearly
 # a write cannot be classified, and is refused for a read tool like a write.
 
 READ_LEADS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "SHOW", "EXPLAIN"})
@@ -224,7 +224,7 @@ def classify(sql: str) -> tuple[str, str]:
     lead = next((t for t in tokens if t != "("), "")
     if lead in READ_LEADS:
         return "read", ""
-    return "unknown", f"a statement that starts with {lead or 'nothing'} is not a plain read"
+    return "unknown", f"it starts with {lead or 'nothing'}, not a reading keyword"
 
 
 def _check_reads(tool: ToolDeclaration, options: DatabaseOptions, lines: Lines) -> Iterator[str]:

@@ -15,10 +15,10 @@ Stopping is SIGTERM to every member, a grace period (new members are signalled t
 SIGKILL until none is left; zombies the gateway adopted are reaped. A pid alone never
 identifies a process (pids are reused): it always goes with its ``create_time``.
 
-After a gateway restart, ``kill_recorded(state)`` (or ``kill_if_ours``) stops a tree recorded
-in a ``state.checkpointed`` event only if the process there is still the one recorded;
-``kill_all_recorded(states)`` stops every tree a crash left at once (a ``Forest``): one look
-at the machine's processes a round for all of them, and the grace periods run side by side.
+After a gateway restart, ``kill_all_recorded(states)`` stops every tree recorded in the
+``state.checkpointed`` events a crash left, each only if the process there is still the one
+recorded, all at once (a ``Forest``): one look at the machine's processes a round for all of
+them, and the grace periods run side by side.
 """
 
 from __future__ import annotations
@@ -288,41 +288,16 @@ def _own_descendants() -> list[psutil.Process]:
 _PROC_CHILDREN = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
 
 
-def kill_if_ours(
-    pid: int, create_time: float, *, marker: str | None = None, grace: float = 2.0
-) -> bool:
-    """Stop the tree rooted at ``pid`` only if ``pid`` is still the process started at
-    ``create_time``; with ``marker``, also processes carrying that execution marker that
-    started no earlier. Blocking: call it from a worker thread. True if anything was
-    signalled (the command was still running when this gateway found it).
-    """
-    identity = ProcessIdentity(pid, create_time)
-    root_matches = identity.process() is not None
-    if not root_matches and marker is None:
-        return False
-    tree = ProcessTree(identity, marker or None, scan_all=True)
-    return tree.stop_blocking(grace) > 0
-
-
-def kill_marked(marker: str, not_before: float, *, grace: float = 2.0) -> bool:
-    """Stop every process carrying ``marker`` that started at ``not_before`` or later: for
-    an execution that crashed between its spawn and its checkpoint. Blocking."""
-    tree = ProcessTree(ProcessIdentity(0, not_before), marker, scan_all=True)
-    return tree.stop_blocking(grace) > 0
-
-
-def kill_recorded(state: Mapping[str, object], grace: float | None = None) -> bool:
-    """``kill_if_ours`` from the adapter state of a ``state.checkpointed`` event (``pid``,
-    ``create_time``, ``marker``, ``kill_grace``); with only ``marker`` and ``not_before``,
-    ``kill_marked``. False for a state that names no process. Blocking."""
-    return kill_all_recorded([state], grace)[0]
-
-
 def kill_all_recorded(
     states: Sequence[Mapping[str, object]], grace: float | None = None
 ) -> list[bool]:
-    """``kill_recorded`` for every state at once, each tree with its own grace period but all
-    of them in one ``Forest``: True for each state whose tree had something to signal."""
+    """Stop the tree each adapter state of a ``state.checkpointed`` event names, all at once
+    in one ``Forest``, each with its own grace period (``grace``, else its ``kill_grace``,
+    else 2 s): True for each state whose tree had something to signal. A state names a tree
+    by ``pid`` and ``create_time`` (the root, only while it is still that process; with a
+    ``marker``, the processes carrying it that started no earlier too), or by ``marker`` and
+    ``not_before`` alone (a crash between the spawn and its checkpoint); anything else names
+    none (False). Blocking: call it from a worker thread."""
     recorded = [_recorded(state, grace) for state in states]
     forest = Forest([r for r in recorded if r is not None])
     for delay in forest.stopping():
