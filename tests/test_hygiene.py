@@ -214,3 +214,75 @@ def test_the_room_checks_can_fail() -> None:
     assert (
         room_of("gateway.pipeline.runner") == "pipeline" and room_of("gateway.errors") == "errors"
     )
+
+
+# --- the doors stand on the service layer (docs/architecture.md) -----------------------------
+
+DOORS = ("server", "mcp", "ui")
+COMPOSITION_ROOT = "gateway/server/app.py"
+"""Where the app is put together: it starts the runtime, its recovery, workers and reload."""
+RECORDS_BELOW = frozenset(
+    {
+        "gateway.pipeline.records",
+        "gateway.pipeline.request",
+        "gateway.store.records",
+        "gateway.runtime.container",
+        "gateway.runtime.admission",
+    }
+)
+"""What a door may import from beneath the service layer: the records and the request it
+translates its wire to and from, the runtime's type, and the admission gauges' type."""
+
+
+def reaches_past_the_service(tree: ast.Module) -> list[ast.AST]:
+    """A door's imports of the pipeline, the runtime or the store other than their records,
+    and its uses of the store (``<...>.store.<operation>``): what every door does is written
+    once, in ``gateway/service/``, and the doors only translate their wire."""
+    found: list[ast.AST] = []
+    below = ("gateway.pipeline", "gateway.runtime", "gateway.store")
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            if node.module in ("gateway.pipeline", "gateway.runtime", "gateway.store"):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        if any(n.startswith(below) and n not in RECORDS_BELOW for n in names):
+            found.append(node)
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "store"
+        ):
+            found.append(node)
+    return found
+
+
+def test_the_doors_reach_the_pipeline_and_the_store_only_through_the_service_layer() -> None:
+    found = [
+        f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+        for room in DOORS
+        for path, tree in modules(GATEWAY / room)
+        if str(path.relative_to(REPO)) != COMPOSITION_ROOT
+        for node in reaches_past_the_service(tree)
+    ]
+    assert not found, (
+        f"these door modules reach past gateway/service/: {found}; add (or use) the operation "
+        "in gateway/service/ and call it from the door"
+    )
+
+
+def test_the_service_scan_finds_what_it_looks_for() -> None:
+    tree = ast.parse(
+        "from gateway.pipeline.runner import run_call\n"
+        "from gateway.pipeline import plan\n"
+        "import gateway.store.store\n"
+        "from gateway.store.records import ExecutionRecord\n"
+        "from gateway.service import calls\n"
+        "async def f(services):\n"
+        "    return await services.store.get_execution('x')\n"
+        "def g(services):\n"
+        "    return services.store\n"
+    )
+    assert [getattr(n, "lineno", 0) for n in reaches_past_the_service(tree)] == [1, 2, 3, 7]

@@ -30,12 +30,11 @@ from gateway.errors import MalformedRequest
 from gateway.events.model import Event
 from gateway.runtime.admission import Gauge
 from gateway.runtime.container import Runtime
+from gateway.service.executions import MAX_RUN_EXECUTIONS
 from gateway.store.records import ExecutionRecord
 
 STREAM_BATCH = 200
 """The most events one poll of one execution reads (bounded work per connection)."""
-MAX_RUN_EXECUTIONS = 100
-"""The executions of a run one stream follows (the newest, as ``GET /v1/executions``)."""
 MAX_CURSOR_CHARS = 8192
 MAX_SEQ = 2**63 - 1
 """The largest ``seq`` a store holds (a signed 64-bit integer on both backends): a cursor

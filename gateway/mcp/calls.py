@@ -443,7 +443,7 @@ async def _answer_with_task(
         if modern:
             return await _answer(door, run)
         raise _task_refused(run.error or ToolgateError("the call ended before it ran"))
-    latest = await door.services.store.get_execution(record.id) or record
+    latest = await executions.latest(door.services, record)
     found = results.task(latest, await _approval(door, latest), door.base_url)
     if modern:
         return {"resultType": "task", **found}
@@ -463,7 +463,7 @@ async def _forward_output(ctx: ServerRequestContext[Any, Any], run: Run, token: 
         record = await run.find()
         if record is None:
             continue
-        for event in await run.services.store.events(record.id, seq):
+        for event in await executions.events(run.services, record, seq):
             seq = event.seq
             if event.type != "tool.output":
                 continue
@@ -486,7 +486,7 @@ async def cancel_abandoned(door: Door, run: Run) -> None:
             record = await run.find()
         if record is None:
             return
-        latest = await door.services.store.get_execution(record.id) or record
+        latest = await executions.latest(door.services, record)
         if latest.terminal:
             return
         try:

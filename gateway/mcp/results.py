@@ -22,8 +22,8 @@ from gateway import jsontext
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import NotFound, ToolgateError
 from gateway.mcp import meta
-from gateway.pipeline.plan import Plan
 from gateway.service.approvals import page_path
+from gateway.service.calls import Plan
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Outcome, Status
 

@@ -31,9 +31,9 @@ from gateway.policy import bundle as bundles
 from gateway.runtime.container import Runtime
 from gateway.server import render
 from gateway.service import approvals as service_approvals
-from gateway.service import calls, catalogue, executions
+from gateway.service import calls, catalogue, executions, health
 from gateway.store.records import ExecutionRecord
-from gateway.types import ApprovalStatus, RemotePolicy, Status
+from gateway.types import ApprovalStatus, Status
 
 
 def services_of(request: Request) -> Runtime:
@@ -250,7 +250,7 @@ async def execution_events(request: Request) -> Response:
         body = streams.execution_stream(services, record.id, after)
         return streams.respond(request, principal, body, slots)
     after = streams.after_seq(request.query_params.get("after"))
-    events = await services.store.events(record.id, after)
+    events = await executions.events(services, record, after)
     return JSONResponse({"execution_id": record.id, "items": [e.to_json() for e in events]})
 
 
@@ -270,13 +270,8 @@ async def run_events(request: Request) -> Response:
         slots.take(principal)
         body = streams.run_stream(services, run_id, visible, cursor)
         return streams.respond(request, principal, body, slots)
-    records = await services.store.find_executions(
-        None, run_id, None, limit=streams.MAX_RUN_EXECUTIONS
-    )
-    items: list[dict[str, Any]] = []
-    for record in sorted(filter(visible, records), key=lambda r: (r.created_ms, r.id)):
-        items.extend(e.to_json() for e in await services.store.events(record.id))
-    return JSONResponse({"run_id": run_id, "items": items})
+    events = await executions.run_events(services, principal, run_id)
+    return JSONResponse({"run_id": run_id, "items": [e.to_json() for e in events]})
 
 
 async def _visible_tools(request: Request, only: str | None = None) -> list[ToolDeclaration]:
@@ -453,7 +448,7 @@ async def metrics(request: Request) -> Response:
     collected = services.telemetry.metrics
     if collected is None:
         raise NotFound("metrics are off (metrics: {enabled: false})")
-    pending, queued = await services.store.gauges()
+    pending, queued = await health.gauges(services)
     body = collected.scrape(pending, queued, len(services.active))
     return Response(body, media_type=CONTENT_TYPE)
 
@@ -465,9 +460,7 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     """Ready while the store answers and the policy backend can decide (docs/api.md)."""
     services = services_of(request)
-    store_ok = await services.store.ping()
-    policy = services.policy
-    policy_ok = not isinstance(policy, RemotePolicy) or await policy.available()
+    store_ok, policy_ok = await health.readiness(services)
     ready = store_ok and policy_ok
     body = {
         "status": "ready" if ready else "not_ready",

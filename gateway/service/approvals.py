@@ -8,18 +8,33 @@ sees their own approval, and so does every principal who may decide it
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from anyio.abc import TaskGroup
 
 from gateway.errors import Forbidden, NotFound
+from gateway.events.model import Event
+from gateway.pipeline.policy import preview_failure
 from gateway.runtime import approvals
-from gateway.runtime.approvals import Verdict
+from gateway.runtime.approvals import REFUSALS, Verdict, preview_edit, risk_of
 from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalRecord, ExecutionRecord
-from gateway.types import JSON
+from gateway.types import JSON, ApprovalStatus
 
-__all__ = ["Verdict", "decide", "listing", "may_decide", "page_path", "visible"]
+__all__ = [
+    "REFUSALS",
+    "Verdict",
+    "decide",
+    "listing",
+    "may_decide",
+    "page_path",
+    "preview_edit",
+    "preview_failure",
+    "risk_of",
+    "view",
+    "visible",
+]
 
 
 def page_path(approval_id: str) -> str:
@@ -67,6 +82,28 @@ def may_decide(services: Runtime, approval: ApprovalRecord, principal: str) -> s
 
 async def execution_of(services: Runtime, approval: ApprovalRecord) -> ExecutionRecord | None:
     return await services.store.get_execution(approval.execution_id)
+
+
+async def latest(services: Runtime, approval: ApprovalRecord) -> ApprovalRecord:
+    """``approval`` as the store holds it now."""
+    return await services.store.get_approval(approval.id) or approval
+
+
+async def view(
+    services: Runtime, approval: ApprovalRecord
+) -> tuple[ApprovalRecord, ExecutionRecord | None, list[Event]]:
+    """What a person deciding ``approval`` is shown: the approval (closed first if it has
+    expired), its execution and that execution's events."""
+    if approval.status == ApprovalStatus.PENDING and approval.expires_ms <= now_ms():
+        await approvals.sweep(services)
+        approval = await latest(services, approval)
+    record = await execution_of(services, approval)
+    events = await services.store.events(approval.execution_id) if record else []
+    return approval, record, events
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 async def decide(

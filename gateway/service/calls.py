@@ -15,6 +15,17 @@ from gateway.runtime import admission, cancellation
 from gateway.runtime.container import Runtime
 from gateway.store.records import ExecutionRecord
 
+__all__ = [
+    "Plan",
+    "cancel",
+    "cancel_by_token",
+    "find_call",
+    "plan",
+    "resolve_unknown",
+    "run_holding",
+    "submit",
+]
+
 
 async def submit(
     services: Runtime, call: ToolExecutionRequest, *, queued: bool = False

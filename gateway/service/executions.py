@@ -15,6 +15,7 @@ from typing import NamedTuple
 import anyio
 
 from gateway.errors import NotFound
+from gateway.events.model import Event
 from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 
@@ -23,6 +24,9 @@ MAX_WAIT_S = 60.0
 
 FIND_LIMIT = 100
 """The most executions one find answers."""
+
+MAX_RUN_EXECUTIONS = 100
+"""The executions of a run whose events are read or followed (the newest, as a find)."""
 
 
 class Seen(NamedTuple):
@@ -94,3 +98,34 @@ async def wait_for_end(
             delay = min(delay * 1.5, 0.5)
             record = await services.store.get_execution(record.id) or record
     return record
+
+
+async def latest(services: Runtime, record: ExecutionRecord) -> ExecutionRecord:
+    """``record`` as the store holds it now (itself if it is gone)."""
+    return await services.store.get_execution(record.id) or record
+
+
+async def events(services: Runtime, record: ExecutionRecord, after: int = -1) -> list[Event]:
+    """The event log of ``record`` (one the caller may see), the events after seq ``after``."""
+    return await services.store.events(record.id, after)
+
+
+async def run_events(services: Runtime, principal: str, run_id: str) -> list[Event]:
+    """The events of a run's executions ``principal`` may see, execution after execution in
+    the order they were made (at most ``MAX_RUN_EXECUTIONS`` executions)."""
+    records = await services.store.find_executions(None, run_id, None, limit=MAX_RUN_EXECUTIONS)
+    seen = sorted(
+        (r for r in records if may_see(services, principal, r)), key=lambda r: (r.created_ms, r.id)
+    )
+    return [event for record in seen for event in await services.store.events(record.id)]
+
+
+async def browse(
+    services: Runtime, principal: str, run_id: str | None, limit: int
+) -> list[ExecutionRecord]:
+    """The newest executions ``principal`` may see (every principal's for an approver), of
+    ``run_id`` when given: what the page lists."""
+    everyone = services.policy_data.may_list_approvals(principal)
+    return await services.store.find_executions(
+        None if everyone else principal, run_id, None, limit
+    )

@@ -9,18 +9,16 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from gateway.errors import Forbidden, MalformedRequest, NotFound, ToolgateError
+from gateway.errors import MalformedRequest, NotFound, ToolgateError
 from gateway.events.model import EVENT_TYPES
-from gateway.pipeline.policy import preview_failure
-from gateway.runtime import approvals
 from gateway.runtime.container import Runtime
+from gateway.service import approvals as service_approvals
 from gateway.store.records import ApprovalEdit, ApprovalRecord, ExecutionRecord
 from gateway.types import ApprovalStatus
 from gateway.ui import edits as edit_form
 from gateway.ui.pages import (
     COMMENT_LIMIT,
     check_csrf,
-    now_ms,
     page,
     pretty,
     read_form,
@@ -32,45 +30,32 @@ from gateway.ui.pages import (
 STATUSES = tuple(s.value for s in ApprovalStatus)
 
 
-def _require_approver(services: Runtime, principal: str) -> None:
-    if not services.policy_data.may_list_approvals(principal):
-        raise Forbidden(
-            "Only approvers see the approvals inbox; your key is an agent's.",
-            code="not_an_approver",
-        )
-
-
-def _may_decide(services: Runtime, approval: ApprovalRecord, principal: str) -> str | None:
-    """None when ``principal`` may decide ``approval``; else why not."""
-    try:
-        approvals.check_approver(services, approval, principal)
-    except Forbidden as exc:
-        return exc.message
-    return None
+APPROVERS_ONLY = "Only approvers see the approvals inbox; your key is an agent's."
 
 
 @signed_in
 async def inbox(request: Request) -> Response:
     services = services_of(request)
     principal = session_of(request).principal
-    _require_approver(services, principal)
     status = request.query_params.get("status", "pending")
+    service_approvals.require_approver(services, principal, APPROVERS_ONLY)
     if status not in (*STATUSES, "all"):
         raise MalformedRequest(
             f"status is one of {', '.join(STATUSES)} or all", code="invalid_status"
         )
-    await approvals.sweep(services)
-    found = await services.store.list_approvals(None if status == "all" else status)
+    found = await service_approvals.listing(
+        services, principal, None if status == "all" else status, APPROVERS_ONLY
+    )
     rows = []
     for approval in sorted(found, key=lambda a: a.requested_ms, reverse=True):
-        why_not = _may_decide(services, approval, principal)
+        why_not = service_approvals.may_decide(services, approval, principal)
         if status == "pending" and why_not is not None:
             continue  # the inbox: what this principal may decide
-        record = await services.store.get_execution(approval.execution_id)
+        record = await service_approvals.execution_of(services, approval)
         rows.append(
             {
                 "approval": approval,
-                "risk": approvals.risk_of(services, approval),
+                "risk": service_approvals.risk_of(services, approval),
                 "agent": record.agent_id if record else None,
                 "why_not": why_not,
             }
@@ -79,12 +64,16 @@ async def inbox(request: Request) -> Response:
 
 
 async def _approval_view(request: Request) -> tuple[Runtime, ApprovalRecord, str]:
+    """The approval the path names, as the signed-in principal may see it (the requester, and
+    whoever may decide it: ``service.approvals.visible``)."""
     services = services_of(request)
     principal = session_of(request).principal
-    approval = await services.store.get_approval(request.path_params["approval_id"])
-    if approval is None or not approvals.may_see(services, approval, principal):
-        _require_approver(services, principal)  # an agent's key: said so, as on the inbox
-        raise NotFound("There is no such approval.")
+    try:
+        approval = await service_approvals.visible(
+            services, principal, request.path_params["approval_id"]
+        )
+    except NotFound:
+        raise NotFound("There is no such approval.") from None
     return services, approval, principal
 
 
@@ -104,11 +93,7 @@ async def _render_approval(
     sent: dict[str, str] | None = None,
     edited: ApprovalEdit | None = None,
 ) -> Response:
-    if approval.status == ApprovalStatus.PENDING and approval.expires_ms <= now_ms():
-        await approvals.sweep(services)
-        approval = await services.store.get_approval(approval.id) or approval
-    record = await services.store.get_execution(approval.execution_id)
-    events = await services.store.events(approval.execution_id) if record else []
+    approval, record, events = await service_approvals.view(services, approval)
     guards = _guards(services, approval, record)
     return page(
         "approval.html",
@@ -116,8 +101,8 @@ async def _render_approval(
         status,
         approval=approval,
         record=record,
-        risk=approvals.risk_of(services, approval),
-        why_not=_may_decide(services, approval, principal),
+        risk=service_approvals.risk_of(services, approval),
+        why_not=service_approvals.may_decide(services, approval, principal),
         arguments=pretty(approval.arguments),
         preview=_preview(edited.preview if edited is not None else approval.preview),
         edited=edited,
@@ -148,7 +133,7 @@ def _closed(approval: ApprovalRecord) -> str | None:
         return None
     if approval.status == ApprovalStatus.EXPIRED:
         return "This approval expired before anyone decided; it can no longer be decided."
-    why = approvals.REFUSALS.get(approval.status, approval.status)
+    why = service_approvals.REFUSALS.get(approval.status, approval.status)
     return f"This approval can no longer be decided: {why}."
 
 
@@ -176,7 +161,7 @@ def _guards(
 def _preview(preview: Any) -> dict[str, Any]:
     """The preview split into its diff (as typed lines) and the rest (as JSON), or why the
     adapter could not make one (``failed``: the page warns beside Approve)."""
-    failed = preview_failure(preview)
+    failed = service_approvals.preview_failure(preview)
     if failed is not None:
         return {"diff": [], "rest": None, "failed": failed}
     diff: list[tuple[str, str]] = []
@@ -217,13 +202,19 @@ async def decide(request: Request) -> Response:
         edits = edit_form.read(form, _edit_fields(services, approval)) if edit else None
         if decision == "preview":
             return await _preview_edit(request, services, approval, principal, form, edits or {})
-        verdict = await approvals.decide(
-            services, approval.id, principal, decision != "deny", comment or None, edits=edits
+        await service_approvals.decide(
+            services,
+            request.app.state.tasks,
+            approval.id,
+            principal,
+            decision != "deny",
+            comment or None,
+            edits=edits,
         )
     except ToolgateError as exc:
         if exc.http_status not in (403, 409, 422) and not (edit and exc.http_status == 400):
             raise
-        fresh = await services.store.get_approval(approval.id) or approval
+        fresh = await service_approvals.latest(services, approval)
         return await _render_approval(
             request,
             services,
@@ -233,8 +224,6 @@ async def decide(request: Request) -> Response:
             status=exc.http_status,
             sent=form if edit else None,
         )
-    if verdict.resume:
-        request.app.state.tasks.start_soon(approvals.resume, services, verdict.approval)
     return RedirectResponse(f"/ui/approvals/{approval.id}", 303)
 
 
@@ -247,7 +236,7 @@ async def _preview_edit(
     edits: dict[str, Any],
 ) -> Response:
     """The approval's page with the edited call's arguments and preview; nothing decided."""
-    checked = await approvals.preview_edit(services, approval.id, principal, edits)
+    checked = await service_approvals.preview_edit(services, approval.id, principal, edits)
     notice = (
         "Nothing is edited: the fields hold the call's own arguments."
         if checked is None

@@ -34,6 +34,7 @@ from gateway.http.artifacts import artifact_response
 from gateway.http.auth import Authenticator
 from gateway.runtime.container import Runtime
 from gateway.service import executions as execution_service
+from gateway.service import sessions as service_sessions
 from gateway.store.records import ExecutionRecord
 from gateway.types import Outcome, Status
 from gateway.ui import session as sessions
@@ -136,7 +137,7 @@ async def _still_valid(request: Request, session: Session) -> bool:
     bounds the session's)."""
     services = services_of(request)
     try:
-        if await services.store.session_ended(session.id):
+        if await service_sessions.ended(services, session.id):
             return False
     except ToolgateError:  # the store cannot say: the session is not taken on trust
         return False
@@ -327,7 +328,7 @@ async def signout(request: Request) -> Response:
     it ended), then drop this browser's copy."""
     check_csrf(request, await read_form(request))
     session = session_of(request)
-    await services_of(request).store.end_session(session.id, session.expires_ms)
+    await service_sessions.end(services_of(request), session.id, session.expires_ms)
     response = RedirectResponse("/ui/signin", 303)
     response.delete_cookie(
         sessions.SESSION_COOKIE,
@@ -361,9 +362,8 @@ async def executions(request: Request) -> Response:
         raise MalformedRequest(
             f"status is one of {', '.join(EXECUTION_STATUSES)}", code="invalid_status"
         )
-    everyone = services.policy_data.may_list_approvals(principal)
-    records = await services.store.find_executions(
-        None if everyone else principal, filters["run_id"] or None, None, limit=LIST_LIMIT
+    records = await execution_service.browse(
+        services, principal, filters["run_id"] or None, LIST_LIMIT
     )
     shown = [
         r
@@ -397,7 +397,7 @@ async def _visible(request: Request) -> tuple[Runtime, ExecutionRecord]:
 @signed_in
 async def execution_page(request: Request) -> Response:
     services, record = await _visible(request)
-    events = await services.store.events(record.id)
+    events = await execution_service.events(services, record)
     result = record.result
     return page(
         "execution.html",
@@ -452,8 +452,8 @@ async def timeline(request: Request) -> Response:
     async def body() -> AsyncIterator[str]:
         async for chunk in streams.execution_stream(services, record.id, after, render):
             yield chunk
-        ended = await services.store.get_execution(record.id)
-        if ended is None or ended.terminal:  # else the stream's time ran out: reconnect
+        ended = await execution_service.latest(services, record)
+        if ended.terminal:  # else the stream's time ran out: reconnect
             yield "event: done\ndata: done\n\n"
 
     return streams.respond(request, principal, body(), slots)

@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 
 from gateway.testing import gateway, make_project
 from gateway.ui import session as sessions
-from tests.helpers import ALICE, BOB, IN_CI, REPO, REVIEWED_TOOL
+from tests.helpers import ALICE, BOB, CAROL, IN_CI, REPO, REVIEWED_TOOL
 
 pytestmark = [pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
@@ -413,3 +413,34 @@ def test_forged_and_bad_edit_forms_change_nothing(served: tuple[str, Path]) -> N
         assert "../escape.txt" in escape.text  # the form shows what was sent
     assert _approval(url, approval)["status"] == "pending"
     assert not (workspace / "forged-edit.txt").exists()
+
+
+def test_the_approval_page_follows_a_decision_made_elsewhere(
+    served: tuple[str, Path], browser: Any
+) -> None:
+    """Issue 30.5: the page said `pending`, the time left and offered Approve/Deny while its
+    own timeline showed the call decided and ended elsewhere; it now changes without a
+    reload."""
+    url, workspace = served
+    (workspace / "elsewhere.txt").write_text("before\n")
+    parked = _write(url, "elsewhere.txt", "after\n", "elsewhere-1")
+    approval = parked["approval"]["id"]
+    page = _sign_in(browser, url, BOB)
+    page.goto(f"{url}/ui/approvals/{approval}", wait_until="load")
+    expect(page.locator("#approval-status")).to_have_text("pending")
+    expect(page.locator("button[value=approve]")).to_have_count(1)
+    expect(page.locator("#approval-head")).to_contain_text("left")
+    # carol decides over the API while bob's page stays open
+    denied = httpx.post(
+        f"{url}/v1/approvals/{approval}/deny",
+        json={"comment": "not today"},
+        headers={"Authorization": f"Bearer {CAROL}"},
+    )
+    assert denied.status_code == 200, denied.text
+    expect(page.locator("#approval-status")).to_have_text("denied", timeout=15_000)
+    expect(page.locator("button[value=approve]")).to_have_count(0)
+    expect(page.locator("#approval-decision")).to_contain_text("can no longer be decided")
+    expect(page.locator("#approval-head")).not_to_contain_text("left")
+    expect(page.locator("#approval-head")).to_contain_text("carol")
+    assert (workspace / "elsewhere.txt").read_text() == "before\n"
+    page.context.close()
