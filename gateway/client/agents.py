@@ -119,11 +119,12 @@ class Approver:
 
     async def parked(self, item: ToolApprovalItem) -> Execution:
         """The parked execution of an interruption (with its ``approval``: id, reasons, page)."""
-        found = await self.client.find(run_id=self.options.run_id, call_id=item.call_id)
+        call_id, run_id = item.call_id, self.options.run_id
+        found = await self.client.find(run_id=run_id, call_id=call_id) if call_id else []
         if not found or not found[0].approval:
             raise ToolgateClientError(
-                f"no call of run {self.options.run_id} waits for approval as tool call "
-                f"{item.call_id} (the tools' options and the Approver's must be the same)"
+                f"no call of run {run_id} waits for approval as tool call {call_id} (the "
+                "tools' options and the Approver's must be the same)"
             )
         return found[0]
 

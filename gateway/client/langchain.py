@@ -67,13 +67,16 @@ class GatewayTool(StructuredTool):
             _TOOL_CALL_ID.reset(token)
 
 
-def hitl_request(spec: ToolSpec, approval: Mapping[str, Any], note: str = "") -> dict[str, Any]:
+def hitl_request(
+    spec: ToolSpec, approval: Mapping[str, Any], arguments: Mapping[str, Any], note: str = ""
+) -> dict[str, Any]:
     """The interrupt's value for a parked call: a ``HITLRequest`` of
-    ``HumanInTheLoopMiddleware`` with the approval (as the approver reads it) as its action."""
+    ``HumanInTheLoopMiddleware`` whose action is the call with the ``arguments`` its
+    ``approval`` (the execution's: id, reasons, page) binds."""
     description = review(approval) + (f". {note}" if note else "")
     return {
         "action_requests": [
-            {"name": spec.llm_name, "args": dict(approval["arguments"]), "description": description}
+            {"name": spec.llm_name, "args": dict(arguments), "description": description}
         ],
         "review_configs": [{"action_name": spec.llm_name, "allowed_decisions": DECISIONS}],
     }
@@ -106,7 +109,8 @@ def settle(client: Client, approver: Client, spec: ToolSpec, execution: Executio
     note = ""
     while (approval := pending_approval(execution)) is not None:
         bound = client.approval(str(approval["id"]))  # the requester reads it too
-        decision, note = _decision(interrupt(hitl_request(spec, bound, note)), spec)
+        asked = hitl_request(spec, approval, bound["arguments"], note)
+        decision, note = _decision(interrupt(asked), spec)
         if decision is None:
             continue
         try:

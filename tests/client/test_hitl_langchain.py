@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from gateway.client import Client, Forbidden
+from gateway.client import AsyncClient, Client, Forbidden
 from gateway.testing import gateway, make_project
 from tests.helpers import ALICE, BOB, CAROL, REVIEWED_TOOL
 
@@ -31,7 +32,9 @@ def reviewed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gw]:
         yield url, root / "var" / "workspaces" / "demo"
 
 
-def _agent(client: Client, approver: Client, *calls: dict[str, Any]) -> Any:
+def _agent(
+    client: Client, approver: Client, *calls: dict[str, Any], async_client: Any = None
+) -> Any:
     pytest.importorskip("langchain")
     from langchain.agents import create_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -46,7 +49,7 @@ def _agent(client: Client, approver: Client, *calls: dict[str, Any]) -> Any:
 
     script = [AIMessage(content="", tool_calls=[call]) for call in calls]
     model = ScriptedChat(messages=iter([*script, AIMessage(content="done")]))
-    tools = structured_tools(client, approver=approver)
+    tools = structured_tools(client, approver=approver, async_client=async_client)
     return create_agent(model, tools=tools, checkpointer=InMemorySaver())
 
 
@@ -78,7 +81,8 @@ def test_langchain_interrupt_is_decided_on_the_gateway(reviewed: Gw) -> None:
         assert not (workspace / approved).exists(), "nothing runs before the approver decides"
         assert request["action_requests"][0]["name"] == "fs__write_reviewed"
         assert request["action_requests"][0]["args"]["path"] == approved
-        assert "approval ap_" in request["action_requests"][0]["description"]
+        assert "(approval ap_" in request["action_requests"][0]["description"]
+        assert ": /ui/approvals/ap_" in request["action_requests"][0]["description"]
         assert request["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
 
         second = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), agent_config)
@@ -129,3 +133,28 @@ def test_langchain_an_approver_who_may_not_decide_is_told(reviewed: Gw) -> None:
             agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), agent_config)
     assert refused.value.code == "not_an_approver"
     assert not (workspace / path).exists()
+
+
+def test_langchain_interrupt_in_an_async_run(reviewed: Gw) -> None:
+    # ainvoke: the call through the AsyncClient, the decision through the approver's client
+    # in a thread, the interrupt in the run's context all the same
+    pytest.importorskip("langchain")
+    from langgraph.types import Command
+
+    url, workspace = reviewed
+    path = f"lc-async-{uuid.uuid4().hex[:6]}.txt"
+
+    async def main() -> tuple[Any, Any]:
+        async with AsyncClient(url, ALICE) as atg:
+            with Client(url, ALICE) as tg, Client(url, BOB) as bob:
+                agent = _agent(tg, bob, _call(path, "async"), async_client=atg)
+                agent_config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
+                start = {"messages": [{"role": "user", "content": "write"}]}
+                first = await agent.ainvoke(start, agent_config)
+                approve = Command(resume={"decisions": [{"type": "approve"}]})
+                return first, await agent.ainvoke(approve, agent_config)
+
+    first, done = anyio.run(main)
+    assert first["__interrupt__"][0].value["action_requests"][0]["args"]["path"] == path
+    [ran] = _tool_answers(done)
+    assert ran["outcome"] == "succeeded" and (workspace / path).read_text() == "async"
