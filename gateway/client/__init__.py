@@ -6,6 +6,7 @@ from gateway.client.client import AsyncClient, CallOptions, Client, Execution, r
 from gateway.client.errors import (
     ApiError,
     Conflict,
+    EditRefused,
     Forbidden,
     IdempotencyMismatch,
     MalformedRequest,
@@ -25,6 +26,7 @@ __all__ = [
     "CallOptions",
     "Client",
     "Conflict",
+    "EditRefused",
     "Execution",
     "Forbidden",
     "IdempotencyMismatch",

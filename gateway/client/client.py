@@ -178,10 +178,18 @@ class _Requests:
         return _Request("GET", f"/v1/approvals/{approval_id}")
 
     @staticmethod
-    def decide(approval_id: str, verb: str, comment: str | None, resume: bool) -> _Request:
+    def decide(
+        approval_id: str,
+        verb: str,
+        comment: str | None,
+        resume: bool,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> _Request:
         body: dict[str, Any] = {"resume": resume}
         if comment is not None:
             body["comment"] = comment
+        if arguments is not None:
+            body["arguments"] = dict(arguments)
         return _Request("POST", f"/v1/approvals/{approval_id}/{verb}", json=body)
 
 
@@ -214,6 +222,13 @@ def _read(response: httpx.Response) -> Any:
 
 def _headers(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}", "User-Agent": "toolgate-client"}
+
+
+def same_key(a: Client | AsyncClient, b: Client | AsyncClient) -> bool:
+    """Whether two clients send the same API key: an agent's client and the client of the
+    person who decides its calls must not (the gateway refuses self-approval as well)."""
+    header = "Authorization"
+    return a is b or a._http.headers.get(header) == b._http.headers.get(header)
 
 
 class Client:
@@ -312,9 +327,17 @@ class Client:
         return dict(self._send(_Requests.approval(approval_id)))
 
     def approve(
-        self, approval_id: str, comment: str | None = None, *, resume: bool = True
+        self,
+        approval_id: str,
+        comment: str | None = None,
+        *,
+        resume: bool = True,
+        arguments: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        return dict(self._send(_Requests.decide(approval_id, "approve", comment, resume)))
+        """Approve (``POST /v1/approvals/{id}/approve``); ``arguments``: edit the arguments the
+        tool marks editable before approving (the gateway checks the edited call again)."""
+        request = _Requests.decide(approval_id, "approve", comment, resume, arguments)
+        return dict(self._send(request))
 
     def deny(self, approval_id: str, comment: str | None = None) -> dict[str, Any]:
         return dict(self._send(_Requests.decide(approval_id, "deny", comment, True)))
@@ -410,9 +433,15 @@ class AsyncClient:
         return dict(await self._send(_Requests.approval(approval_id)))
 
     async def approve(
-        self, approval_id: str, comment: str | None = None, *, resume: bool = True
+        self,
+        approval_id: str,
+        comment: str | None = None,
+        *,
+        resume: bool = True,
+        arguments: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        return dict(await self._send(_Requests.decide(approval_id, "approve", comment, resume)))
+        request = _Requests.decide(approval_id, "approve", comment, resume, arguments)
+        return dict(await self._send(request))
 
     async def deny(self, approval_id: str, comment: str | None = None) -> dict[str, Any]:
         return dict(await self._send(_Requests.decide(approval_id, "deny", comment, True)))

@@ -76,6 +76,11 @@ class IdempotencyMismatch(ApiError):
     """422: the idempotency key was used for other arguments."""
 
 
+class EditRefused(ApiError):
+    """422: an approver's edit of a call's arguments is refused (``argument_not_editable``,
+    ``edit_refused``); nothing was decided."""
+
+
 class ServiceUnavailable(ApiError):
     """503: the store is unreachable (retryable)."""
 
@@ -95,6 +100,11 @@ BY_STATUS: dict[int, type[ApiError]] = {
     422: IdempotencyMismatch,
     503: ServiceUnavailable,
 }
+BY_CODE: dict[str, type[ApiError]] = {
+    "argument_not_editable": EditRefused,
+    "edit_refused": EditRefused,
+}
+"""Where one status has several of the gateway's errors, the code says which."""
 _PROBLEM_FIELDS = frozenset({"type", "title", "status", "code", "detail", "retryable"})
 
 
@@ -108,11 +118,13 @@ def raise_for_problem(response: httpx.Response) -> None:
         body = None
     if not isinstance(body, dict):
         body = {"code": "http_error", "detail": response.text[:500] or response.reason_phrase}
-    status = response.status_code
-    cls = BY_STATUS.get(status, ServerError if status >= 500 else MalformedRequest)
+    status, code = response.status_code, str(body.get("code") or "http_error")
+    cls = BY_CODE.get(code) or BY_STATUS.get(
+        status, ServerError if status >= 500 else MalformedRequest
+    )
     raise cls(
         status,
-        str(body.get("code") or "http_error"),
+        code,
         str(body.get("detail") or ""),
         bool(body.get("retryable", False)),
         {k: v for k, v in body.items() if k not in _PROBLEM_FIELDS},

@@ -84,6 +84,21 @@ def answer(execution: Execution) -> dict[str, Any]:
     }
 
 
+def pending_approval(execution: Execution) -> Mapping[str, Any] | None:
+    """The approval an execution waits for while nobody has decided it; ``None`` once it is
+    decided (the call then runs, or ran, or ended) or when the call waits for none."""
+    approval = execution.approval
+    if execution.terminal or not approval or approval.get("status") != "pending":
+        return None
+    return approval
+
+
+def review(approval: Mapping[str, Any]) -> str:
+    """What a person reads about a parked call: why the gateway asks, and where it asks."""
+    reasons = "; ".join(approval.get("reasons") or []) or "the gateway's policy asks a person"
+    return f"{reasons} (approval {approval.get('id')}: {approval.get('page')})"
+
+
 def refused(exc: ApiError) -> dict[str, Any]:
     """A request the gateway refused (4xx): what the agent reads instead of an exception."""
     return {"outcome": "refused", "error": {"code": exc.code, "message": exc.detail}}
