@@ -8,7 +8,6 @@ of the configured one, and ``audit verify --public-key FILE`` takes one an audit
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from gateway.b64url import decode as b64_decode
 from gateway.b64url import encode as b64_encode
 from gateway.errors import ConfigError
+from gateway.keyfile import publish_once
 from gateway.settings import Settings
 
 DEFAULT_KEY = "audit.key"
@@ -115,20 +115,10 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
 
 
 def _make_key(path: Path) -> None:
-    """Written aside and linked into place: two gateways starting at once agree on one key."""
+    """A new signing key at ``path``, unless another gateway made one first (``keyfile``)."""
     pem = Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
+    publish_once(path, pem)

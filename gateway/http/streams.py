@@ -79,25 +79,21 @@ def after_seq(raw: str | None) -> int:
     """``?after=SEQ`` of an execution's events: -1 (from the start) when absent."""
     if raw is None:
         return -1
-    found = seq_of(raw)
-    if found is None:
-        raise MalformedRequest(
-            f"after must be the seq of an event you have (an integer from 0 to {MAX_SEQ})",
-            code="invalid_after",
-        )
-    return found
+    return _seq(raw, "after must be the seq of an event you have", "invalid_after")
 
 
 def execution_cursor(raw: str | None) -> int:
     """``Last-Event-ID`` of an execution stream: the last seq the client has."""
     if raw is None or not raw.strip():
         return -1
-    found = seq_of(raw.strip())
+    what = "Last-Event-ID is the seq of the last event you have"
+    return _seq(raw.strip(), what, "invalid_last_event_id")
+
+
+def _seq(raw: str, what: str, code: str) -> int:
+    found = seq_of(raw)
     if found is None:
-        raise MalformedRequest(
-            f"Last-Event-ID is the seq of the last event you have (an integer from 0 to {MAX_SEQ})",
-            code="invalid_last_event_id",
-        )
+        raise MalformedRequest(f"{what} (an integer from 0 to {MAX_SEQ})", code=code)
     return found
 
 

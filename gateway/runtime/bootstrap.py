@@ -17,6 +17,7 @@ from gateway.declarations.loader import load_catalogue
 from gateway.errors import ConfigError
 from gateway.faults import Faults
 from gateway.instance import INSTANCE_ID
+from gateway.keyfile import publish_once
 from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import Metrics
 from gateway.observability.telemetry import Telemetry, tracing_wanted
@@ -189,17 +190,6 @@ def approval_key(settings: Settings) -> bytes:
     if settings.approval_secret:
         return settings.approval_secret.encode("utf-8")
     path = settings.path(settings.var_dir) / "approval.key"
-    if not path.exists():
-        # Written aside and linked into place: two gateways starting at once agree on one key.
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".approval.key.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
+    if not path.exists():  # two gateways starting at once agree on one key
+        publish_once(path, secrets.token_hex(32).encode("ascii"))
     return path.read_text().strip().encode("utf-8")

@@ -109,7 +109,7 @@ async def probed(services: Runtime, documents: list[dict[str, Any]]) -> list[Lis
     async def one(document: dict[str, Any]) -> Listing:
         async with gate:
             try:
-                decision = await services.policy.decide(_probe(document))
+                decision = await services.policy.decide(probe(document))
             except PolicyUnavailable:  # no decision: not listed (the backend logged why)
                 return Listing(False)
         return Listing(decision.result is not DecisionResult.DENY)
@@ -142,20 +142,9 @@ def listing_input(
     }
 
 
-def probe_input(
-    services: Runtime,
-    principal: str,
-    workspace_id: str | None,
-    tool: ToolDeclaration,
-    roles: tuple[str, ...] = (),
-    auth_method: str = "",
-) -> dict[str, Any]:
-    """A policy input document (docs/policies.md) for a call of ``tool`` with no arguments:
-    what a policy without a listing rule is asked."""
-    return _probe(listing_input(services, principal, workspace_id, tool, roles, auth_method))
-
-
-def _probe(listing: dict[str, Any]) -> dict[str, Any]:
+def probe(listing: dict[str, Any]) -> dict[str, Any]:
+    """The policy input (docs/policies.md) of a call with no arguments of the tool of the
+    listing input ``listing``: what a policy without a listing rule is asked."""
     return {
         **listing,
         "actor": {"agent_id": "", **listing["actor"]},

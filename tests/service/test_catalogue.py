@@ -152,7 +152,9 @@ def test_a_tool_only_a_call_without_arguments_is_refused_is_listed(
 
     async def a_real_call_is_allowed(services: Runtime) -> None:
         tool = services.catalogue.resolve("fs.read_file", None)
-        probe = catalogue.probe_input(services, "alice", "demo", tool, (), "api_key")
+        probe = catalogue.probe(
+            catalogue.listing_input(services, "alice", "demo", tool, (), "api_key")
+        )
         real = {**probe, "arguments": {"path": "a.txt"}}
         real["paths"] = [{"argument": "path", "relative": "a.txt", "inside_workspace": True}]
         assert (await services.policy.decide(real)).result is DecisionResult.ALLOW
