@@ -318,6 +318,12 @@ def test_reload_switches_the_candidate_and_promote_enforces_it(tmp_path: Path) -
         assert latest["call_id"] == "second", latest
         assert latest["candidate"]["revision"] != first["candidate"]["revision"]
 
+        broken = tmp_path / "candidate/rego/broken.rego"
+        broken.write_text("package toolgate\n\nthis is not rego\n")
+        refused = httpx.post(f"{url}/v1/admin/reload", headers=AUTH, timeout=60)
+        assert refused.status_code != 200 and "shadow: " in refused.text, refused.text
+        broken.unlink()
+
         promoted = toolgate("policy", "promote", "--url", url, "--key", ALICE, cwd=tmp_path)
         assert promoted.returncode == 0, promoted.stderr + promoted.stdout
         assert json.loads(promoted.stdout)["status"] == "applied", promoted.stdout
@@ -367,3 +373,16 @@ async def test_a_raising_candidate_is_counted_and_nothing_flows_back(tmp_path: P
         await store.aclose()
     assert metrics.shadow_skipped.values == {("queue_full",): 3, ("error",): 2}
     assert denied == Decision(DecisionResult.DENY, ("enforced",))
+
+
+def test_promote_refuses_a_candidate_that_does_not_load_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    config = project(tmp_path, f"sqlite:///{tmp_path / 'toolgate.db'}")
+    before = {p.name: p.read_text() for p in (tmp_path / "rego").iterdir()}
+    (tmp_path / "candidate/rego/candidate.rego").write_text("package toolgate\n\nnot rego at all\n")
+    done = toolgate("--config", str(config), "policy", "promote", "--no-reload", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "candidate.rego" in done.stderr, done.stderr
+    assert {p.name: p.read_text() for p in (tmp_path / "rego").iterdir()} == before
+    assert not list(tmp_path.glob(".rego*")), list(tmp_path.iterdir())
