@@ -6,8 +6,10 @@ enforced decision to ``Shadow.submit``, which only puts them on a bounded queue 
 the call never waits for the candidate, and nothing the candidate answers flows back to it.
 A full queue drops the comparison and counts it (``toolgate_policy_shadow_skipped{reason=
 "queue_full"}``); so does a candidate decision past ``shadow.timeout``, a candidate service
-that gives no decision (``unavailable``) or any other fault (``error``). A candidate that
-fails to evaluate denies, like any policy (fail closed): that is a decision, and compared.
+that gives no decision (``unavailable``) or any other fault (``error``). (The budget is a
+remote candidate's: an embedded one decides in-process without yielding, in tens of µs.)
+A candidate that fails to evaluate denies, like any policy (fail closed): that is a
+decision, and compared.
 
 One task (started by the first submit, on the event loop that runs the calls) takes the queue
 in order, asks the candidate, and for each decision whose ``result`` differs records the
@@ -35,7 +37,7 @@ from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.settings import Settings, ShadowSettings
 from gateway.store.records import ShadowDifference
 from gateway.store.store import Store
-from gateway.types import JSON, Decision, PolicyBackend
+from gateway.types import JSON, Decision, PolicyBackend, RemotePolicy
 
 log = logging.getLogger("toolgate.policy.shadow")
 
@@ -120,7 +122,9 @@ class Shadow:
         self.candidate = candidate
         self.revision = revision
         """The candidate's policy revision."""
-        self._timeout = config.timeout
+        self._budget = config.timeout if isinstance(candidate, RemotePolicy) else None
+        """A remote candidate's time budget; an in-process one decides without yielding,
+        so a deadline could not interrupt it (and would cost a timer per decision)."""
         self._queue: asyncio.Queue[_Submitted] = asyncio.Queue(config.queue)
         self._store = store
         self._telemetry = telemetry
@@ -187,8 +191,11 @@ class Shadow:
     async def _compare(self, item: _Submitted, found: list[ShadowDifference]) -> None:
         document, enforced, ids, revision, at_ns = item
         try:
-            async with asyncio.timeout(self._timeout):
+            if self._budget is None:
                 candidate = await self.candidate.decide(document)
+            else:
+                async with asyncio.timeout(self._budget):
+                    candidate = await self.candidate.decide(document)
         except TimeoutError:
             self._skip("timeout")
             return
