@@ -201,6 +201,9 @@ async def test_a_candidate_that_fails_to_evaluate_changes_no_enforced_decision(
     tmp_path: Path,
 ) -> None:
     config = project(tmp_path, f"sqlite:///{tmp_path / 'toolgate.db'}")
+    settings = yaml.safe_load(config.read_text())
+    settings["decision_log"] = {"enabled": True, "path": "var/decisions.jsonl"}
+    config.write_text(yaml.safe_dump(settings))
     (tmp_path / "candidate/rego/candidate.rego").write_text(
         'package toolgate\n\ndeny_reasons contains "x" if {\n\t1 / count(input.paths) == 0\n}\n'
         'deny_reasons contains sprintf("%v", [1 / 0]) if { true }\n'
@@ -219,6 +222,13 @@ async def test_a_candidate_that_fails_to_evaluate_changes_no_enforced_decision(
     found = report(tmp_path)
     (latest,) = found["latest"]
     assert latest["candidate"]["reasons"][0].startswith("policy error:"), latest
+    lines = (tmp_path / "var/decisions.jsonl").read_text().splitlines()
+    (event,) = [e for e in map(json.loads, lines) if e["path"] == "toolgate/shadow"]
+    assert event["result"]["result"] == "allow" and event["result"]["reasons"], event
+    assert event["shadow"]["result"]["result"] == "deny", event
+    assert event["shadow"]["result"]["reasons"][0].startswith("policy error:"), event
+    assert event["shadow"]["difference"] == "allow_to_deny", event
+    assert event["toolgate"]["execution_id"] == allowed.json()["id"], event
 
 
 @pytest.mark.anyio
