@@ -272,6 +272,30 @@ async def test_a_hung_shadow_opa_changes_no_enforced_decision(tmp_path: Path) ->
     assert series(metrics, "toolgate_policy_shadow_decisions_total") == 0
 
 
+@pytest.mark.anyio
+async def test_on_the_opa_backend_a_second_opa_decides_the_candidate(tmp_path: Path) -> None:
+    config = project(tmp_path, f"sqlite:///{tmp_path / 'toolgate.db'}")
+    enforcing_sources = load_policy_sources(tmp_path / "rego", tmp_path / "policies")
+    candidate_sources = load_policy_sources(
+        tmp_path / "candidate/rego", tmp_path / "candidate/policies"
+    )
+    with standin(enforcing_sources) as enforcing, standin(candidate_sources) as candidate:
+        settings = yaml.safe_load(config.read_text())
+        settings.update(policy_backend="opa", opa_url=enforcing.url, opa_timeout=2.0)
+        settings["shadow"]["opa_url"] = candidate.url
+        config.write_text(yaml.safe_dump(settings))
+        async with app_client(config) as c:
+            stricter = await c.post("/v1/executions", json=call("s", "deny-s.txt"), headers=AUTH)
+            looser = await c.post("/v1/executions", json=call("l", "l.txt", "ops"), headers=AUTH)
+            assert (outcome(stricter), outcome(looser)) == ("succeeded", "failed")
+            metrics = await settled(c, 2, 0)
+    for kind in ("allow_to_deny", "deny_to_allow"):
+        assert series(metrics, "toolgate_policy_shadow_differences_total", f'kind="{kind}"') == 1
+    found = report(tmp_path)
+    assert found["by_kind"] == {"allow_to_deny": 1, "deny_to_allow": 1}, found
+    assert {d["candidate"]["revision"] for d in found["latest"]} == {candidate_sources.revision()}
+
+
 def test_settings_name_what_a_shadow_lacks(tmp_path: Path) -> None:
     config = project(tmp_path, f"sqlite:///{tmp_path / 'toolgate.db'}")
     settings = yaml.safe_load(config.read_text())
