@@ -95,7 +95,13 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
     await store.open()
     policy = await open_backend(settings, loaded.sources)
     telemetry = make_telemetry(settings, store, policy, revision=loaded.sources.revision())
-    shadow = await open_shadow(settings, loaded.shadow, store, telemetry)
+    try:
+        shadow = await open_shadow(settings, loaded.shadow, store, telemetry)
+    except ConfigError:  # nothing is left open by a start that fails
+        await policy.aclose()
+        await store.aclose()
+        telemetry.close()
+        raise
     runtime = Runtime(
         settings=settings,
         catalogue=loaded.catalogue,
