@@ -21,6 +21,7 @@ import httpx
 import pytest
 import yaml
 
+from gateway.policy import bundle
 from gateway.policy.loader import load_policy_sources
 from gateway.server.app import create_app
 from gateway.settings import load_settings
@@ -294,6 +295,21 @@ async def test_on_the_opa_backend_a_second_opa_decides_the_candidate(tmp_path: P
     found = report(tmp_path)
     assert found["by_kind"] == {"allow_to_deny": 1, "deny_to_allow": 1}, found
     assert {d["candidate"]["revision"] for d in found["latest"]} == {candidate_sources.revision()}
+
+
+@pytest.mark.anyio
+async def test_a_bundle_file_is_a_candidate_too(tmp_path: Path) -> None:
+    config = project(tmp_path, f"sqlite:///{tmp_path / 'toolgate.db'}")
+    candidate = load_policy_sources(tmp_path / "candidate/rego", tmp_path / "candidate/policies")
+    (tmp_path / "candidate.tar.gz").write_bytes(bundle.build(candidate).data)
+    settings = yaml.safe_load(config.read_text())
+    settings["shadow"] = {"bundle": "candidate.tar.gz"}
+    config.write_text(yaml.safe_dump(settings))
+    async with app_client(config) as c:
+        stricter = await c.post("/v1/executions", json=call("s", "deny-s.txt"), headers=AUTH)
+        assert outcome(stricter) == "succeeded"
+        metrics = await settled(c, 1, 0)
+    assert series(metrics, "toolgate_policy_shadow_differences_total", 'kind="allow_to_deny"') == 1
 
 
 def test_settings_name_what_a_shadow_lacks(tmp_path: Path) -> None:
