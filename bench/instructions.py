@@ -3,7 +3,7 @@ disturb. Wall-clock and CPU-time figures move 10-20 % with the load of other pro
 number of instructions a request executes does not (within ~0.1 % run to run).
 
     .venv/bin/python bench/instructions.py [--rev REV ...] [--calls 200] [--concurrency 16]
-        [--scenario rest|mcp|floor|bare] [--client httpx|asgi] [--postgres]
+        [--scenario rest|mcp|floor|bare] [--client httpx|asgi] [--postgres] [--shadow]
 
 For each revision (default: the working tree), a gateway app of that tree on a temporary
 project (SQLite, or with ``--postgres`` a fresh database of its own on 127.0.0.1:5432; the
@@ -20,7 +20,9 @@ first; writes ``bench/results/instructions-<date>.json``. The count includes the
 (httpx) and excludes uvicorn's, the same code in every revision; with ``--client asgi`` the
 calls go straight to the ASGI app and only the gateway is counted (to compare scenarios whose
 requests and answers differ, as MCP's and REST's do). About 3 minutes a revision on 2 cores.
-Needs Debian's ``valgrind`` (``apt-get install -y valgrind``).
+Needs Debian's ``valgrind`` (``apt-get install -y valgrind``). ``--shadow``: the project also
+runs a shadow policy (a copy of the shipped one under ``candidate/``: decided beside it on
+every call, no differences), to count what a shadow costs a call (docs/policies.md).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+SHADOW_ENV = "INSTRUCTIONS_SHADOW"
+"""Set by ``--shadow`` for the child (valgrind passes the environment on)."""
 
 MCP_ERA = "2026-07-28"
 MCP_HEADERS = {
@@ -136,6 +141,10 @@ def child(
     config["lock_lease"] = "1h"
     config["sweep_interval"] = "1h"
     config.setdefault("audit", {})["checkpoint_interval"] = 0
+    if os.environ.get(SHADOW_ENV):  # --shadow: a copy of the policy as the candidate
+        for name in ("rego", "policies"):
+            shutil.copytree(root / name, root / "candidate" / name)
+        config["shadow"] = {"rego_dir": "candidate/rego", "policies_dir": "candidate/policies"}
     (root / "toolgate.yaml").write_text(yaml.safe_dump(config))
     rules = root / "policies" / "rules.yaml"
     data = yaml.safe_load(rules.read_text())
@@ -349,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--postgres", action="store_true", help="the store on PostgreSQL (127.0.0.1:5432)"
     )
+    parser.add_argument(
+        "--shadow", action="store_true", help="with a shadow policy (a copy of the shipped one)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
     parser.add_argument("--flags", help=argparse.SUPPRESS)
@@ -366,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             args.database_url,
         )
         return 0
+    if args.shadow:
+        os.environ[SHADOW_ENV] = "1"
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print(
             "valgrind is not installed: apt-get update && apt-get install -y valgrind",
@@ -415,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                 "calls": args.calls,
                 "concurrency": args.concurrency,
                 "store": "postgresql" if args.postgres else "sqlite",
+                "shadow": args.shadow,
                 "figures": figures,
             },
             indent=1,

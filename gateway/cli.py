@@ -41,6 +41,7 @@ from gateway.commands.policy import (
     cmd_policy_test,
 )
 from gateway.commands.remote import cmd_approvals, cmd_call, cmd_executions, cmd_mcp, cmd_reload
+from gateway.commands.shadow import cmd_policy_promote, cmd_policy_shadow_report
 from gateway.commands.tables import table
 
 
@@ -364,6 +365,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=1000, help="at most this many executions, the newest"
     )
     preplay.set_defaults(fn=cmd_policy_replay)
+    pshadow = psub.add_parser("shadow", help="the shadow (candidate) policy's differences")
+    pshadow_sub = pshadow.add_subparsers(dest="shadow_command", required=True)
+    preport = pshadow_sub.add_parser(
+        "report", help="what the shadow policy decided otherwise, all replicas (from the store)"
+    )
+    preport.add_argument("--since", default="1h", help="differences this long ago or later")
+    preport.add_argument("--limit", type=int, default=10, help="list the newest N (0: none)")
+    preport.add_argument("--json", action="store_true", help="the report as JSON")
+    preport.set_defaults(fn=cmd_policy_shadow_report)
+    ppromote = psub.add_parser(
+        "promote", help="make the shadow policy the enforcing one (copy its files, reload)"
+    )
+    ppromote.add_argument(
+        "--no-reload", action="store_true", help="copy only (reload later: SIGHUP, toolgate reload)"
+    )
+    client_options(ppromote)
+    ppromote.set_defaults(fn=cmd_policy_promote)
     pinput = psub.add_parser(
         "input", help="print the policy input of an execution (from a running gateway)"
     )

@@ -197,6 +197,34 @@ class DecisionLogSettings(_Frozen):
     """Added to every event's ``labels`` (next to ``id`` and ``version``)."""
 
 
+class ShadowSettings(_Frozen):
+    """A candidate policy evaluated beside the enforcing one and never enforced
+    (docs/policies.md#shadow-policies): ``rego_dir`` + ``policies_dir``, or ``bundle``."""
+
+    rego_dir: Path | None = None
+    policies_dir: Path | None = None
+    bundle: Path | None = None
+    """A bundle file (``toolgate policy bundle``) instead of the two directories."""
+    opa_url: str | None = None
+    """``policy_backend: opa``: the OPA that runs the candidate (a second OPA, serving the
+    candidate's bundle); required with that backend."""
+    timeout: Duration = Field(default=0.25, gt=0, le=30)
+    """The time budget of one candidate decision (off the call's path); past it the
+    comparison is dropped and counted (``toolgate_policy_shadow_skipped{reason="timeout"}``)."""
+    queue: int = Field(default=1000, ge=1, le=1_000_000)
+    """How many decisions may wait for the candidate; when full, more are dropped and counted
+    (``reason="queue_full"``), never waited for."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ShadowSettings:
+        dirs = (self.rego_dir is not None, self.policies_dir is not None)
+        if self.bundle is not None and any(dirs):
+            raise ValueError("give either bundle or rego_dir + policies_dir, not both")
+        if self.bundle is None and not all(dirs):
+            raise ValueError("give rego_dir and policies_dir (both), or bundle")
+        return self
+
+
 class McpSettings(_Frozen):
     """The MCP endpoint at ``/mcp`` (docs/mcp.md)."""
 
@@ -366,6 +394,9 @@ class Settings(_Frozen):
     decision_log: DecisionLogSettings = Field(default_factory=DecisionLogSettings)
     """One line per policy decision (docs/operations.md#the-decision-log)."""
     """OpenTelemetry tracing (docs/operations.md#tracing)."""
+    shadow: ShadowSettings | None = None
+    """A candidate policy decided beside the enforcing one, never enforced; its differences
+    are recorded (docs/policies.md#shadow-policies)."""
     audit: AuditSettings = Field(default_factory=AuditSettings)
     """The audit trail's checkpoints (docs/security.md#audit-trail)."""
     config_file: Path | None = None
@@ -406,6 +437,13 @@ class Settings(_Frozen):
             share, total = f"max_{key}_per_principal", f"max_{key}_total"
             if getattr(self.mcp, share) > getattr(self.mcp, total):
                 raise ValueError(f"mcp.{share} ({getattr(self.mcp, share)}) is above mcp.{total}")
+        return self
+
+    @model_validator(mode="after")
+    def _shadow_backend(self) -> Settings:
+        """The OPA backend asks a second OPA for the candidate: it must be named."""
+        if self.shadow is not None and self.policy_backend == "opa" and not self.shadow.opa_url:
+            raise ValueError("shadow.opa_url is required with policy_backend: opa")
         return self
 
     @property

@@ -7,6 +7,10 @@ fields erased), ``result``, ``timestamp``, ``labels``, ``bundles`` (the policy r
 as the older ``revision``), ``metrics`` (the evaluation time), ``erased`` (the paths taken
 out), and ``toolgate`` (what the decision was for: ``kind`` ``execution`` with the execution,
 run and call; or ``kind`` ``plan``, a dry run, with its run and call and no execution).
+
+A shadow policy's difference (docs/policies.md#shadow-policies) is an event of its own, path
+``toolgate/shadow``: ``result`` is the enforced decision (with its reasons), ``shadow`` the
+candidate's (``result``, ``revision`` and ``difference``, the kind: ``allow_to_deny``, ...).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 DECISION_PATH = "toolgate/decision"
+SHADOW_PATH = "toolgate/shadow"
 
 
 class DecisionLog:
@@ -83,6 +88,30 @@ class DecisionLog:
         revision: str | None = None,
     ) -> None:
         line = json.dumps(self.event(document, result, seconds, ids, revision), default=str)
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+    def write_shadow(
+        self,
+        document: Mapping[str, Any],
+        enforced: Mapping[str, Any],
+        candidate: Mapping[str, Any],
+        difference: str,
+        ids: Mapping[str, str],
+        revisions: tuple[str, str],
+    ) -> None:
+        """The event of a difference between the enforced decision (of revision
+        ``revisions[0]``) and the shadow policy's (of ``revisions[1]``)."""
+        event = self.event(document, enforced, 0.0, ids, revisions[0])
+        event["path"] = SHADOW_PATH
+        del event["metrics"]
+        event["shadow"] = {
+            "result": dict(candidate),
+            "revision": revisions[1],
+            "difference": difference,
+        }
+        line = json.dumps(event, default=str)
         with self._lock:
             self._out.write(line + "\n")
             self._out.flush()

@@ -175,6 +175,23 @@ class Metrics:
             "Reloads of tools.d, rego/ and policies/ by result (applied|unchanged|refused).",
             ["result"],
         )
+        self.shadow_compared = _Counter(
+            "toolgate_policy_shadow_decisions",
+            "Decisions the shadow (candidate) policy made beside the enforcing one, compared.",
+            [],
+        )
+        self.shadow_differences = _Counter(
+            "toolgate_policy_shadow_differences",
+            "Decisions the shadow policy made otherwise than the enforcing one, by kind "
+            "(<enforced>_to_<candidate>: allow_to_deny, deny_to_allow, ...).",
+            ["kind"],
+        )
+        self.shadow_skipped = _Counter(
+            "toolgate_policy_shadow_skipped",
+            "Decisions not compared with the shadow policy, by reason (queue_full|timeout|"
+            "unavailable|error); the enforced decision is never affected.",
+            ["reason"],
+        )
         self._tools: frozenset[str] = frozenset()
         """The values the ``tool`` label may take (``declare_tools``)."""
         self._store_lock = threading.Lock()
@@ -237,6 +254,16 @@ class Metrics:
     def reloaded(self, result: str) -> None:
         self.reloads.inc(result)
 
+    def shadow_compared_one(self, kind: str | None) -> None:
+        """The shadow policy decided beside the enforcing one: ``kind`` the difference, or
+        None when both agreed."""
+        self.shadow_compared.inc()
+        if kind is not None:
+            self.shadow_differences.inc(kind)
+
+    def shadow_skip(self, reason: str) -> None:
+        self.shadow_skipped.inc(reason)
+
     # -- the scrape ------------------------------------------------------------------------
 
     def scrape(self, pending_approvals: int, queued: int, in_flight: int) -> bytes:
@@ -276,6 +303,9 @@ class Metrics:
         yield self.recovery.metric()
         yield self.refusals.metric()
         yield self.reloads.metric()
+        yield self.shadow_compared.metric()
+        yield self.shadow_differences.metric()
+        yield self.shadow_skipped.metric()
 
     def kinds(self) -> list[tuple[str, str]]:
         """(name, type) of every series the registry exposes (a counter's name without its

@@ -126,6 +126,8 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
     if (decisions := services.telemetry.decisions) is not None:
         ids = decision_ids(call.ticket)
         decisions.write(document, decision.to_json(), seconds, ids, services.revisions.policy)
+    if (shadow := services.shadow) is not None:  # queued only: never waited for, never enforced
+        shadow.submit(document, decision, decision_ids(call.ticket), services.revisions.policy)
     recorded, truncated = recorded_input(document, services.settings.policy_input_mask)
     trail = state.trail.emit(
         "policy.decided",

@@ -19,6 +19,7 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.faults import Faults
 from gateway.observability.telemetry import Telemetry
 from gateway.policy.data import PolicyData
+from gateway.policy.shadow import Shadow
 from gateway.settings import Settings
 from gateway.store.store import Store
 from gateway.types import PolicyBackend, Revisions
@@ -74,6 +75,8 @@ class Services(Protocol):
     def telemetry(self) -> Telemetry: ...
     @property
     def revisions(self) -> Revisions: ...
+    @property
+    def shadow(self) -> Shadow | None: ...
 
     def lease(self) -> AbstractContextManager[Services]:
         """The newest generation of the runtime (a reload swaps in new ones), held until the

@@ -24,6 +24,7 @@ from gateway.observability.telemetry import Telemetry, tracing_wanted
 from gateway.policy.backends import open_backend
 from gateway.policy.data import PolicyData
 from gateway.policy.loader import PolicySources, load_policy_sources
+from gateway.policy.shadow import load_shadow_sources, open_shadow
 from gateway.runtime.container import Runtime
 from gateway.settings import Settings
 from gateway.store.store import Store
@@ -43,6 +44,8 @@ class Loaded:
     sources: PolicySources
     policy_data: PolicyData
     """``sources.data`` as the gateway reads it."""
+    shadow: PolicySources | None = None
+    """The shadow (candidate) policy's sources, when ``shadow`` is configured."""
 
 
 def load_sources(settings: Settings) -> Loaded:
@@ -51,6 +54,7 @@ def load_sources(settings: Settings) -> Loaded:
     catalogue: Catalogue | None = None
     sources: PolicySources | None = None
     policy_data: PolicyData | None = None
+    shadow: PolicySources | None = None
     try:
         catalogue = load_catalogue(settings.path(settings.tools_dir), SPECS)
     except ConfigError as exc:
@@ -63,12 +67,16 @@ def load_sources(settings: Settings) -> Loaded:
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:
+        shadow = load_shadow_sources(settings)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    try:
         Faults.parse(settings.faults)
     except ConfigError as exc:
         problems.extend(exc.problems)
     if problems or catalogue is None or sources is None or policy_data is None:
         raise ConfigError(problems)
-    return Loaded(catalogue, sources, policy_data)
+    return Loaded(catalogue, sources, policy_data, shadow)
 
 
 async def check_adapters(settings: Settings, catalogue: Catalogue) -> None:
@@ -87,6 +95,14 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
     store = Store(settings.resolved_database_url)
     await store.open()
     policy = await open_backend(settings, loaded.sources)
+    telemetry = make_telemetry(settings, store, policy, revision=loaded.sources.revision())
+    try:
+        shadow = await open_shadow(settings, loaded.shadow, store, telemetry)
+    except ConfigError:  # nothing is left open by a start that fails
+        await policy.aclose()
+        await store.aclose()
+        telemetry.close()
+        raise
     runtime = Runtime(
         settings=settings,
         catalogue=loaded.catalogue,
@@ -97,8 +113,9 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
         adapters=build_adapters(settings, loaded.catalogue),
         approval_key=approval_key(settings),
         faults=Faults.parse(settings.faults),
-        telemetry=make_telemetry(settings, store, policy, revision=loaded.sources.revision()),
+        telemetry=telemetry,
         revisions=revisions_of(loaded),
+        shadow=shadow,
         audit_signer=load_signer(settings) if settings.audit.checkpoint_interval > 0 else None,
     )
     runtime.generations.swap(runtime)  # the first generation
@@ -170,7 +187,8 @@ def held_parts(generations: Sequence[Runtime], keep: Sequence[Runtime] = ()) -> 
 
 
 def _parts(runtime: Runtime) -> list[Closable]:
-    return [runtime.policy, *runtime.adapters.values()]
+    shadow = [] if runtime.shadow is None else [runtime.shadow]
+    return [runtime.policy, *shadow, *runtime.adapters.values()]
 
 
 def open_workspaces(data: PolicyData, base_dir: Path) -> dict[str, Workspace]:

@@ -23,6 +23,7 @@ from gateway.declarations.catalogue import Catalogue
 from gateway.faults import NO_FAULTS, Faults
 from gateway.observability.telemetry import OFF, Telemetry
 from gateway.policy.data import PolicyData
+from gateway.policy.shadow import Shadow
 from gateway.runtime.admission import Admission
 from gateway.runtime.signals import Cancellations, Generations, Running, Wakeup
 from gateway.settings import Settings
@@ -53,6 +54,9 @@ class Runtime:
     """Signs the audit trail's periodic checkpoints (None: ``audit.checkpoint_interval`` 0)."""
     revisions: Revisions = NO_REVISIONS
     """What this generation runs: the catalogue and policy revisions (docs/deploy.md#reload)."""
+    shadow: Shadow | None = None
+    """The shadow (candidate) policy, decided beside ``policy`` and never enforced
+    (docs/policies.md#shadow-policies); None when none is configured."""
     generations: Generations[Runtime] = field(default_factory=Generations)
     """The newest generation and the leases on older ones (shared by every generation)."""
     admission: Admission = None  # type: ignore[assignment]  # made in __post_init__

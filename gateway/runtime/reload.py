@@ -17,8 +17,9 @@ swap atomically.
 
 Nothing is rebuilt that did not change: the same catalogue revision keeps the catalogue (and
 every adapter), the same policy revision keeps the policy backend (and its decision cache),
-and an adapter kind whose declarations are all unchanged keeps its instance (a browser keeps
-its sessions). What a retired generation alone held is closed once no call leases it any more
+the same shadow (candidate) policy revision keeps the shadow (a new one switches it), and
+an adapter kind whose declarations are all unchanged keeps its instance (a browser keeps its
+sessions). What a retired generation alone held is closed once no call leases it any more
 (``close_drained``, run by ``run`` whenever a lease ends).
 """
 
@@ -37,6 +38,7 @@ from gateway.adapters.registry import KINDS, build_adapter, section_faults
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError, ReloadRefused
 from gateway.policy.backends import open_backend
+from gateway.policy.shadow import open_shadow
 from gateway.runtime.bootstrap import (
     Closable,
     Loaded,
@@ -149,7 +151,10 @@ class Reloader:
             ) from exc
         revisions = revisions_of(loaded)
         warnings = tuple(loaded.sources.warnings)
-        if revisions == current.revisions and not change.applied:
+        shadow_changed = _shadow_revision(loaded) != (
+            None if current.shadow is None else current.shadow.revision
+        )
+        if revisions == current.revisions and not change.applied and not shadow_changed:
             number = self.runtime.generations.number
             seconds = time.perf_counter() - started
             return Reloaded(
@@ -161,11 +166,16 @@ class Reloader:
         adapters, fresh = await self._adapters(current, catalogue, settings)
         policy = current.policy
         policy_changed = revisions.policy != current.revisions.policy
+        shadow = current.shadow
         try:
             if policy_changed:
                 policy = await self._policy(current, loaded)
+            if shadow_changed:
+                shadow = await open_shadow(
+                    settings, loaded.shadow, current.store, current.telemetry
+                )
         except ConfigError as exc:
-            await _close_all(fresh.values())
+            await _close_all([*fresh.values(), *([policy] if policy_changed else [])])
             raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
         newer = replace(
             current,
@@ -176,6 +186,7 @@ class Reloader:
             workspaces=workspaces if policy_changed else current.workspaces,
             adapters=adapters,
             revisions=revisions,
+            shadow=shadow,
         )
         self.runtime.generations.swap(newer)
         self._on_release()  # the old one may have no lease at all: close it now
@@ -313,6 +324,10 @@ def _section(settings: Settings, kind: str) -> Any:
 
 def _keys(label: str, keys: tuple[str, ...]) -> str:
     return f"{label}{', '.join(keys)}" if keys else ""
+
+
+def _shadow_revision(loaded: Loaded) -> str | None:
+    return None if loaded.shadow is None else loaded.shadow.revision()
 
 
 def _tools(catalogue: Catalogue, kind: str) -> list[Any]:

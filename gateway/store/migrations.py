@@ -55,10 +55,16 @@ def _ended_sessions(db: Db) -> None:
     version moves (an older gateway, which would not read the table, refuses the store)."""
 
 
+def _shadow_differences(db: Db) -> None:
+    """Version 5: the ``shadow_differences`` table, new (created before this step runs, as
+    version 4's); the version moves so that an older gateway refuses the store."""
+
+
 STEPS: dict[int, Callable[[Db], None]] = {
     2: _chain_events,
     3: _approver_roles,
     4: _ended_sessions,
+    5: _shadow_differences,
 }
 """The step that brings a store to each version from the one before."""
 

@@ -193,3 +193,22 @@ class ApprovalEdit:
     request_json: str
     event: Event
     """The ``approval.edited`` event."""
+
+
+class ShadowDifference(NamedTuple):
+    """A decision a shadow policy made otherwise than the enforcing one (the
+    ``shadow_differences`` table; docs/policies.md#shadow-policies)."""
+
+    id: str
+    at_ms: int
+    kind: str
+    """``<enforced>_to_<candidate>`` of the two results: ``allow_to_deny``, ``deny_to_allow``,
+    ``allow_to_require_approval``, ..."""
+    tool_name: str
+    execution_id: str | None
+    call_id: str
+    enforced_revision: str
+    candidate_revision: str
+    enforced_json: str
+    """The enforcing decision (result, reasons, ...) as JSON."""
+    candidate_json: str

@@ -29,6 +29,7 @@ from gateway.store import (
     migrations,
     replicas,
     sessions,
+    shadow,
     usage,
 )
 from gateway.store import events as event_log
@@ -47,6 +48,7 @@ from gateway.store.records import (
     ReplicaRecord,
     Reserved,
     ReserveResult,
+    ShadowDifference,
     call_identity,
 )
 from gateway.store.sql import Db, Sql
@@ -481,6 +483,20 @@ class Store:
         """End the page session ``session_id`` for every replica (until ``expires_ms``,
         when the session ends by itself)."""
         await self._write(sessions.end_session, session_id, expires_ms)
+
+    # -- shadow policy differences ---------------------------------------------------------
+
+    async def record_shadow_differences(self, differences: Sequence[ShadowDifference]) -> None:
+        """Keep what a shadow policy decided otherwise (one transaction for the batch)."""
+        await self._write(shadow.record, differences)
+
+    async def shadow_counts(self, since_ms: int) -> list[tuple[str, str, int]]:
+        """(kind, tool, how many) of the shadow differences since ``since_ms``, all replicas'."""
+        return await self._read(shadow.counts_since, since_ms)
+
+    async def shadow_differences(self, since_ms: int, limit: int) -> list[ShadowDifference]:
+        """The newest ``limit`` shadow differences since ``since_ms``."""
+        return await self._read(shadow.latest_since, since_ms, limit)
 
     # -- the audit trail ------------------------------------------------------------------
 

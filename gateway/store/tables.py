@@ -8,11 +8,13 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: the first schema. 2: events carry ``prev`` and ``hash`` (the audit trail's chain), and
 ``audit_checkpoints`` (``migrations.py`` upgrades a version 1 store in place). 3: approvals
 keep their approver roles. 4: ``ended_sessions`` (a page session signed out ends on every
-replica; an older gateway, which would not read it, refuses the store)."""
+replica; an older gateway, which would not read it, refuses the store). 5:
+``shadow_differences`` (what a shadow policy decided otherwise, read by every replica's
+``toolgate policy shadow report``)."""
 
 
 class ExecutionRow(SQLModel, table=True):
@@ -184,6 +186,25 @@ class ReplicaRow(SQLModel, table=True):
     lease_until_ms: int = Field(sa_type=BigInteger, index=True)
 
 
+class ShadowDifferenceRow(SQLModel, table=True):
+    """A decision the shadow (candidate) policy made otherwise than the enforcing one
+    (``store/shadow.py``; docs/policies.md#shadow-policies)."""
+
+    __tablename__ = "shadow_differences"
+
+    id: str = Field(primary_key=True, max_length=64)
+    at_ms: int = Field(sa_type=BigInteger, index=True)
+    kind: str = Field(max_length=64)
+    """``<enforced>_to_<candidate>``: ``allow_to_deny``, ``deny_to_allow``, ..."""
+    tool_name: str = Field(max_length=128)
+    execution_id: str | None = Field(default=None, max_length=64)
+    call_id: str = Field(max_length=256)
+    enforced_revision: str = Field(max_length=128)
+    candidate_revision: str = Field(max_length=128)
+    enforced_json: str
+    candidate_json: str
+
+
 TABLES: tuple[sa.Table, ...] = tuple(
     cast(sa.Table, row.__table__)  # type: ignore[union-attr]
     for row in (
@@ -198,6 +219,7 @@ TABLES: tuple[sa.Table, ...] = tuple(
         ReplicaRow,
         SchemaVersionRow,
         AuditCheckpointRow,
+        ShadowDifferenceRow,
     )
 )
 """Every table, in the order ``create_all`` is given them (``tests/store/schema.sql`` records

@@ -1,4 +1,4 @@
--- schema version 4
+-- schema version 5
 -- sqlite
 CREATE TABLE executions (
 	id VARCHAR(64) NOT NULL, 
@@ -130,6 +130,20 @@ CREATE TABLE audit_checkpoints (
 	writer VARCHAR(256) NOT NULL, 
 	PRIMARY KEY (seq)
 );
+CREATE TABLE shadow_differences (
+	id VARCHAR(64) NOT NULL, 
+	at_ms BIGINT NOT NULL, 
+	kind VARCHAR(64) NOT NULL, 
+	tool_name VARCHAR(128) NOT NULL, 
+	execution_id VARCHAR(64), 
+	call_id VARCHAR(256) NOT NULL, 
+	enforced_revision VARCHAR(128) NOT NULL, 
+	candidate_revision VARCHAR(128) NOT NULL, 
+	enforced_json VARCHAR NOT NULL, 
+	candidate_json VARCHAR NOT NULL, 
+	PRIMARY KEY (id)
+);
+CREATE INDEX ix_shadow_differences_at_ms ON shadow_differences (at_ms);
 -- postgresql
 CREATE TABLE executions (
 	id VARCHAR(64) NOT NULL, 
@@ -261,3 +275,17 @@ CREATE TABLE audit_checkpoints (
 	writer VARCHAR(256) NOT NULL, 
 	PRIMARY KEY (seq)
 );
+CREATE TABLE shadow_differences (
+	id VARCHAR(64) NOT NULL, 
+	at_ms BIGINT NOT NULL, 
+	kind VARCHAR(64) NOT NULL, 
+	tool_name VARCHAR(128) NOT NULL, 
+	execution_id VARCHAR(64), 
+	call_id VARCHAR(256) NOT NULL, 
+	enforced_revision VARCHAR(128) NOT NULL, 
+	candidate_revision VARCHAR(128) NOT NULL, 
+	enforced_json VARCHAR NOT NULL, 
+	candidate_json VARCHAR NOT NULL, 
+	PRIMARY KEY (id)
+);
+CREATE INDEX ix_shadow_differences_at_ms ON shadow_differences (at_ms);
