@@ -126,6 +126,7 @@ def _safe_url(settings: Settings) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     import anyio
 
+    from gateway.notifications.endpoints import check as check_endpoints
     from gateway.runtime.bootstrap import check_adapters, load_sources, open_workspaces
 
     settings = settings_of(args)
@@ -141,6 +142,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         anyio.run(check_adapters, settings, catalogue)
     except ConfigError as exc:
         problems.extend(exc.problems)
+    problems.extend(check_endpoints(settings, os.environ))
     if problems:
         raise ConfigError(problems)
     assert loaded is not None
