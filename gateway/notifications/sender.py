@@ -85,7 +85,15 @@ class Sender:
                     tg.start_soon(self.deliver, delivery)
 
     async def deliver(self, delivery: Delivery) -> None:
-        """One attempt at ``delivery``, and its settlement in the outbox."""
+        """One attempt at ``delivery``, and its settlement in the outbox. A fault of the
+        sender itself is logged, never raised: the claim runs out and another attempt
+        follows, and the workers beside it go on."""
+        try:
+            await self._deliver(delivery)
+        except Exception:
+            log.exception("sending notification %s failed; it will be tried again", delivery.id)
+
+    async def _deliver(self, delivery: Delivery) -> None:
         attempt = await self.attempt(delivery)
         outcome, due = attempt.outcome, int(time.time() * 1000)
         if outcome == "retry":
@@ -121,6 +129,8 @@ class Sender:
                 return await self._post(target, body, headers)
         except EgressRefused as exc:
             return Attempt("refused", f"egress control refused it: {exc.message}")
+        except ToolgateError as exc:  # e.g. dns_failed: retried when it may pass
+            return Attempt("retry" if exc.retryable else "dead", exc.message)
         except TimeoutError:
             return Attempt("retry", f"no answer within {self.config.timeout:g}s")
         except httpx.HTTPError as exc:
