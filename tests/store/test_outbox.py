@@ -45,7 +45,7 @@ def notifier() -> Notifier:
 
 async def outbox(store: Store) -> list[tuple[str, str, str, str]]:
     def read(db: Db) -> list[tuple[str, str, str, str]]:
-        sql = "SELECT event, endpoint, approval_id, status FROM notifications ORDER BY created_ms"
+        sql = "SELECT event, endpoint, approval_id, status FROM notifications"
         return [tuple(row) for row in db.all(sql)]
 
     return await store._read(read)
@@ -59,9 +59,9 @@ async def test_each_approval_change_writes_its_notifications_with_it(store: Stor
     store.notify_with(notifier())
     await store.reserve(record("ex_a", call_id="a"), [], None)
     await store.checkpoint_for_approval(pending_approval("ap_a", "ex_a"), [])
-    assert await outbox(store) == [
-        ("approval.requested", HOOK, "ap_a", "pending"),
+    assert sorted(await outbox(store)) == [
         ("approval.requested", CHAT, "ap_a", "pending"),
+        ("approval.requested", HOOK, "ap_a", "pending"),
     ]
     decided = await store.decide_approval("ap_a", "approved", "bob", None)
     assert isinstance(decided, Decided)
@@ -69,13 +69,24 @@ async def test_each_approval_change_writes_its_notifications_with_it(store: Stor
     overdue = replace(pending_approval("ap_b", "ex_b"), expires_ms=int(time.time() * 1000) - 1)
     await store.checkpoint_for_approval(overdue, [])
     assert [a.id for a in await store.expired_approvals()] == ["ap_b"]
-    found = await outbox(store)
-    assert found[2:] == [
-        ("approval.approved", HOOK, "ap_a", "pending"),
-        ("approval.requested", HOOK, "ap_b", "pending"),
-        ("approval.requested", CHAT, "ap_b", "pending"),
-        ("approval.expired", HOOK, "ap_b", "pending"),
-    ]
+    await store.reserve(record("ex_d", call_id="d"), [], None)
+    await store.checkpoint_for_approval(replace(overdue, id="ap_d", execution_id="ex_d"), [])
+    late = await store.decide_approval("ap_d", "approved", "bob", None)
+    assert not isinstance(late, Decided) and late.status == "expired"  # expired, and told
+    found = sorted(await outbox(store))
+    assert found == sorted(
+        [
+            ("approval.requested", HOOK, "ap_a", "pending"),
+            ("approval.requested", CHAT, "ap_a", "pending"),
+            ("approval.approved", HOOK, "ap_a", "pending"),
+            ("approval.requested", HOOK, "ap_b", "pending"),
+            ("approval.requested", CHAT, "ap_b", "pending"),
+            ("approval.expired", HOOK, "ap_b", "pending"),
+            ("approval.requested", HOOK, "ap_d", "pending"),
+            ("approval.requested", CHAT, "ap_d", "pending"),
+            ("approval.expired", HOOK, "ap_d", "pending"),
+        ]
+    )
 
     def rolled_back(db: Db) -> None:
         approvals.request(db, pending_approval("ap_gone", "ex_gone"), store.notices)
@@ -83,7 +94,7 @@ async def test_each_approval_change_writes_its_notifications_with_it(store: Stor
 
     await store._write(rolled_back)
     assert await store.get_approval("ap_gone") is None
-    assert await outbox(store) == found  # the change rolled back, and its notifications
+    assert sorted(await outbox(store)) == found  # the change rolled back, and its notifications
 
 
 async def test_a_notification_is_claimed_once_and_settled_for_good(store: Store) -> None:
