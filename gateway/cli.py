@@ -52,6 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.allocator import limit_arenas
     from gateway.errors import CannotListen
     from gateway.http.server import EXIT_CANNOT_LISTEN, listen, run
+    from gateway.notifications.endpoints import check_startup
     from gateway.runtime.bootstrap import check_adapters, load_sources
     from gateway.server.app import create_app
 
@@ -63,6 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
     anyio.run(check_adapters, settings, loaded.catalogue)
+    check_startup(settings, os.environ)  # the notification endpoints' secrets and templates
     if args.listen_fd is not None:  # a worker of `serve --workers N`: the parent's socket
         sock = socket.socket(fileno=args.listen_fd)
     else:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import httpx
 
 from gateway.adapters.shared.egress import EgressPolicy, normalise_host, refusal
+from gateway.errors import ConfigError
 from gateway.notifications.payload import check_template
 from gateway.notifications.signing import parse_secret
 from gateway.settings import NotificationEndpoint, Settings
@@ -76,6 +77,14 @@ def always_refused(endpoint: NotificationEndpoint) -> str | None:
                 "(allow it in this endpoint's allow_networks)"
             )
     return None
+
+
+def check_startup(settings: Settings, env: Mapping[str, str]) -> None:
+    """ConfigError naming every endpoint that cannot be sent to (``serve`` checks this
+    before it binds its socket, as it checks the adapters)."""
+    problems = targets(settings, env)[1]
+    if problems:
+        raise ConfigError(problems)
 
 
 def check(settings: Settings, env: Mapping[str, str]) -> list[str]:

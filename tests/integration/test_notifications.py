@@ -291,3 +291,19 @@ def test_check_refuses_an_endpoint_egress_always_refuses(tmp_path: Path) -> None
     assert "notifications.endpoints[1].url" in out and "cloud metadata" in out
     assert "notifications.endpoints[2].secret_env" in out and "WH_MISSING" in out
     assert "Traceback" not in out
+
+
+def test_serve_refuses_an_endpoint_whose_secret_is_not_set(tmp_path: Path) -> None:
+    config = project(tmp_path, [{"url": "https://hooks.example.com/x", "secret_env": "WH_UNSET"}])
+    served = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "--config", str(config), "serve", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "WH_UNSET"},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert served.returncode != 0
+    out = served.stdout + served.stderr
+    assert "notifications.endpoints[0].secret_env: the variable WH_UNSET is not set" in out
+    assert "Traceback" not in out and "listening" not in out
