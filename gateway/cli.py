@@ -53,6 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.allocator import limit_arenas
     from gateway.errors import CannotListen
     from gateway.http.server import EXIT_CANNOT_LISTEN, listen, run
+    from gateway.notifications.endpoints import check_startup
     from gateway.runtime.bootstrap import check_adapters, load_sources
     from gateway.server.app import create_app
 
@@ -64,6 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
     anyio.run(check_adapters, settings, loaded.catalogue)
+    check_startup(settings, os.environ)  # the notification endpoints' secrets and templates
     if args.listen_fd is not None:  # a worker of `serve --workers N`: the parent's socket
         sock = socket.socket(fileno=args.listen_fd)
     else:
@@ -127,6 +129,7 @@ def _safe_url(settings: Settings) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     import anyio
 
+    from gateway.notifications.endpoints import check as check_endpoints
     from gateway.runtime.bootstrap import check_adapters, load_sources, open_workspaces
 
     settings = settings_of(args)
@@ -142,6 +145,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         anyio.run(check_adapters, settings, catalogue)
     except ConfigError as exc:
         problems.extend(exc.problems)
+    problems.extend(check_endpoints(settings, os.environ))
     if problems:
         raise ConfigError(problems)
     assert loaded is not None

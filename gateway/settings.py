@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import ipaddress
 import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -286,6 +287,68 @@ class AuditSettings(_Frozen):
     another replica's that signs with a key of its own."""
 
 
+NotificationEvent = Literal[
+    "approval.requested", "approval.approved", "approval.denied", "approval.expired"
+]
+NOTIFICATION_EVENTS: tuple[NotificationEvent, ...] = (
+    "approval.requested",
+    "approval.approved",
+    "approval.denied",
+    "approval.expired",
+)
+"""What a notification endpoint may subscribe to (docs/operations.md#approval-notifications)."""
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+PublicUrl = Annotated[str, Field(pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$")]
+
+
+def _network(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(str(value).strip(), strict=True))
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a network like 10.0.0.0/8 or 127.0.0.1") from exc
+
+
+class NotificationEndpoint(_Frozen):
+    """One receiver of approval notifications: a signed POST to ``url`` for each of
+    ``events`` (docs/operations.md#approval-notifications)."""
+
+    url: str = Field(pattern=r"^https?://[^/?#\s]+(/[^#\s]*)?$", max_length=2048)
+    """Where the notification is POSTed; reached only through egress control."""
+    secret_env: EnvName
+    """The environment variable holding the signing secret, ``whsec_<base64>`` (Standard
+    Webhooks); never the secret itself."""
+    events: tuple[NotificationEvent, ...] = NOTIFICATION_EVENTS
+    """The approval events sent here (all four by default)."""
+    template: str | None = Field(default=None, max_length=16384)
+    """A JSON body with ``$name`` placeholders (Python ``string.Template``) instead of the
+    gateway's own payload: how a chat tool's incoming webhook (Slack, Teams) is reached."""
+    allow_networks: tuple[Annotated[str, AfterValidator(_network)], ...] = ()
+    """Networks this endpoint may reach although they are not public (egress control refuses
+    loopback, private and link-local addresses otherwise), as a tool's ``allow_networks``."""
+
+
+class NotificationSettings(_Frozen):
+    """Approval notifications (webhooks): docs/operations.md#approval-notifications."""
+
+    endpoints: tuple[NotificationEndpoint, ...] = ()
+    concurrency: int = Field(default=4, ge=1, le=64)
+    """Deliveries one gateway process sends at once."""
+    timeout: Duration = Field(default=10.0, gt=0, le=60)
+    """The deadline of one delivery attempt (connect, answer and body)."""
+    max_response_bytes: Size = Field(default=64 * 1024, ge=0, le=1024 * 1024)
+    """The most of a receiver's answer read (the rest is dropped)."""
+    retry_initial: Duration = Field(default=5.0, gt=0)
+    """The wait before the first retry; each next one waits twice as long..."""
+    retry_max: Duration = Field(default=600.0, gt=0)
+    """... up to this."""
+    max_attempts: int = Field(default=12, ge=1, le=1000)
+    """Attempts before a delivery is dead-lettered."""
+    max_age: Duration = Field(default=24 * 3600.0, gt=0)
+    """A delivery not made this long after its event is dead-lettered."""
+    poll_interval: Duration = Field(default=1.0, gt=0, le=60)
+    """How often the sender looks for due deliveries."""
+
+
 @cache
 def _json_limits(max_depth: int, max_values: int) -> JsonLimits:
     return JsonLimits(max_depth=max_depth, max_values=max_values)
@@ -399,6 +462,18 @@ class Settings(_Frozen):
     are recorded (docs/policies.md#shadow-policies)."""
     audit: AuditSettings = Field(default_factory=AuditSettings)
     """The audit trail's checkpoints (docs/security.md#audit-trail)."""
+    notifications: NotificationSettings = Field(default_factory=NotificationSettings)
+    """Approval notifications, signed POSTs to webhooks
+    (docs/operations.md#approval-notifications)."""
+    public_url: PublicUrl | None = None
+    """The gateway's URL as people reach it (``https://toolgate.example.com``): the base of
+    the page links notifications carry. Unset: ``mcp.public_url``, else ``http://host:port``."""
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_bare(cls, value: str | None) -> str | None:
+        return None if value is None else value.rstrip("/")
+
     config_file: Path | None = None
     """The configuration file these settings were read from (set by ``load_settings``)."""
     overrides: dict[str, Any] = Field(default_factory=dict)
@@ -445,6 +520,13 @@ class Settings(_Frozen):
         if self.shadow is not None and self.policy_backend == "opa" and not self.shadow.opa_url:
             raise ValueError("shadow.opa_url is required with policy_backend: opa")
         return self
+
+    @property
+    def page_base_url(self) -> str:
+        """Where people reach the gateway's pages: ``public_url``, ``mcp.public_url``, or
+        this process's own address."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return self.public_url or self.mcp.public_url or f"http://{host}:{self.port}"
 
     @property
     def json_limits(self) -> JsonLimits:

@@ -192,6 +192,12 @@ class Metrics:
             "unavailable|error); the enforced decision is never affected.",
             ["reason"],
         )
+        self.notifications = _Counter(
+            "toolgate_notifications",
+            "Approval notification attempts by outcome (delivered|retry|dead|refused: dead-"
+            "lettered, refused by egress control).",
+            ["outcome"],
+        )
         self._tools: frozenset[str] = frozenset()
         """The values the ``tool`` label may take (``declare_tools``)."""
         self._store_lock = threading.Lock()
@@ -228,6 +234,9 @@ class Metrics:
 
     def approval(self, event: str) -> None:
         self.approvals.inc(event)
+
+    def notification(self, outcome: str) -> None:
+        self.notifications.inc(outcome)
 
     def lock_waited(self, seconds: float, timed_out: bool) -> None:
         self.lock_waits.inc()
@@ -306,6 +315,7 @@ class Metrics:
         yield self.shadow_compared.metric()
         yield self.shadow_differences.metric()
         yield self.shadow_skipped.metric()
+        yield self.notifications.metric()
 
     def kinds(self) -> list[tuple[str, str]]:
         """(name, type) of every series the registry exposes (a counter's name without its

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,9 @@ from gateway.errors import ConfigError
 from gateway.faults import Faults
 from gateway.instance import INSTANCE_ID
 from gateway.keyfile import publish_once
+from gateway.notifications.endpoints import always_refused, targets
+from gateway.notifications.payload import Notifier
+from gateway.notifications.sender import Sender
 from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import Metrics
 from gateway.observability.telemetry import Telemetry, tracing_wanted
@@ -30,6 +34,8 @@ from gateway.settings import Settings
 from gateway.store.store import Store
 from gateway.types import CachingPolicy, PolicyBackend, Revisions
 from gateway.workspace import Workspace
+
+log = logging.getLogger("toolgate.notifications")
 
 
 class Closable(Protocol):
@@ -116,10 +122,29 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
         telemetry=telemetry,
         revisions=revisions_of(loaded),
         shadow=shadow,
+        notifications=open_notifications(settings, store, telemetry.metrics),
         audit_signer=load_signer(settings) if settings.audit.checkpoint_interval > 0 else None,
     )
     runtime.generations.swap(runtime)  # the first generation
     return runtime
+
+
+def open_notifications(
+    settings: Settings, store: Store, metrics: Metrics | None, env: Mapping[str, str] | None = None
+) -> Sender | None:
+    """The sender of approval notifications, with the store writing them in the transaction
+    of each approval change (None, and nothing written, when no endpoint is configured)."""
+    if not settings.notifications.endpoints:
+        return None
+    found, problems = targets(settings, os.environ if env is None else env)
+    if problems:
+        raise ConfigError(problems)
+    for endpoint in settings.notifications.endpoints:
+        why = always_refused(endpoint)
+        if why:  # `toolgate check` refuses it; each delivery to it fails, logged
+            log.warning("notification endpoint %s will never be reached: %s", endpoint.url, why)
+    store.notify_with(Notifier(settings))
+    return Sender(store, settings.notifications, found, metrics)
 
 
 def revisions_of(loaded: Loaded) -> Revisions:
@@ -170,6 +195,8 @@ async def close_runtime(runtime: Runtime) -> None:
     policy backend once), then the store."""
     for part in held_parts([*runtime.generations.retired(), runtime.latest]):
         await part.aclose()
+    if runtime.notifications is not None:
+        await runtime.notifications.aclose()
     await runtime.store.aclose()
     runtime.telemetry.close()
 

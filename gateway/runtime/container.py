@@ -21,6 +21,7 @@ from gateway.adapters.base import Adapter
 from gateway.audit.keys import Signer
 from gateway.declarations.catalogue import Catalogue
 from gateway.faults import NO_FAULTS, Faults
+from gateway.notifications.sender import Sender
 from gateway.observability.telemetry import OFF, Telemetry
 from gateway.policy.data import PolicyData
 from gateway.policy.shadow import Shadow
@@ -57,6 +58,8 @@ class Runtime:
     shadow: Shadow | None = None
     """The shadow (candidate) policy, decided beside ``policy`` and never enforced
     (docs/policies.md#shadow-policies); None when none is configured."""
+    notifications: Sender | None = None
+    """Sends the approval notifications of the outbox (None: no endpoint configured)."""
     generations: Generations[Runtime] = field(default_factory=Generations)
     """The newest generation and the leases on older ones (shared by every generation)."""
     admission: Admission = None  # type: ignore[assignment]  # made in __post_init__

@@ -1,5 +1,6 @@
 """In-process workers: run queued (``Prefer: respond-async``) executions, keep recovering
-executions that other, crashed replicas left behind, and sign the audit trail's checkpoints."""
+executions that other, crashed replicas left behind, sign the audit trail's checkpoints,
+and send the approval notifications of the outbox (``gateway.notifications.sender``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import anyio.abc
 from gateway.audit.checkpoints import checkpoint_periodically
 from gateway.errors import ToolgateError
 from gateway.instance import INSTANCE_ID
+from gateway.notifications.sender import send_notifications
 from gateway.pipeline.runner import run_queued
 from gateway.runtime import approvals
 from gateway.runtime.container import Runtime
@@ -29,6 +31,7 @@ async def run_workers(runtime: Runtime) -> None:
         for _ in range(runtime.settings.workers):
             tg.start_soon(_work, runtime, claimed)
         tg.start_soon(_recover_periodically, runtime, tg)
+        tg.start_soon(send_notifications, runtime.notifications)
         if runtime.audit_signer is not None:
             interval = runtime.settings.audit.checkpoint_interval
             tg.start_soon(checkpoint_periodically, runtime.store, runtime.audit_signer, interval)

@@ -10,6 +10,7 @@ from gateway.events.model import Event
 from gateway.store import events as event_log
 from gateway.store import rows
 from gateway.store.locks import release_locks
+from gateway.store.outbox import Notices, emit
 from gateway.store.records import (
     ApprovalDecision,
     ApprovalEdit,
@@ -69,8 +70,16 @@ def spend(db: Db, approval_id: str) -> bool:
     return bool(db.run(SET_APPROVAL, ("used", approval_id, "approved")))
 
 
-def checkpoint_for_approval(db: Db, approval: ApprovalRecord, events: Sequence[Event]) -> None:
+def request(db: Db, approval: ApprovalRecord, notices: Notices | None) -> None:
+    """Write a new pending approval, and its ``approval.requested`` notifications."""
     db.run(INSERT_APPROVAL, rows.approval_row(approval))
+    emit(db, notices, "approval.requested", approval)
+
+
+def checkpoint_for_approval(
+    db: Db, approval: ApprovalRecord, events: Sequence[Event], notices: Notices | None = None
+) -> None:
+    request(db, approval, notices)
     db.run(PARK_EXECUTION, (approval.id, now_ms(), approval.execution_id))
     release_locks(db, approval.execution_id)
     event_log.insert(db, events)
@@ -83,6 +92,7 @@ def decide_approval(
     by: str,
     comment: str | None,
     edit: ApprovalEdit | None = None,
+    notices: Notices | None = None,
 ) -> ApprovalDecision:
     row = db.one(APPROVAL_BY_ID, (approval_id,))
     if row is None:
@@ -92,7 +102,8 @@ def decide_approval(
     if found.status != "pending":
         return Refused(found.status)
     if found.expires_ms <= now:
-        db.run(SET_APPROVAL, ("expired", approval_id, "pending"))
+        if db.run(SET_APPROVAL, ("expired", approval_id, "pending")):
+            emit(db, notices, "approval.expired", replace(found, status="expired"))
         return Refused("expired")
     if not db.run(STILL_PARKED, (now, found.execution_id)):
         db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
@@ -101,7 +112,10 @@ def decide_approval(
     if decided and edit is not None:
         _apply_edit(db, found, edit)
     after = rows.approval(db.one(APPROVAL_BY_ID, (approval_id,)))
-    return Decided(after) if decided else Refused(after.status)  # another decision came first
+    if not decided:
+        return Refused(after.status)  # another decision came first
+    emit(db, notices, f"approval.{verdict}", after)
+    return Decided(after)
 
 
 def _apply_edit(db: Db, approval: ApprovalRecord, edit: ApprovalEdit) -> None:
@@ -148,12 +162,13 @@ def unresume(
     return True
 
 
-def expired_approvals(db: Db) -> list[ApprovalRecord]:
+def expired_approvals(db: Db, notices: Notices | None = None) -> list[ApprovalRecord]:
     marked = []
     for row in db.all(EXPIRED_APPROVALS, (now_ms(),)):
         found = rows.approval(row)
         if db.run(SET_APPROVAL, ("expired", found.id, "pending")):
             marked.append(replace(found, status="expired"))
+            emit(db, notices, "approval.expired", marked[-1])
     return marked
 
 

@@ -9,8 +9,9 @@ from gateway.errors import StoreError
 from gateway.events.model import Event
 from gateway.store import events as event_log
 from gateway.store import idempotency, rows
-from gateway.store.approvals import INSERT_APPROVAL, spend
+from gateway.store.approvals import request, spend
 from gateway.store.locks import RELEASE_LOCKS, release_locks
+from gateway.store.outbox import Notices
 from gateway.store.records import (
     ApprovalRecord,
     ApprovalUnavailable,
@@ -147,6 +148,7 @@ def reserve(
     consume_approval: str | None,
     on_existing: Callable[[Existing], Sequence[Event]] | None,
     approval: ApprovalRecord | None = None,
+    notices: Notices | None = None,
 ) -> ReserveResult:
     # Call identity answers first (docs/api.md, "Which answer comes first"): an identical
     # resend gets its own execution as it stands; a reused call_id is refused whatever its
@@ -168,7 +170,7 @@ def reserve(
     if claim is not None:
         idempotency.insert(db, claim, record.id)
     if approval is not None:
-        db.run(INSERT_APPROVAL, rows.approval_row(approval))
+        request(db, approval, notices)
     event_log.insert(db, events, fresh=True)
     return Reserved()
 

@@ -60,11 +60,18 @@ def _shadow_differences(db: Db) -> None:
     version 4's); the version moves so that an older gateway refuses the store."""
 
 
+def _notifications(db: Db) -> None:
+    """Version 6: the ``notifications`` table (the outbox of approval notifications), new:
+    created by ``Store.open_sync`` before this step runs, as ``ended_sessions`` was. An older
+    gateway would change approvals without writing their notifications: it refuses the store."""
+
+
 STEPS: dict[int, Callable[[Db], None]] = {
     2: _chain_events,
     3: _approver_roles,
     4: _ended_sessions,
     5: _shadow_differences,
+    6: _notifications,
 }
 """The step that brings a store to each version from the one before."""
 

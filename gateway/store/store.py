@@ -27,6 +27,7 @@ from gateway.store import (
     keys,
     locks,
     migrations,
+    outbox,
     replicas,
     sessions,
     shadow,
@@ -131,6 +132,13 @@ class Store:
         self._tx = self.transactor.transaction
         self._revocations = keys.Revocations(self._revoked_among)
         self._ended_sessions = keys.Revocations(self._ended_among)
+        self.notices: outbox.Notices | None = None
+        """Makes the notifications an approval change writes with it (``notify_with``)."""
+
+    def notify_with(self, notices: outbox.Notices | None) -> None:
+        """Write, in the transaction of each approval requested, decided or expired, the
+        notifications ``notices`` makes of it (None: none; docs/operations.md)."""
+        self.notices = notices
 
     def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
         """Time every transaction: ``hook(name, wall_s, thread_cpu_s)`` is called after each,
@@ -235,6 +243,7 @@ class Store:
                 consume_approval,
                 on_existing,
                 approval,
+                self.notices if approval is not None else None,
             )
         except self._integrity_error:
             # Another replica reserved the same key or call between our read and insert.
@@ -348,7 +357,7 @@ class Store:
         self, approval: ApprovalRecord, events: Sequence[Event]
     ) -> None:
         """Park the execution as awaiting_approval with its approval, in one transaction."""
-        await self._write(approvals.checkpoint_for_approval, approval, events)
+        await self._write(approvals.checkpoint_for_approval, approval, events, self.notices)
 
     async def decide_approval(
         self,
@@ -362,7 +371,9 @@ class Store:
         cannot be decided (``records.Refused``). With ``edit`` (approve only), the approval
         binds the edited arguments and the parked execution runs them, in the same
         transaction."""
-        return await self._write(approvals.decide_approval, approval_id, verdict, by, comment, edit)
+        return await self._write(
+            approvals.decide_approval, approval_id, verdict, by, comment, edit, self.notices
+        )
 
     async def withdraw_approval(self, approval_id: str) -> bool:
         """pending → withdrawn: the call it was for was cancelled (or has ended)."""
@@ -388,7 +399,7 @@ class Store:
 
     async def expired_approvals(self) -> list[ApprovalRecord]:
         """Mark every pending approval past its expiry as expired; returns those it marked."""
-        return await self._write(approvals.expired_approvals)
+        return await self._write(approvals.expired_approvals, self.notices)
 
     async def unresumed_approvals(self, decided_before_ms: int) -> list[ApprovalRecord]:
         """Approvals approved before ``decided_before_ms`` whose execution is still parked
@@ -400,6 +411,25 @@ class Store:
 
     async def list_approvals(self, status: str | None, limit: int = 100) -> list[ApprovalRecord]:
         return await self._read(approvals.list_approvals, status, limit)
+
+    # -- approval notifications -----------------------------------------------------------
+
+    async def claim_notifications(
+        self, owner: str, limit: int, lease_ms: int
+    ) -> list[outbox.Delivery]:
+        """Take up to ``limit`` due notifications for ``owner`` for ``lease_ms`` (safe across
+        replicas: each is claimed by one)."""
+        return await self._write(outbox.claim, owner, limit, lease_ms)
+
+    async def settle_notification(
+        self, delivery_id: str, owner: str, status: str, due_ms: int, error: str | None = None
+    ) -> bool:
+        """Record an attempt's end: ``delivered``, ``dead``, or ``pending`` due at ``due_ms``."""
+        return await self._write(outbox.settle, delivery_id, owner, status, due_ms, error)
+
+    async def notification_counts(self) -> dict[str, int]:
+        """Notifications by status (pending, delivered, dead)."""
+        return await self._read(outbox.counts)
 
     # -- replicas -------------------------------------------------------------------------
 

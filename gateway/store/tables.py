@@ -8,13 +8,14 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the first schema. 2: events carry ``prev`` and ``hash`` (the audit trail's chain), and
 ``audit_checkpoints`` (``migrations.py`` upgrades a version 1 store in place). 3: approvals
 keep their approver roles. 4: ``ended_sessions`` (a page session signed out ends on every
 replica; an older gateway, which would not read it, refuses the store). 5:
 ``shadow_differences`` (what a shadow policy decided otherwise, read by every replica's
-``toolgate policy shadow report``)."""
+``toolgate policy shadow report``). 6: ``notifications``
+(the outbox of approval notifications, written with the approval change it tells of)."""
 
 
 class ExecutionRow(SQLModel, table=True):
@@ -169,6 +170,31 @@ class EndedSessionRow(SQLModel, table=True):
     expires_ms: int = Field(sa_type=BigInteger, index=True)
 
 
+class NotificationRow(SQLModel, table=True):
+    """One approval notification to one endpoint: written in the transaction that changed
+    the approval, sent (and retried) by the workers of any replica (``store/outbox.py``)."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (Index("ix_notifications_due", "status", "due_ms"),)
+
+    id: str = Field(primary_key=True, max_length=64)
+    """The ``webhook-id``: the same on every attempt (the receiver's replay protection)."""
+    endpoint: str = Field(max_length=2048)
+    """The endpoint's URL (``notifications.endpoints[].url``)."""
+    event: str = Field(max_length=32)
+    approval_id: str = Field(max_length=64, index=True)
+    body: str
+    """The exact bytes sent (UTF-8), signed anew at each attempt."""
+    status: str = Field(max_length=16)
+    """pending, delivered or dead."""
+    attempts: int = 0
+    created_ms: int = Field(sa_type=BigInteger)
+    due_ms: int = Field(sa_type=BigInteger)
+    """When it may be tried next; a claim moves it past the attempt's deadline."""
+    claimed_by: str | None = Field(default=None, max_length=256)
+    last_error: str | None = None
+
+
 class ReplicaRow(SQLModel, table=True):
     """One gateway process and its lease: it renews ``lease_until_ms`` while it lives; once
     that is past, another replica takes over the executions it owns (docs/deploy.md)."""
@@ -216,6 +242,7 @@ TABLES: tuple[sa.Table, ...] = tuple(
         ApprovalRow,
         RevokedKeyRow,
         EndedSessionRow,
+        NotificationRow,
         ReplicaRow,
         SchemaVersionRow,
         AuditCheckpointRow,

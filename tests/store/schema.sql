@@ -1,4 +1,4 @@
--- schema version 5
+-- schema version 6
 -- sqlite
 CREATE TABLE executions (
 	id VARCHAR(64) NOT NULL, 
@@ -103,6 +103,22 @@ CREATE TABLE ended_sessions (
 	PRIMARY KEY (session_id)
 );
 CREATE INDEX ix_ended_sessions_expires_ms ON ended_sessions (expires_ms);
+CREATE TABLE notifications (
+	id VARCHAR(64) NOT NULL, 
+	endpoint VARCHAR(2048) NOT NULL, 
+	event VARCHAR(32) NOT NULL, 
+	approval_id VARCHAR(64) NOT NULL, 
+	body VARCHAR NOT NULL, 
+	status VARCHAR(16) NOT NULL, 
+	attempts INTEGER NOT NULL, 
+	created_ms BIGINT NOT NULL, 
+	due_ms BIGINT NOT NULL, 
+	claimed_by VARCHAR(256), 
+	last_error VARCHAR, 
+	PRIMARY KEY (id)
+);
+CREATE INDEX ix_notifications_approval_id ON notifications (approval_id);
+CREATE INDEX ix_notifications_due ON notifications (status, due_ms);
 CREATE TABLE replicas (
 	id VARCHAR(256) NOT NULL, 
 	node VARCHAR(256) NOT NULL, 
@@ -248,6 +264,22 @@ CREATE TABLE ended_sessions (
 	PRIMARY KEY (session_id)
 );
 CREATE INDEX ix_ended_sessions_expires_ms ON ended_sessions (expires_ms);
+CREATE TABLE notifications (
+	id VARCHAR(64) NOT NULL, 
+	endpoint VARCHAR(2048) NOT NULL, 
+	event VARCHAR(32) NOT NULL, 
+	approval_id VARCHAR(64) NOT NULL, 
+	body VARCHAR NOT NULL, 
+	status VARCHAR(16) NOT NULL, 
+	attempts INTEGER NOT NULL, 
+	created_ms BIGINT NOT NULL, 
+	due_ms BIGINT NOT NULL, 
+	claimed_by VARCHAR(256), 
+	last_error VARCHAR, 
+	PRIMARY KEY (id)
+);
+CREATE INDEX ix_notifications_approval_id ON notifications (approval_id);
+CREATE INDEX ix_notifications_due ON notifications (status, due_ms);
 CREATE TABLE replicas (
 	id VARCHAR(256) NOT NULL, 
 	node VARCHAR(256) NOT NULL, 
