@@ -339,6 +339,13 @@ def build_parser() -> argparse.ArgumentParser:
     preplay.add_argument(
         "--limit", type=int, default=1000, help="at most this many executions, the newest"
     )
+    preplay.add_argument(
+        "--fail-on",
+        choices=["allow-to-deny", "deny-to-allow", "any"],
+        default="any",
+        help="exit 1 only for stricter changes, only for looser ones, or for any (default)",
+    )
+    preplay.add_argument("--json", action="store_true", help="print the report as JSON")
     preplay.set_defaults(fn=cmd_policy_replay)
     pinput = psub.add_parser(
         "input", help="print the policy input of an execution (from a running gateway)"

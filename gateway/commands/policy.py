@@ -123,7 +123,9 @@ def cmd_policy_serve_opa(args: argparse.Namespace) -> int:
 
 def cmd_policy_replay(args: argparse.Namespace) -> int:
     """Decide the recorded policy inputs of past calls again under a candidate policy
-    (docs/policies.md#policy-replay); exit 1 when some decision would change."""
+    (docs/policies.md#policy-replay); exit 1 when some decision would change as ``--fail-on``
+    says (any change, only stricter ones, only looser ones), 0 when none would, 2 on an
+    error."""
     import asyncio
 
     from gateway.policy import replay
@@ -165,9 +167,12 @@ def cmd_policy_replay(args: argparse.Namespace) -> int:
     with progress(args, "reading executions") as shown:
         report = asyncio.run(run(shown))
     print(f"toolgate: replaying against {rego} and {data}", file=sys.stderr)
-    for line in report.lines():
-        print(line)
-    return 1 if report.changes else 0
+    if args.json:
+        print(json.dumps(report.to_json(args.fail_on), indent=2))
+    else:
+        for line in report.lines():
+            print(line)
+    return 1 if report.failing(args.fail_on) else 0
 
 
 def cmd_policy_input(args: argparse.Namespace) -> int:
