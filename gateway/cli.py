@@ -307,6 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then the lines of each policy module and the rules of the decision no test reached",
     )
+    ptest.add_argument(
+        "--fail-under",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when the tests evaluate less than PCT%% of the policy's lines or reach "
+        "less than PCT%% of the decision's rule definitions (implies --coverage)",
+    )
     ptest.set_defaults(fn=cmd_policy_test)
     peval = psub.add_parser("eval", help="print the decision for an input document")
     peval.add_argument(
