@@ -46,9 +46,27 @@ timeout: 5s
 """
 
 
+UNFILLED_TOOL = """
+name: test.unfilled
+version: 1.0.0
+description: A URL with a hole an optional argument may leave empty.
+adapter: http
+operation: request
+risk: low
+side_effect: read
+input:
+  id: {type: string}
+method: GET
+base_url: https://api.example.com
+url: /v1/items/{arguments.id}
+timeout: 5s
+"""
+
+
 @pytest.fixture
 async def runtime(project: Path, workspace_root: Path) -> AsyncIterator[Runtime]:
     (project / "tools.d" / "test.search.yaml").write_text(SEARCH_TOOL, encoding="utf-8")
+    (project / "tools.d" / "test.unfilled.yaml").write_text(UNFILLED_TOOL, encoding="utf-8")
     url = f"sqlite:///{project / 'var' / 'toolgate.db'}"
     opened = await open_runtime(load_settings(project / "toolgate.yaml", env={}, database_url=url))
     try:
@@ -95,6 +113,15 @@ async def test_an_http_tool_gives_the_query_keys_and_never_their_values(
     assert action["port"] == 8443 and action["path"] == "/v1/search"
     assert action["query_keys"] == ["format", "page", "q"]
     assert "never-shown" not in str(document["action"])
+
+
+async def test_a_declaration_that_cannot_be_rendered_gives_the_error_and_no_fields(
+    runtime: Runtime,
+) -> None:
+    document = await decided_input(runtime, "test.unfilled", {})
+    assert set(document["action"]) == {"kind", "error"}
+    assert document["action"]["kind"] == "http"
+    assert "could not be filled in" in document["action"]["error"]
 
 
 async def test_a_database_tool_gives_its_statement_kind_and_tables(runtime: Runtime) -> None:
