@@ -176,8 +176,8 @@ def test_one_test_leaves_the_refusals_unreached() -> None:
 
 
 def test_fail_under_fails_below_the_share_of_rules_reached(scratch: Path) -> None:
-    """The scratch tests (all passing) reach 3 of the decision's 6 rule definitions (50%): --fail-under 50
-    passes, 51 fails (exit 1), and the verdict is printed."""
+    """The scratch tests (all passing) reach 3 of the decision's 6 rule definitions (50%):
+    --fail-under 50 passes, 51 fails (exit 1), and the verdict is printed."""
     ok = toolgate("policy", "test", "--fail-under", "50", cwd=scratch)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     total = [line for line in ok.stdout.splitlines() if line.startswith("coverage: total: ")]
