@@ -336,6 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then the lines of each policy module and the rules of the decision no test reached",
     )
+    ptest.add_argument(
+        "--fail-under",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when the tests evaluate less than PCT%% of the policy's lines or reach "
+        "less than PCT%% of the decision's rule definitions (implies --coverage)",
+    )
     ptest.set_defaults(fn=cmd_policy_test)
     peval = psub.add_parser("eval", help="print the decision for an input document")
     peval.add_argument(
@@ -368,6 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
     preplay.add_argument(
         "--limit", type=int, default=1000, help="at most this many executions, the newest"
     )
+    preplay.add_argument(
+        "--fail-on",
+        choices=["allow-to-deny", "deny-to-allow", "any"],
+        default="any",
+        help="exit 1 only for stricter changes, only for looser ones, or for any (default)",
+    )
+    preplay.add_argument("--json", action="store_true", help="print the report as JSON")
     preplay.set_defaults(fn=cmd_policy_replay)
     pshadow = psub.add_parser("shadow", help="the shadow (candidate) policy's differences")
     pshadow_sub = pshadow.add_subparsers(dest="shadow_command", required=True)

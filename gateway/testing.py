@@ -80,6 +80,7 @@ SAMPLE_POLICY_INPUT: dict[str, Any] = {
     "arguments": {"path": "notes/a.txt", "content": "hi"},
     "arguments_sha256": "9b1e1b2a",
     "paths": [{"argument": "path", "relative": "notes/a.txt", "inside_workspace": True}],
+    "action": {"kind": "file"},
     "actor": {
         "user_id": "alice",
         "agent_id": "coder",

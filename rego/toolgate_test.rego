@@ -16,6 +16,7 @@ base := {
 	"arguments": {"path": "notes/a.txt", "content": "hi"},
 	"arguments_sha256": "9b1e1b2a",
 	"paths": [{"argument": "path", "relative": "notes/a.txt", "inside_workspace": true}],
+	"action": {"kind": "file"},
 	"actor": {"user_id": "alice", "agent_id": "coder", "roles": ["agent"]},
 	"workspace": {"id": "demo", "root": "/srv/toolgate/var/workspaces/demo"},
 	"request": {

@@ -113,6 +113,7 @@ __all__ = [
     "Evidence",
     "Immediate",
     "NoOptions",
+    "PolicyViewing",
     "Previewing",
     "Recovering",
     "SideEffectReport",
@@ -138,6 +139,18 @@ class Previewing(Protocol):
 
     async def preview(self, call: AdapterCall) -> JSON:
         """What the effect would be, without causing it; raises ToolgateError if it cannot tell."""
+        ...
+
+
+@runtime_checkable
+class PolicyViewing(Protocol):
+    """An adapter that can tell the policy what a call will do, rendered from the declaration
+    and the call's template context (``input.action``, docs/policies.md#the-input-document):
+    without sending anything, reading no secret and touching no file."""
+
+    def policy_view(self, tool: ToolDeclaration, context: Mapping[str, JSON]) -> dict[str, JSON]:
+        """The fields ``input.action`` carries besides ``kind``; raises ToolgateError when the
+        declaration cannot be rendered for this call (the call could not run either)."""
         ...
 
 

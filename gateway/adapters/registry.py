@@ -10,7 +10,7 @@ To add an adapter kind ``NAME`` (docs/adapters/writing.md walks through it):
    (``config`` is ``adapters.NAME`` of toolgate.yaml; ``catalogue`` the loaded tools.d);
 3. one line in ``KINDS`` below.
 
-Optional capabilities are Protocols in ``gateway.adapters.base`` (``Previewing``,
+Optional capabilities are Protocols in ``gateway.adapters.base`` (``PolicyViewing``, ``Previewing``,
 ``Recovering``); helpers any adapter may use are in ``gateway.adapters.shared``. No kind
 imports another kind.
 """

@@ -23,8 +23,9 @@ from gateway.commands.progress import Progress, progress
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
-    """Run rego/*_test.rego (docs/policies.md#writing-tests); exit 1 on a failure or when no
-    test ran."""
+    """Run rego/*_test.rego (docs/policies.md#writing-tests); exit 1 on a failure, when no
+    test ran, or (``--fail-under PCT``) when the coverage of lines or of the decision's rule
+    definitions is below PCT percent."""
     from gateway.policy.loader import load_policy_sources
     from gateway.policy.testing import format_report, run_tests
 
@@ -32,19 +33,36 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
         pattern = re.compile(args.run) if args.run is not None else None
     except re.error as exc:
         raise UsageError(f"--run {args.run!r}: not a regular expression: {exc}") from exc
+    fail_under = args.fail_under
+    if fail_under is not None and not 0 <= fail_under <= 100:
+        raise UsageError(f"--fail-under {fail_under:g}: must be a percentage, 0 to 100")
     settings = settings_of(args)
     sources = load_policy_sources(
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
     )
     warn(sources.warnings)
     with progress(args, "policy tests") as shown:
-        run = run_tests(sources, args.filter, pattern, coverage=args.coverage, on_step=shown.step)
+        run = run_tests(
+            sources,
+            args.filter,
+            pattern,
+            coverage=args.coverage or fail_under is not None,
+            on_step=shown.step,
+        )
     print(format_report(run.results, verbose=args.verbose, skipped=run.skipped))
     for line in run.coverage:
         print(line)
+    if run.totals is not None and (args.coverage or fail_under is not None):
+        print(run.totals.line(fail_under))
     if not run.results:
         print("toolgate: no test ran", file=sys.stderr)
         return 1
+    if fail_under is not None:
+        if run.totals is None:
+            print("toolgate: --fail-under: the engine reported no coverage", file=sys.stderr)
+            return 1
+        if run.totals.below(fail_under):
+            return 1
     return 0 if all(r.passed for r in run.results) else 1
 
 
@@ -123,7 +141,9 @@ def cmd_policy_serve_opa(args: argparse.Namespace) -> int:
 
 def cmd_policy_replay(args: argparse.Namespace) -> int:
     """Decide the recorded policy inputs of past calls again under a candidate policy
-    (docs/policies.md#policy-replay); exit 1 when some decision would change."""
+    (docs/policies.md#policy-replay); exit 1 when some decision would change as ``--fail-on``
+    says (any change, only stricter ones, only looser ones), 0 when none would, 2 on an
+    error."""
     import asyncio
 
     from gateway.policy import replay
@@ -165,9 +185,12 @@ def cmd_policy_replay(args: argparse.Namespace) -> int:
     with progress(args, "reading executions") as shown:
         report = asyncio.run(run(shown))
     print(f"toolgate: replaying against {rego} and {data}", file=sys.stderr)
-    for line in report.lines():
-        print(line)
-    return 1 if report.changes else 0
+    if args.json:
+        print(json.dumps(report.to_json(args.fail_on), indent=2))
+    else:
+        for line in report.lines():
+            print(line)
+    return 1 if report.failing(args.fail_on) else 0
 
 
 def cmd_policy_input(args: argparse.Namespace) -> int:

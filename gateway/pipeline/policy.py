@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
-from gateway.adapters.base import Previewing
+from gateway.adapters.base import PolicyViewing, Previewing
 from gateway.approvals import tokens
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import (
@@ -16,7 +16,7 @@ from gateway.errors import (
     ToolgateError,
     TooManyRequests,
 )
-from gateway.pipeline.context import adapter_call, adapter_of
+from gateway.pipeline.context import adapter_call, adapter_of, template_context
 from gateway.pipeline.guards import check_state_guards
 from gateway.pipeline.outcomes import failed
 from gateway.pipeline.records import Authorized, Call, Prepared, Settled, Ticket, Trail
@@ -67,8 +67,42 @@ def credential_input(method: str, roles: tuple[str, ...]) -> dict[str, Any]:
     return {"method": method, "roles": list(roles)}
 
 
-def policy_input(call: Call, approval: ApprovalRecord | None = None) -> dict[str, Any]:
-    """The stable policy input document (documented in docs/policies.md)."""
+def action_input(services: Services, call: Call) -> dict[str, Any]:
+    """The ``action`` part of the policy input (docs/policies.md): what the call will do, as
+    its adapter renders it from the declaration and the normalised arguments (a
+    ``PolicyViewing`` adapter: http, database, process); just the ``kind`` for the others (a
+    file tool's resolved paths are ``paths``). A declaration the adapter cannot render for
+    this call (the call could not run either) gives ``error``, why, and no other field."""
+    kind = call.tool.adapter
+    adapter = adapter_of(services, call)
+    if not _viewing(adapter):
+        return {"kind": kind}
+    try:
+        view = cast(PolicyViewing, adapter).policy_view(call.tool, template_context(call))
+        return {"kind": kind, **view}
+    except ToolgateError as exc:
+        return {"kind": kind, "error": exc.message}
+
+
+_VIEWING: dict[type, bool] = {}
+
+
+def _viewing(adapter: object) -> bool:
+    """``isinstance(adapter, PolicyViewing)``, once per adapter class: the check of a
+    runtime-checkable Protocol costs tens of microseconds when it fails, on every call."""
+    found = _VIEWING.get(type(adapter))
+    if found is None:
+        found = _VIEWING[type(adapter)] = isinstance(adapter, PolicyViewing)
+    return found
+
+
+def policy_input(
+    call: Call,
+    approval: ApprovalRecord | None = None,
+    action: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The stable policy input document (documented in docs/policies.md); ``action`` is
+    :func:`action_input`'s (without it, only the adapter kind)."""
     req, tool = call.ticket.request, call.tool
     now_ms = int(time.time() * 1000)
     left = None if req.deadline_ms is None else int(req.deadline_ms - now_ms)
@@ -77,6 +111,7 @@ def policy_input(call: Call, approval: ApprovalRecord | None = None) -> dict[str
         "arguments": dict(call.arguments),
         "arguments_sha256": call.arguments_sha256,
         "paths": [p.to_json() for p in call.paths.values()],
+        "action": action if action is not None else {"kind": tool.adapter},
         "actor": {
             "user_id": req.principal,
             "agent_id": req.agent_id,
@@ -109,7 +144,7 @@ async def run(services: Services, state: Prepared) -> Authorized | Settled:
         raise PolicyDenied(
             "the approval was given for other arguments than this call", code="approval_mismatch"
         )
-    document = policy_input(call, approval)
+    document = policy_input(call, approval, action_input(services, call))
     metrics = services.telemetry.metrics
     start = time.perf_counter()
     try:

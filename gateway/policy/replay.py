@@ -10,8 +10,14 @@ gate a policy change in CI (docs/policies.md#policy-replay).
 
 A recorded input that cannot stand for the real one is *not replayable*, reported and never
 evaluated: one whose arguments were cut (``input_truncated``), one recorded before inputs were
-(no ``input``), and one with a masked value (``***``) at a path the candidate policy reads (or
-any masked value when the policy's reads cannot be bounded, ``gateway.policy.reads``).
+(no ``input``), one with a masked value (``***``) at a path the candidate policy reads (or
+any masked value when the policy's reads cannot be bounded, ``gateway.policy.reads``), and one
+recorded before a field of ``NEWER_FIELDS`` existed that the candidate policy reads: the
+replay never guesses what the call would have carried.
+
+A change is *stricter* when the candidate's result comes later in ``allow``,
+``require_approval``, ``deny`` than the recorded one (``--fail-on allow-to-deny``), *looser*
+when it comes earlier (``--fail-on deny-to-allow``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ from gateway.types import OnStep
 
 DECIDED = "policy.decided"
 T = TypeVar("T")
+NEWER_FIELDS = ("action",)
+"""Top-level fields of the input that gateways older than them did not record."""
+STRICTNESS = {"allow": 0, "require_approval": 1, "deny": 2}
+FAIL_ON = ("allow-to-deny", "deny-to-allow", "any")
+"""What ``--fail-on`` may name: stricter changes, looser changes, or any change."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,27 @@ class Change:
         why = "; ".join(self.reasons) or "no reason given"
         return f"{r.execution_id} {r.tool}: {r.result} -> {self.result} ({why})"
 
+    @property
+    def direction(self) -> str | None:
+        """``allow-to-deny`` (stricter), ``deny-to-allow`` (looser), or None when the recorded
+        result is none of the three."""
+        before = STRICTNESS.get(self.recorded.result)
+        if before is None:
+            return None
+        return "allow-to-deny" if STRICTNESS[self.result] > before else "deny-to-allow"
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.recorded
+        return {
+            "execution_id": r.execution_id,
+            "tool": r.tool,
+            "seq": r.seq,
+            "from": r.result,
+            "to": self.result,
+            "direction": self.direction,
+            "reasons": list(self.reasons),
+        }
+
 
 @dataclass(frozen=True)
 class Skipped:
@@ -69,6 +101,10 @@ class Skipped:
     def line(self) -> str:
         return f"{self.recorded.execution_id} {self.recorded.tool}: not replayable: {self.why}"
 
+    def to_json(self) -> dict[str, Any]:
+        r = self.recorded
+        return {"execution_id": r.execution_id, "tool": r.tool, "seq": r.seq, "why": self.why}
+
 
 @dataclass(frozen=True)
 class ReplayReport:
@@ -79,6 +115,26 @@ class ReplayReport:
     same_result_other_reasons: int = 0
     more: bool = False
     """The window holds more executions than the limit: only the newest were replayed."""
+
+    def failing(self, fail_on: str = "any") -> list[Change]:
+        """The changes ``--fail-on fail_on`` fails on (one of ``FAIL_ON``)."""
+        if fail_on == "any":
+            return list(self.changes)
+        return [c for c in self.changes if c.direction == fail_on]
+
+    def to_json(self, fail_on: str = "any") -> dict[str, Any]:
+        """The report ``--json`` prints (docs/policies.md#policy-replay)."""
+        return {
+            "executions": self.executions,
+            "decisions": self.decisions,
+            "replayed": self.decisions - len(self.skipped),
+            "changes": [c.to_json() for c in self.changes],
+            "not_replayable": [s.to_json() for s in self.skipped],
+            "same_result_other_reasons": self.same_result_other_reasons,
+            "more": self.more,
+            "fail_on": fail_on,
+            "failed": bool(self.failing(fail_on)),
+        }
 
     def lines(self) -> list[str]:
         out = [f"changed: {c.line()}" for c in self.changes]
@@ -197,6 +253,14 @@ def _not_replayable(
             return f"{path} is masked and the policy's reads of input are not bounded"
         if any(_overlap(keys, read) for read in reads.paths):
             return f"{path} is masked (policy_input_mask) and the policy reads it"
+    for name in NEWER_FIELDS:
+        if name in recorded.input:
+            continue
+        missing = f"it was recorded without input.{name} (by an older gateway)"
+        if reads.refusal is not None:
+            return f"{missing} and the policy's reads of input are not bounded"
+        if any(read[:1] == (name,) for read in reads.paths):
+            return f"{missing} and the policy reads it"
     return None
 
 

@@ -41,13 +41,50 @@ class PolicyTestResult(NamedTuple):
     message: str  # why it failed ("" when it passed)
 
 
+class CoverageTotals(NamedTuple):
+    """The policy modules' lines the tests evaluated, of those the engine can mark, and the
+    decision's rule definitions they reached (what ``--fail-under`` compares)."""
+
+    lines_covered: int
+    lines: int
+    rules_reached: int
+    rules: int
+
+    @property
+    def lines_percent(self) -> float:
+        return 100.0 * self.lines_covered / self.lines if self.lines else 100.0
+
+    @property
+    def rules_percent(self) -> float:
+        return 100.0 * self.rules_reached / self.rules if self.rules else 100.0
+
+    def below(self, percent: float) -> list[str]:
+        """What falls short of ``percent``: ``lines`` and/or ``rules``."""
+        shares = (("lines", self.lines_percent), ("rules", self.rules_percent))
+        return [name for name, share in shares if share < percent]
+
+    def line(self, percent: float | None = None) -> str:
+        """``coverage: total: ...`` with the verdict of ``--fail-under percent`` when given."""
+        out = (
+            f"coverage: total: {self.lines_percent:.1f}% of lines "
+            f"({self.lines_covered} of {self.lines}), {self.rules_percent:.1f}% of the "
+            f"decision's rule definitions ({self.rules_reached} of {self.rules})"
+        )
+        if percent is None:
+            return out
+        short = self.below(percent)
+        verdict = "ok" if not short else f"{' and '.join(short)} below it"
+        return f"{out}; --fail-under {percent:g}: {verdict}"
+
+
 class PolicyTestRun(NamedTuple):
     """What ``run_tests`` did: the results, the ``todo_`` rules skipped, and (``coverage``)
-    the coverage lines."""
+    the coverage lines and totals (None when the engine could not report them)."""
 
     results: list[PolicyTestResult]
     skipped: list[str]
     coverage: list[str]
+    totals: CoverageTotals | None = None
 
 
 def run_tests(
@@ -86,33 +123,43 @@ def run_tests(
         results.append(_run_one(engine, name))
         if on_step is not None:
             on_step(len(results), len(to_run))
-    return PolicyTestRun(results, skipped, _coverage(engine, sources) if coverage else [])
+    if not coverage:
+        return PolicyTestRun(results, skipped, [])
+    lines, totals = _coverage(engine, sources)
+    return PolicyTestRun(results, skipped, lines, totals)
 
 
-def _coverage(engine: Any, sources: PolicySources) -> list[str]:
+def _coverage(engine: Any, sources: PolicySources) -> tuple[list[str], CoverageTotals | None]:
     try:
         report = json.loads(engine_call(engine.get_coverage_report_as_json))
     except (EngineError, ValueError) as exc:
-        return [f"coverage: not available: {exc}"]
+        return [f"coverage: not available: {exc}"], None
     policy_files = {name for name, _ in sources.modules}
     lines: list[str] = []
+    covered_lines = all_lines = 0
     for entry in report.get("files", []):
         if entry.get("path") not in policy_files:
             continue
         covered, missed = entry.get("covered") or [], entry.get("not_covered") or []
         total = len(covered) + len(missed)
+        covered_lines, all_lines = covered_lines + len(covered), all_lines + total
         line = f"coverage: {entry['path']}: {len(covered)} of {total} lines"
         if missed:
             line += " (not evaluated: " + ", ".join(str(n) for n in sorted(missed)) + ")"
         lines.append(line)
-    return lines + _rule_coverage(engine, policy_files, report)
+    rule_lines, reached = _rule_coverage(engine, policy_files, report)
+    if reached is None:
+        return lines + rule_lines, None
+    return lines + rule_lines, CoverageTotals(covered_lines, all_lines, *reached)
 
 
-def _rule_coverage(engine: Any, policy_files: set[str], report: dict[str, Any]) -> list[str]:
+def _rule_coverage(
+    engine: Any, policy_files: set[str], report: dict[str, Any]
+) -> tuple[list[str], tuple[int, int] | None]:
     try:
         tree = [m for m in syntax_tree(engine) if m["source"]["file"] in policy_files]
     except EngineError as exc:
-        return [f"coverage: rules: not available: {exc}"]
+        return [f"coverage: rules: not available: {exc}"], None
     rules = decision_rules(tree)
     missed = unreached(rules, report)
     lines = [
@@ -120,7 +167,7 @@ def _rule_coverage(engine: Any, policy_files: set[str], report: dict[str, Any]) 
         "definitions reached"
     ]
     lines.extend(f"coverage: {r.file}:{r.line}: {r.path}: not reached by any test" for r in missed)
-    return lines
+    return lines, (len(rules) - len(missed), len(rules))
 
 
 def discover_tests(

@@ -173,3 +173,26 @@ def test_one_test_leaves_the_refusals_unreached() -> None:
         if text.startswith("deny_reasons contains")
     )
     assert f"{rego}:{first}: data.toolgate.deny_reasons" in unreached[0]
+
+
+def test_fail_under_fails_below_the_share_of_rules_reached(scratch: Path) -> None:
+    """The scratch tests (all passing) reach 3 of the decision's 6 rule definitions (50%):
+    --fail-under 50 passes, 51 fails (exit 1), and the verdict is printed."""
+    ok = toolgate("policy", "test", "--fail-under", "50", cwd=scratch)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    total = [line for line in ok.stdout.splitlines() if line.startswith("coverage: total: ")]
+    assert len(total) == 1 and "50.0% of the decision's rule definitions (3 of 6)" in total[0]
+    assert total[0].endswith("--fail-under 50: ok")
+    short = toolgate("policy", "test", "--fail-under", "51", cwd=scratch)
+    assert short.returncode == 1, short.stdout + short.stderr
+    assert short.stdout.startswith("2 passed, 0 failed")
+    assert short.stdout.splitlines()[-1].endswith("--fail-under 51: rules below it")
+    bad = toolgate("policy", "test", "--fail-under", "101", cwd=scratch)
+    assert bad.returncode == 2
+    assert bad.stderr == "toolgate: --fail-under 101: must be a percentage, 0 to 100\n"
+
+
+def test_the_shipped_tests_pass_fail_under_100() -> None:
+    done = toolgate("policy", "test", "--coverage", "--fail-under", "100", cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith("coverage: total: 100.0% of lines")

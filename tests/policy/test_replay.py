@@ -4,6 +4,8 @@ exits 1; the unchanged policy exits 0; truncated and masked inputs are not repla
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,10 +14,12 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
+from gateway.policy.loader import load_policy_sources
+from gateway.policy.replay import RecordedDecision, replay
 from gateway.server.app import create_app
 from gateway.settings import load_settings
 from tests.helpers import ALICE, BOB
-from tests.policy.helpers import toolgate
+from tests.policy.helpers import REPO, WritePolicy, make_input, toolgate
 
 
 def call(client: TestClient, name: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -151,3 +155,102 @@ def test_no_store_is_a_clear_error(project: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("toolgate: no store at ")
     assert not (project / "var" / "toolgate.db").exists()
+
+
+def loosened(project: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The shipped policy with one rule lifted: fs.delete_file needs no approval."""
+    root = tmp_path / "loosened"
+    shutil.copytree(project / "rego", root / "rego")
+    shutil.copytree(project / "policies", root / "policies")
+    rules = root / "policies" / "rules.yaml"
+    data = yaml.safe_load(rules.read_text())
+    data["tool_overrides"]["fs.delete_file"] = {"approval": False}
+    rules.write_text(yaml.safe_dump(data))
+    return root / "rego", root / "policies"
+
+
+def test_fail_on_picks_the_direction_of_the_changes_that_fail(
+    project: Path, tmp_path: Path, recorded: dict[str, str]
+) -> None:
+    """A stricter candidate (writes need approval) fails --fail-on allow-to-deny and any, not
+    deny-to-allow; a looser one (deletes need none) the other way round."""
+    stricter, looser = candidate(project, tmp_path), loosened(project, tmp_path)
+    codes = {}
+    for name, (rego, data) in (("stricter", stricter), ("looser", looser)):
+        for fail_on in ("allow-to-deny", "deny-to-allow", "any"):
+            done = toolgate(
+                "policy", "replay", "--rego", str(rego), "--data", str(data),
+                "--fail-on", fail_on, cwd=project,
+            )  # fmt: skip
+            assert "Traceback" not in done.stderr
+            codes[name, fail_on] = done.returncode
+    assert codes == {
+        ("stricter", "allow-to-deny"): 1,
+        ("stricter", "deny-to-allow"): 0,
+        ("stricter", "any"): 1,
+        ("looser", "allow-to-deny"): 0,
+        ("looser", "deny-to-allow"): 1,
+        ("looser", "any"): 1,
+    }
+    bad = toolgate("policy", "replay", "--fail-on", "sometimes", cwd=project)
+    assert bad.returncode == 2 and "--fail-on" in bad.stderr
+
+
+def test_json_reports_every_change_and_every_input_not_replayed(
+    project: Path, tmp_path: Path, recorded: dict[str, str]
+) -> None:
+    rego, data = loosened(project, tmp_path)
+    done = toolgate(
+        "policy", "replay", "--rego", str(rego), "--data", str(data), "--json",
+        "--fail-on", "deny-to-allow", cwd=project,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    (change,) = report["changes"]
+    assert change == {
+        "execution_id": recorded["delete"],
+        "tool": "fs.delete_file",
+        "seq": change["seq"],
+        "from": "require_approval",
+        "to": "allow",
+        "direction": "deny-to-allow",
+        "reasons": [
+            "high-risk tool fs.delete_file allowed for actor 'alice' (rule: risk_rules.high.roles)"
+        ],
+    }
+    (skipped,) = report["not_replayable"]
+    assert skipped["execution_id"] == recorded["long_write"]
+    assert "input_truncated" in skipped["why"]
+    assert {k: report[k] for k in ("executions", "decisions", "replayed", "failed")} == {
+        "executions": 5,
+        "decisions": 6,
+        "replayed": 5,
+        "failed": True,
+    }
+    assert report["fail_on"] == "deny-to-allow" and report["more"] is False
+
+
+def test_an_input_recorded_without_the_action_is_not_replayable_when_the_policy_reads_it(
+    write_policy: WritePolicy,
+) -> None:
+    """A decision recorded by a gateway older than input.action: a candidate reading it does
+    not replay it (rather than guess); one that never reads it replays it as before."""
+    old_input = {k: v for k, v in make_input().items() if k != "action"}
+    recorded = RecordedDecision("ex_1", "fs.write_file", 0, 3, "allow", (), old_input, False)
+    reads_it = """
+        package toolgate
+
+        import rego.v1
+
+        decision := {"result": "deny", "reasons": ["post"]} if input.action.method == "POST"
+        else := {"result": "allow", "reasons": []}
+    """
+    report = asyncio.run(
+        replay([recorded], load_policy_sources(*write_policy({"a.rego": reads_it})))
+    )
+    assert [s.why for s in report.skipped] == [
+        "it was recorded without input.action (by an older gateway) and the policy reads it"
+    ]
+    shipped = load_policy_sources(REPO / "rego", REPO / "policies")
+    again = asyncio.run(replay([recorded], shipped))
+    assert again.skipped == [] and again.changes == []

@@ -53,6 +53,7 @@ from gateway.adapters.database.options import (
     check_tool,
     options_of,
     statement,
+    statement_view,
 )
 from gateway.adapters.database.spec import SPEC
 from gateway.declarations.catalogue import Catalogue
@@ -153,6 +154,13 @@ class DatabaseAdapter:
             work=partial(_first_row, sql, binds_for(sql, options, call)),
         )
         return _probe_value(row, params.get("column"), call.tool)
+
+    def policy_view(self, tool: ToolDeclaration, context: Mapping[str, JSON]) -> dict[str, JSON]:
+        """What the declared statement does (``input.action``): its kind and the tables it
+        names, read from the declaration's SQL (the same for every call of the tool)."""
+        options = options_of(tool)
+        kind, tables = statement_view(options.sql)
+        return {"connection": options.connection, "statement": kind, "tables": list(tables)}
 
     async def preview(self, call: AdapterCall) -> JSON:
         """The declared SQL and the values it would be bound to; nothing is sent."""

@@ -227,6 +227,104 @@ def classify(sql: str) -> tuple[str, str]:
     return "unknown", f"it starts with {lead or 'nothing'}, not a reading keyword"
 
 
+# -- what a statement does, for the policy ----------------------------------------------------
+#
+# The same look at the words (no SQL parser): the statement kind is the leading keyword (after a
+# WITH clause's common table expressions, the statement they lead to), and the tables are the
+# names after FROM, JOIN, INTO, UPDATE, USING and TABLE, outside function calls (``extract(year
+# FROM d)`` names no table) and without the names a WITH clause defines. Unquoted names are
+# lowercased; a quoted name keeps its case; ``schema.table`` stays qualified.
+
+STATEMENT_WORDS = frozenset(
+    {"SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "VALUES", "TABLE", "SHOW", "EXPLAIN"}
+    | {"CREATE", "DROP", "ALTER", "TRUNCATE", "GRANT", "REVOKE", "REPLACE", "UPSERT", "CALL"}
+)
+_TABLE_LEADS = frozenset({"FROM", "JOIN", "INTO", "UPDATE", "USING", "TABLE"})
+_QUERY_STARTS = frozenset({"SELECT", "WITH", "VALUES", "TABLE"})
+_LITERALS_AND_COMMENTS = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'|--[^\n]*|/\*.*?\*/|\$(\w*)\$.*?\$\1\$", re.S
+)
+_NAME_TOKEN = re.compile(r'"((?:[^"]|"")*)"|`([^`]*)`|([A-Za-z_][A-Za-z0-9_$]*)|(\S)')
+
+
+@functools.lru_cache(maxsize=1024)
+def statement_view(sql: str) -> tuple[str, tuple[str, ...]]:
+    """(the statement kind, lowercase: ``select``, ``insert``, ``update``, ``delete``, ...;
+    the tables the statement names, sorted) of one declared statement."""
+    words: list[tuple[str, str]] = []  # (upper-cased word or symbol, the name as written)
+    for match in _NAME_TOKEN.finditer(_LITERALS_AND_COMMENTS.sub(" ? ", sql)):
+        quoted, ticked, word, symbol = match.groups()
+        if word is not None:
+            words.append((word.upper(), word.lower()))
+        elif symbol is not None:
+            words.append((symbol, symbol))
+        else:
+            name = quoted.replace('""', '"') if quoted is not None else ticked
+            words.append(('"', name))
+    return _statement_kind(words), tuple(sorted(_tables(words)))
+
+
+def _statement_kind(words: list[tuple[str, str]]) -> str:
+    depth, lead = 0, next((w for w, _ in words if w != "("), "")
+    if lead != "WITH":
+        return lead.lower()
+    for word, _ in words[1:]:  # the statement the common table expressions lead to
+        depth += (word == "(") - (word == ")")
+        if depth == 0 and word in STATEMENT_WORDS:
+            return word.lower()
+    return "with"
+
+
+def _tables(words: list[tuple[str, str]]) -> set[str]:
+    found: set[str] = set()
+    defined: set[str] = set()  # the names of common table expressions
+    query = [True]  # per open parenthesis: does it hold a query (not a function's arguments)?
+    for i, (word, _) in enumerate(words):
+        if word == "(":
+            query.append(i + 1 < len(words) and words[i + 1][0] in _QUERY_STARTS)
+        elif word == ")" and len(query) > 1:
+            query.pop()
+        elif word == "AS" and i > 0 and i + 1 < len(words) and words[i + 1][0] == "(":
+            defined.add(words[i - 1][1])
+        elif word in _TABLE_LEADS and query[-1] and (i == 0 or words[i - 1][0] != "FOR"):
+            found.update(_names_after(words, i + 1, columns=word == "INTO"))
+    return found - defined
+
+
+def _names_after(words: list[tuple[str, str]], i: int, columns: bool) -> Iterator[str]:
+    """The table names of a list at ``words[i:]``: ``a``, ``s.b AS x, c y``; with ``columns``
+    (after INTO) a name followed by ``(`` is a table and its column list, else a function."""
+    while i < len(words) and (words[i][0] == '"' or words[i][0][:1].isalpha()):
+        if words[i][0] in _CLAUSE_WORDS:
+            return
+        if words[i][0] in _TABLE_LEADS or words[i][0] in {"ONLY", "LATERAL"}:
+            i += 1  # DELETE FROM ONLY t, INSERT INTO TABLE ...
+            continue
+        name = words[i][1]
+        i += 1
+        while i + 1 < len(words) and words[i][0] == "." and words[i + 1][0] != "(":
+            name, i = f"{name}.{words[i + 1][1]}", i + 2
+        if i < len(words) and words[i][0] == "(":
+            if columns:
+                yield name
+            return
+        yield name
+        if i < len(words) and words[i][0] == "AS":
+            i += 1
+        if i < len(words) and words[i][0] not in _CLAUSE_WORDS and words[i][0] != ",":
+            i += 1  # an alias
+        if i >= len(words) or words[i][0] != ",":
+            return
+        i += 1
+
+
+_CLAUSE_WORDS = frozenset(
+    {"WHERE", "SET", "ON", "JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "NATURAL", "GROUP"}
+    | {"ORDER", "LIMIT", "OFFSET", "HAVING", "UNION", "EXCEPT", "INTERSECT", "RETURNING", "VALUES"}
+    | {"SELECT", "USING", "WINDOW", "FOR", "DEFAULT", "(", ")", ";", "OUTER", "FETCH", "AS"}
+)
+
+
 def _check_reads(tool: ToolDeclaration, options: DatabaseOptions, lines: Lines) -> Iterator[str]:
     """A read tool's SQL, and every probe query of any tool, must classify as a read (they
     run in a read-only transaction, which would refuse them only at run time)."""

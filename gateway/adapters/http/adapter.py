@@ -301,6 +301,18 @@ def _send_error(
     )
 
 
+def _unfilled(tool: ToolDeclaration, exc: TemplateError) -> ExecutionError:
+    return ExecutionError(
+        f"the declaration of {tool.ref} could not be filled in: {exc}", code="template_error"
+    )
+
+
+def _target(base: str | None, url_text: str, query: Sequence[tuple[str, str]]) -> httpx.URL:
+    """The URL a request goes to: the rendered ``url`` on the tool's base, plus ``query``."""
+    url = join_url(base, url_text)
+    return url.copy_merge_params(tuple(query)) if query else url
+
+
 class HttpAdapter:
     """Declared HTTP requests through per-policy connection pools."""
 
@@ -368,6 +380,27 @@ class HttpAdapter:
             "body_bytes": len(plan.content or b""),
         }
 
+    def policy_view(self, tool: ToolDeclaration, context: Mapping[str, JSON]) -> dict[str, JSON]:
+        """The request as the policy sees it (``input.action``): method, scheme, host, port,
+        path and the query's keys, rendered as ``execute`` renders them; never a header, a
+        credential, a query value or the body. Nothing is read or sent."""
+        opts = tool.options
+        assert isinstance(opts, HttpOptions)
+        try:
+            url_text = render_url(opts.url, context)
+            query = render_pairs(opts.query, context)
+        except TemplateError as exc:
+            raise _unfilled(tool, exc) from exc
+        url = _target(self._upstream(opts)[0], url_text, query)
+        return {
+            "method": opts.method,
+            "scheme": url.scheme,
+            "host": url.host,
+            "port": url.port or (443 if url.scheme == "https" else 80),
+            "path": url.path,
+            "query_keys": sorted(set(url.params.keys())),
+        }
+
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
@@ -387,10 +420,7 @@ class HttpAdapter:
             if idem is not None:
                 headers.append((idem.name, idem.value.render(ctx)))
         except TemplateError as exc:
-            raise ExecutionError(
-                f"the declaration of {call.tool.ref} could not be filled in: {exc}",
-                code="template_error",
-            ) from exc
+            raise _unfilled(call.tool, exc) from exc
         if ctype and not any(n.lower() == "content-type" for n, _ in headers):
             headers.append(("Content-Type", ctype))
         return await self._plan(
@@ -421,9 +451,7 @@ class HttpAdapter:
     ) -> Plan:
         """Everything but the sending: URL, egress policy, credentials, trace context."""
         base, networks = self._upstream(opts)
-        url = join_url(base, url_text)
-        if query:
-            url = url.copy_merge_params(tuple(query))
+        url = _target(base, url_text, query)
         policy = EgressPolicy.build(
             (
                 *opts.egress.allow_hosts,

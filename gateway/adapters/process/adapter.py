@@ -38,7 +38,7 @@ from gateway.adapters.process import sandbox
 from gateway.adapters.process.capture import Capture, split_budget
 from gateway.adapters.process.junit import JUnitError, read_report
 from gateway.adapters.process.limits import LimitHit, exceeded
-from gateway.adapters.process.plan import Plan, make_plan
+from gateway.adapters.process.plan import Plan, make_plan, rendered_argv
 from gateway.adapters.process.proctree import (
     ProcessIdentity,
     ProcessTree,
@@ -49,6 +49,7 @@ from gateway.adapters.process.proctree import (
 from gateway.adapters.process.spec import ProcessOptions, ProcessSettings
 from gateway.adapters.shared.fileio import file_sha256
 from gateway.declarations.catalogue import Catalogue
+from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError, ExecutionError, ToolgateError
 from gateway.settings import Settings
 from gateway.types import JSON, Outcome, SideEffect
@@ -257,6 +258,13 @@ class ProcessAdapter:
             error = ExecutionError("the call was cancelled before it started", code="cancelled")
             return not_started(error, Outcome.CANCELLED)
         return await _Run(plan, call, self.isolation).run()
+
+    def policy_view(self, tool: ToolDeclaration, context: Mapping[str, JSON]) -> dict[str, JSON]:
+        """The argv the call will run (``input.action``), rendered as ``execute`` renders it;
+        ``argv[0]`` is the program as declared, before it is looked up on a PATH."""
+        options = tool.options
+        assert isinstance(options, ProcessOptions)
+        return {"argv": list(rendered_argv(options, context))}
 
     async def probe(self, name: str, params: Mapping[str, str], call: AdapterCall) -> JSON:
         target = confine(call.workspace, params["path"], "probe path").absolute

@@ -53,7 +53,7 @@ def make_plan(call: AdapterCall, executables: Mapping[str, str]) -> Plan:
     env = {name: os.environ[name] for name in options.env.allow if name in os.environ}
     env.update({k: _render(v, context, f"env.set.{k}") for k, v in options.env.constants.items()})
     env[MARKER_ENV] = call.execution_id
-    argv = [arg for i, e in enumerate(options.command) for arg in _argv(e, context, i)]
+    argv = rendered_argv(options, context)
     argv[0] = _program(argv[0], env, cwd.absolute, executables, call.tool.ref)
     stdin = options.stdin
     junit = options.junit
@@ -69,6 +69,11 @@ def make_plan(call: AdapterCall, executables: Mapping[str, str]) -> Plan:
         confinement=confinement(options, call.tool.ref),
         writable=options.writable,
     )
+
+
+def rendered_argv(options: ProcessOptions, context: Mapping[str, Any]) -> list[str]:
+    """The argv of ``command`` for this call, its program as declared (not yet looked up)."""
+    return [arg for i, e in enumerate(options.command) for arg in _argv(e, context, i)]
 
 
 def _render(template: Template, context: Mapping[str, Any], where: str) -> str:
