@@ -194,3 +194,48 @@ def test_the_room_checks_can_fail() -> None:
     assert (
         room_of("gateway.pipeline.runner") == "pipeline" and room_of("gateway.errors") == "errors"
     )
+
+
+# --- one definition per constant and per wire format (issue 30) --------------------------------
+
+
+def definitions(root: Path = GATEWAY) -> dict[str, list[str]]:
+    """Where each module-level class and constant of gateway/ is defined (``module:line``)."""
+    found: dict[str, list[str]] = {}
+    for path, tree in modules(root):
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name, []).append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+ONE_HOME = (
+    "NOTHING_ATTEMPTED",  # gateway/adapters/base.py
+    "EgressDecl",  # gateway/adapters/shared/egress.py
+    "DecisionCache",  # gateway/policy/cache.py
+    "_LRU",
+    "_TimedLRU",
+)
+"""Names that had a copy, each with its own value or behaviour, and now have one home."""
+
+
+def test_each_shared_name_is_defined_once() -> None:
+    found = definitions()
+    twice = {name: found[name] for name in ONE_HOME if len(found.get(name, ())) > 1}
+    assert not twice, f"defined more than once in gateway/: {twice}"
+    assert all(len(found.get(name, ())) == 1 for name in ONE_HOME[:3])
+
+
+def test_the_definition_scan_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("X = 1\nclass C: ...\n", encoding="utf-8")
+    (tmp_path / "b.py").write_text("X: int = 2\ndef f():\n    C = 3\n", encoding="utf-8")
+    found = definitions(tmp_path)
+    assert [len(found["X"]), len(found["C"])] == [2, 1]

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway import jsonlimits, jsontext
-from gateway.adapters.base import AdapterOutcome, Evidence, SideEffectReport
+from gateway.adapters.base import NO_SIDE_EFFECT, AdapterOutcome, Evidence, SideEffectReport
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
 from gateway.events.model import Event, make_event
@@ -20,8 +20,6 @@ from gateway.ids import sortable_id
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, Outcome, Revisions
 from gateway.workspace import ResolvedPath, Workspace
-
-NOTHING_ATTEMPTED = SideEffectReport(False, False)
 
 
 def canonical_json(value: Any) -> str:
@@ -136,7 +134,7 @@ class ToolResult:
     outcome: Outcome
     data: JSON = None
     error: ToolgateError | None = None
-    side_effect: SideEffectReport = NOTHING_ATTEMPTED
+    side_effect: SideEffectReport = NO_SIDE_EFFECT
     evidence: tuple[Evidence, ...] = ()
     queued_ms: int = 0
     running_ms: int = 0
