@@ -28,7 +28,7 @@ from starlette.types import Message
 
 from gateway import jsontext
 from gateway.mcp import calls, results, stateless
-from gateway.mcp.endpoint import build_server, serves_plain_calls
+from gateway.mcp.endpoint import build_server
 from gateway.mcp.writer import Writer, sieved
 from gateway.server.app import create_app
 from gateway.settings import load_settings
@@ -256,16 +256,16 @@ def test_the_event_stream_is_the_sdks() -> None:
 
 def test_the_gateways_server_is_one_the_fast_path_may_answer_for() -> None:
     server = build_server()
-    assert serves_plain_calls(server)
+    assert stateless.serves_plain_calls(server)
     server.middleware.append(server.middleware[-1])
-    assert not serves_plain_calls(server)
+    assert not stateless.serves_plain_calls(server)
 
 
 def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode(), v.encode()) for k, v in headers.items()]
 
 
-def _classify(message: Any, **headers: str) -> calls.PlainCall | None:
+def _classify(message: Any, **headers: str) -> stateless.PlainCall | None:
     server = build_server()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     sent = stateless.Heads.of(_raw({**HEADERS, **headers}))
@@ -568,3 +568,25 @@ def test_a_client_that_goes_away_cancels_the_execution(apps: tuple[Path, Path], 
     cancels = [e for e in events if e.data.get("status") == "cancelling"]
     assert cancels and cancels[0].data["by"] == "alice"
     assert time.monotonic() - started < 50  # not the script's 60 s
+
+
+def test_the_fast_path_counts_the_plain_calls_it_serves_and_no_other(
+    apps: tuple[Path, Path],
+) -> None:
+    plain = _script_call("counted-plain", 0)
+    progress = json.loads(_script_call("counted-progress", 0))
+    progress["params"]["_meta"]["progressToken"] = "p1"  # the SDK's path serves progress
+
+    async def calls_(app: Any) -> list[tuple[int, str]]:
+        fast = app.state.mcp.endpoint
+        seen = []
+        for body in (plain, json.dumps(progress).encode()):
+            before = fast.stateless.served if fast is not None else 0
+            sent = await _exchange(app, body)
+            fast = app.state.mcp.endpoint
+            seen.append((fast.stateless.served - before, _seen(sent)[-1]))
+        return seen
+
+    (plain_seen, plain_text), (sdk_seen, sdk_text) = anyio.run(_in_process, apps[0], calls_)
+    assert '"succeeded"' in plain_text and '"succeeded"' in sdk_text, (plain_text, sdk_text)
+    assert (plain_seen, sdk_seen) == (1, 0)
