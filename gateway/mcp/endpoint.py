@@ -33,10 +33,11 @@ from starlette.types import Receive, Scope, Send
 from gateway import __version__
 from gateway.errors import ToolgateError
 from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
+from gateway.http.heads import Heads
 from gateway.http.problems import problem
 from gateway.mcp import calls, context, oauth
 from gateway.mcp.sdk_private import Admit, HookedSessionManager
-from gateway.mcp.stateless import Heads, StatelessCalls, serves_plain_calls
+from gateway.mcp.stateless import READ, StatelessCalls, serves_plain_calls
 from gateway.runtime.admission import Gauge
 from gateway.settings import Settings
 
@@ -101,7 +102,7 @@ class McpEndpoint:
         """The plain calls of the 2026-07-28 era, answered without the SDK's transport
         (None: every request goes to the SDK)."""
         if settings.mcp.fast_calls and serves_plain_calls(self.server):
-            self.stateless = StatelessCalls(self.server, security)
+            self.stateless = StatelessCalls(self.server, security, settings.max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def run(self, sessions: Gauge) -> AsyncIterator[None]:
@@ -126,7 +127,7 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        heads = Heads.of(scope["headers"])
+        heads = Heads.of(scope["headers"], READ)
         version = heads.first.get(MCP_PROTOCOL_VERSION_HEADER)
         # The request goes to the SDK's 2026-07-28 entry (``_handle_request``'s test).
         modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS

@@ -11,7 +11,7 @@ exactly such a request itself, with the same bytes, and leaves everything else t
   which accepts nothing the SDK's looser check refuses), the method, Accept, the JSON-RPC
   envelope, the routing headers and the protocol-version ladder, the SDK's validation of the
   params for the request's version. Each is a short check that only says yes where the
-  SDK's surely does (the headers read in one pass: ``Heads``; ``_admitted``, ``_route``,
+  SDK's surely does (the headers read in one pass: ``READ``; ``_admitted``, ``_route``,
   ``_surely_valid``), and the SDK's own function decides the rest (``validate_request``,
   ``check_accept_headers``, ``classify_inbound_request``, ``validate_client_request`` then
   ``CallToolRequestParams``);
@@ -78,10 +78,12 @@ from mcp_types import (
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import jsontext
+from gateway.http.bodies import read_body
+from gateway.http.heads import Heads, Wanted
 from gateway.mcp import calls, context, meta, results, sdk_private
 from gateway.mcp.writer import Writer
 
@@ -125,8 +127,11 @@ def serves_plain_calls(server: Server[Any]) -> bool:
 class StatelessCalls:
     """Answers the plain calls of the 2026-07-28 era for ``server`` (see the module)."""
 
-    def __init__(self, server: Server[Any], security: TransportSecuritySettings) -> None:
+    def __init__(
+        self, server: Server[Any], security: TransportSecuritySettings, max_body_bytes: int
+    ) -> None:
         self.server = server
+        self.max_body_bytes = max_body_bytes
         self.served = 0
         """How many requests this answered (the SDK's transport answered the others)."""
         self.security = TransportSecurityMiddleware(security)
@@ -151,7 +156,9 @@ class StatelessCalls:
             has_json, has_sse = check_accept_headers(request)
             if not (has_json and has_sse):
                 return receive
-        body = await _body(receive)
+        # Bounded as every body is (RequestBounds refused past this before, in any framing).
+        limit = self.max_body_bytes
+        body = await read_body(receive, limit, heads.first.get("content-length"))
         found = self._plain(body, heads)
         if found is None:
             return _replay(body, receive)
@@ -187,7 +194,7 @@ class StatelessCalls:
             or params.get("name") == results.STATUS_TOOL
         ):
             return None
-        if heads.duplicated:
+        if duplicated(heads):
             return None
         verdict = _route(decoded, params, heads)
         if verdict is None:
@@ -280,45 +287,19 @@ any other value is checked by it."""
 
 
 _ROUTING = frozenset({MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER})
-_READ = {
-    name.encode(): name
-    for name in (*_ROUTING, "content-type", "host", "origin", "accept", "content-length")
-}
-_READ.update(context.DOOR_HEADERS)
+READ = Wanted(
+    {*_ROUTING, "content-type", "host", "origin", "accept", "content-length", *context.DOOR_HEADERS}
+)
+"""The headers this module, the endpoint and ``context.Door`` read (``Heads.of``, once per
+request): the SDK's transport would serve a request differently from what this module
+assumes when one comes in other than lower case, or ``Content-Length`` is not digits (its
+body bound parses it with ``int``), or a routing header comes twice
+(``find_duplicated_routing_header``): those go to it."""
 
 
-@dataclass(slots=True)
-class Heads:
-    """The request headers this module, the endpoint and ``context.Door`` read, in one pass
-    over the ASGI list."""
-
-    first: dict[str, str]
-    """Each name's first value, as Starlette's ``Headers.get`` finds it."""
-    duplicated: bool
-    """A routing header appears more than once (``find_duplicated_routing_header``)."""
-    certain: bool
-    """False when the SDK's transport could answer differently from what this module
-    assumes (a header name not in lower case, a ``Content-Length`` that is not digits:
-    the SDK's body bound parses it with ``int``); the SDK then serves the request."""
-
-    @classmethod
-    def of(cls, raw: list[tuple[bytes, bytes]]) -> Heads:
-        first: dict[str, str] = {}
-        duplicated, certain = False, True
-        for key, value in raw:
-            name = _READ.get(key)
-            if name is None:
-                if not key.islower() and key.lower() in _READ:
-                    certain = False
-                continue
-            if name not in first:
-                first[name] = value.decode("latin-1")
-            elif name in _ROUTING:
-                duplicated = True
-        length = first.get("content-length")
-        if length is not None and not length.isdigit():
-            certain = False
-        return cls(first, duplicated, certain)
+def duplicated(heads: Heads) -> bool:
+    """A routing header came more than once (``find_duplicated_routing_header``)."""
+    return not heads.repeated.isdisjoint(_ROUTING)
 
 
 def _route(
@@ -345,19 +326,6 @@ def _route(
     if not isinstance(verdict, InboundModernRoute):
         return None
     return verdict.protocol_version, verdict.client_info, verdict.client_capabilities
-
-
-async def _body(receive: Receive) -> bytes:
-    """The request's body, read as Starlette's ``Request.body`` reads it."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-        elif message["type"] == "http.disconnect":
-            raise ClientDisconnect()
 
 
 def _surely_valid(body: bytes, params: dict[str, Any], raw_meta: dict[str, Any]) -> bool:
