@@ -241,3 +241,32 @@ def test_the_definition_scan_can_fail(tmp_path: Path) -> None:
     (tmp_path / "b.py").write_text("X: int = 2\ndef f():\n    C = 3\n", encoding="utf-8")
     found = definitions(tmp_path)
     assert [len(found["X"]), len(found["C"])] == [2, 1]
+
+
+def responses_skipping_init(tree: ast.Module) -> list[ast.ClassDef]:
+    """A ``Response`` subclass whose ``__init__`` does not call ``super().__init__``: it
+    builds Starlette's response from its internals, which a Starlette release may change."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if not any(ast.unparse(b).endswith("Response") for b in node.bases):
+            continue
+        for item in node.body:
+            if (
+                isinstance(item, ast.FunctionDef)
+                and item.name == "__init__"
+                and "super().__init__" not in ast.unparse(item)
+            ):
+                found.append(node)
+    return found
+
+
+def test_no_response_skips_starlettes_init() -> None:
+    found = [where(p, n) for p, tree in modules(GATEWAY) for n in responses_skipping_init(tree)]
+    assert not found, f"build a Response with its public constructor: {found}"
+    tree = ast.parse(
+        "class A(Response):\n    def __init__(self):\n        self.body = b''\n"
+        "class B(JSONResponse):\n    def __init__(self):\n        super().__init__(b'')\n"
+    )
+    assert [n.name for n in responses_skipping_init(tree)] == ["A"]

@@ -255,9 +255,12 @@ def execution_request(
     body = meta.execution_body(name, arguments, raw, origin)
     # The body's arguments are the checked ones (copied), at the level they have there: as
     # the REST door does for its body, tell normalisation that they need no check again.
-    checked = jsonlimits.Checked(body, limits, shape)
     request = parse_request(
-        body, door.principal, roles=door.roles, auth_method=door.auth_method, checked=checked
+        body,
+        door.principal,
+        roles=door.roles,
+        auth_method=door.auth_method,
+        body_bound=jsonlimits.Bound(limits, shape),
     )
     return _with_trace(request, raw.get(meta.TRACEPARENT) or door.traceparent)
 

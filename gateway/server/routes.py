@@ -71,7 +71,7 @@ async def _execution_response(services: Runtime, record: ExecutionRecord) -> Res
     approval = await executions.approval_of(services, record)
     status = 200 if record.status is Status.COMPLETED else 202
     body = render.execution_json(record, approval)
-    return render.EncodedJson(body, status)
+    return render.encoded_json(body, status)
 
 
 async def _call_of(request: Request, services: Runtime, heads: Heads) -> ToolExecutionRequest:
@@ -88,7 +88,7 @@ async def _call_of(request: Request, services: Runtime, heads: Heads) -> ToolExe
         heads.every.get("traceparent", ()),
         identity.roles,
         identity.method,
-        checked=checked,
+        body_bound=checked.bound,
     )
 
 
