@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.errors import ValidationError
-from gateway.frozen import quick_init
 
 MAX_PATH_LENGTH = 4096
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Workspace:
     id: str
@@ -44,7 +42,6 @@ class Workspace:
         return {"id": self.id, "root": str(self.root)}
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ResolvedPath:
     argument: str

@@ -15,7 +15,6 @@ from gateway.adapters.base import NO_SIDE_EFFECT, AdapterOutcome, Evidence, Side
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
 from gateway.events.model import Event, make_event
-from gateway.frozen import quick_init
 from gateway.ids import sortable_id
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, Outcome, Revisions
@@ -35,7 +34,6 @@ def new_execution_id() -> str:
     return sortable_id("ex")
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolExecutionRequest:
     """One agent request, parsed and authenticated (the caller is ``principal``)."""
@@ -130,7 +128,6 @@ _REQUEST_FIELDS = tuple(
 )
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """The stable result of one execution (docs/api.md#toolresult)."""
@@ -160,7 +157,6 @@ class ToolResult:
         }
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Trail:
     """The events of a call not yet durable, and the number of its next event."""
@@ -181,7 +177,6 @@ class Trail:
 NO_LOCKS: Mapping[str, int] = MappingProxyType({})
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Ticket:
     """How a call entered the pipeline; fixed from the first stage to the last."""
@@ -201,7 +196,6 @@ class Ticket:
     written and no quota is counted."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Requested:
     """A call as asked for: stage ``resolve`` takes it."""
@@ -274,7 +268,6 @@ class Requested:
         return cls(ticket, trail.emit("state.checkpointed", status="running", dequeued=True))
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """The exact tool version is known: stage ``normalise`` takes it."""
@@ -284,7 +277,6 @@ class Resolved:
     trail: Trail
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Call:
     """What the call is once normalised, fixed from then on: what templates, probes, the
@@ -312,7 +304,6 @@ class Call:
         return self.ticket.execution_id
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """Normalised (and, after stage ``validate``, checked): stage ``policy`` takes it."""
@@ -321,7 +312,6 @@ class Prepared:
     trail: Trail
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Authorized:
     """The policy let the call go on: stage ``reserve`` takes it."""
@@ -334,7 +324,6 @@ class Authorized:
     trail: Trail
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Reserved:
     """Durable (or needing no reservation): stage ``lock`` takes it."""
@@ -345,7 +334,6 @@ class Reserved:
     trail: Trail
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Locked:
     """Holding its locks: stage ``execute`` takes it."""
@@ -356,7 +344,6 @@ class Locked:
     trail: Trail
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Started:
     """``tool.started`` is emitted: the adapter may be called (inside stage ``execute``)."""
@@ -368,7 +355,6 @@ class Started:
     trail: Trail
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Executed:
     """The adapter returned or failed: stage ``result`` takes it."""
@@ -383,7 +369,6 @@ class Executed:
     trail: Trail
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Settled:
     """A result, not yet committed: stages ``verify`` and ``commit`` take it (a call that
@@ -404,7 +389,6 @@ class Settled:
     trail: Trail
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Ended:
     """The call resolved to an execution as the store holds it: nothing runs after this."""
