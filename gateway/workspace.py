@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.errors import ValidationError
+from gateway.frozen import quick_init
 
 MAX_PATH_LENGTH = 4096
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Workspace:
     id: str
@@ -42,6 +44,7 @@ class Workspace:
         return {"id": self.id, "root": str(self.root)}
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ResolvedPath:
     argument: str

@@ -23,10 +23,12 @@ import anyio
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.spec import AdapterSpec, NoOptions, Templating
 from gateway.errors import ToolgateError
+from gateway.frozen import quick_init
 from gateway.types import JSON, Outcome
 from gateway.workspace import ResolvedPath, Workspace
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Evidence:
     kind: str
@@ -42,6 +44,7 @@ class Evidence:
         return out
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SideEffectReport:
     attempted: bool
@@ -59,6 +62,7 @@ NOTHING_ATTEMPTED = SideEffectReport(False, False, "nothing was attempted")
 """A call that ended before its adapter was called (a refusal, a cancel before the start)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AdapterOutcome:
     """What the adapter observed. ``error`` explains a non-succeeded outcome."""
@@ -75,6 +79,7 @@ async def _no_checkpoint(state: Mapping[str, JSON]) -> None:
     return None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AdapterCall:
     """Everything an adapter gets for one call, the same for every adapter."""

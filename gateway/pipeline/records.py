@@ -15,6 +15,7 @@ from gateway.adapters.base import NO_SIDE_EFFECT, AdapterOutcome, Evidence, Side
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
 from gateway.events.model import Event, make_event
+from gateway.frozen import quick_init
 from gateway.ids import sortable_id
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, Outcome, Revisions
@@ -34,6 +35,7 @@ def new_execution_id() -> str:
     return sortable_id("ex")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolExecutionRequest:
     """One agent request, parsed and authenticated (the caller is ``principal``)."""
@@ -128,6 +130,7 @@ _REQUEST_FIELDS = tuple(
 )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """The stable result of one execution (docs/api.md#toolresult)."""
@@ -157,6 +160,7 @@ class ToolResult:
         }
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Trail:
     """The events of a call not yet durable, and the number of its next event."""
@@ -177,6 +181,7 @@ class Trail:
 NO_LOCKS: Mapping[str, int] = MappingProxyType({})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Ticket:
     """How a call entered the pipeline; fixed from the first stage to the last."""
@@ -196,6 +201,7 @@ class Ticket:
     written and no quota is counted."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Requested:
     """A call as asked for: stage ``resolve`` takes it."""
@@ -268,6 +274,7 @@ class Requested:
         return cls(ticket, trail.emit("state.checkpointed", status="running", dequeued=True))
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """The exact tool version is known: stage ``normalise`` takes it."""
@@ -277,6 +284,7 @@ class Resolved:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Call:
     """What the call is once normalised, fixed from then on: what templates, probes, the
@@ -304,6 +312,7 @@ class Call:
         return self.ticket.execution_id
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """Normalised (and, after stage ``validate``, checked): stage ``policy`` takes it."""
@@ -312,6 +321,7 @@ class Prepared:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Authorized:
     """The policy let the call go on: stage ``reserve`` takes it."""
@@ -324,6 +334,7 @@ class Authorized:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Reserved:
     """Durable (or needing no reservation): stage ``lock`` takes it."""
@@ -334,6 +345,7 @@ class Reserved:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Locked:
     """Holding its locks: stage ``execute`` takes it."""
@@ -344,6 +356,7 @@ class Locked:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Started:
     """``tool.started`` is emitted: the adapter may be called (inside stage ``execute``)."""
@@ -355,6 +368,7 @@ class Started:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Executed:
     """The adapter returned or failed: stage ``result`` takes it."""
@@ -369,6 +383,7 @@ class Executed:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Settled:
     """A result, not yet committed: stages ``verify`` and ``commit`` take it (a call that
@@ -389,6 +404,7 @@ class Settled:
     trail: Trail
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Ended:
     """The call resolved to an execution as the store holds it: nothing runs after this."""
