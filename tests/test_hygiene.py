@@ -270,3 +270,22 @@ def test_no_response_skips_starlettes_init() -> None:
         "class B(JSONResponse):\n    def __init__(self):\n        super().__init__(b'')\n"
     )
     assert [n.name for n in responses_skipping_init(tree)] == ["A"]
+
+
+def private_uses(tree: ast.Module, module: str) -> list[ast.Attribute]:
+    """``module._name``: a private name of a library the gateway does not own."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and ast.unparse(node.value) == module
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    ]
+
+
+def test_no_private_name_of_dataclasses_is_used() -> None:
+    found = [where(p, n) for p, tree in modules(GATEWAY) for n in private_uses(tree, "dataclasses")]
+    assert not found, f"dataclasses' internals: {found}"
+    tree = ast.parse("dataclasses._FIELD\ndataclasses.fields\ndataclasses.__name__")
+    assert [n.lineno for n in private_uses(tree, "dataclasses")] == [1]
