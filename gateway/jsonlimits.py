@@ -39,6 +39,14 @@ class Shape(NamedTuple):
     chars: int
 
 
+class Bound(NamedTuple):
+    """A document passed :func:`check` under ``limits`` with the shape ``shape``: what it
+    holds is no deeper and no larger (an upper bound of any part's shape)."""
+
+    limits: JsonLimits
+    shape: Shape
+
+
 class Checked(NamedTuple):
     """``value`` passed :func:`check` under ``limits``, or is part of a document that did
     (then it is no deeper and no larger than that document): ``shape`` is the checked
@@ -48,6 +56,10 @@ class Checked(NamedTuple):
     value: Any
     limits: JsonLimits
     shape: Shape
+
+    @property
+    def bound(self) -> Bound:
+        return Bound(self.limits, self.shape)
 
 
 class JsonLimitError(ValueError):

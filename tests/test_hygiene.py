@@ -286,3 +286,98 @@ def test_the_service_scan_finds_what_it_looks_for() -> None:
         "    return services.store\n"
     )
     assert [getattr(n, "lineno", 0) for n in reaches_past_the_service(tree)] == [1, 2, 3, 7]
+
+
+# --- one definition per constant and per wire format (issue 30) --------------------------------
+
+
+def definitions(root: Path = GATEWAY) -> dict[str, list[str]]:
+    """Where each module-level class and constant of gateway/ is defined (``module:line``)."""
+    found: dict[str, list[str]] = {}
+    for path, tree in modules(root):
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name, []).append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+ONE_HOME = (
+    "NOTHING_ATTEMPTED",  # gateway/adapters/base.py
+    "EgressDecl",  # gateway/adapters/shared/egress.py
+    "DecisionCache",  # gateway/policy/cache.py
+    "Heads",  # gateway/http/heads.py
+    "_LRU",
+    "_TimedLRU",
+    "_Heads",
+)
+"""Names that had a copy, each with its own value or behaviour, and now have one home."""
+
+
+def test_each_shared_name_is_defined_once() -> None:
+    found = definitions()
+    twice = {name: found[name] for name in ONE_HOME if len(found.get(name, ())) > 1}
+    assert not twice, f"defined more than once in gateway/: {twice}"
+    assert all(len(found.get(name, ())) == 1 for name in ONE_HOME[:4])
+
+
+def test_the_definition_scan_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("X = 1\nclass C: ...\n", encoding="utf-8")
+    (tmp_path / "b.py").write_text("X: int = 2\ndef f():\n    C = 3\n", encoding="utf-8")
+    found = definitions(tmp_path)
+    assert [len(found["X"]), len(found["C"])] == [2, 1]
+
+
+def responses_skipping_init(tree: ast.Module) -> list[ast.ClassDef]:
+    """A ``Response`` subclass whose ``__init__`` does not call ``super().__init__``: it
+    builds Starlette's response from its internals, which a Starlette release may change."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if not any(ast.unparse(b).endswith("Response") for b in node.bases):
+            continue
+        for item in node.body:
+            if (
+                isinstance(item, ast.FunctionDef)
+                and item.name == "__init__"
+                and "super().__init__" not in ast.unparse(item)
+            ):
+                found.append(node)
+    return found
+
+
+def test_no_response_skips_starlettes_init() -> None:
+    found = [where(p, n) for p, tree in modules(GATEWAY) for n in responses_skipping_init(tree)]
+    assert not found, f"build a Response with its public constructor: {found}"
+    tree = ast.parse(
+        "class A(Response):\n    def __init__(self):\n        self.body = b''\n"
+        "class B(JSONResponse):\n    def __init__(self):\n        super().__init__(b'')\n"
+    )
+    assert [n.name for n in responses_skipping_init(tree)] == ["A"]
+
+
+def private_uses(tree: ast.Module, module: str) -> list[ast.Attribute]:
+    """``module._name``: a private name of a library the gateway does not own."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and ast.unparse(node.value) == module
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    ]
+
+
+def test_no_private_name_of_dataclasses_is_used() -> None:
+    found = [where(p, n) for p, tree in modules(GATEWAY) for n in private_uses(tree, "dataclasses")]
+    assert not found, f"dataclasses' internals: {found}"
+    tree = ast.parse("dataclasses._FIELD\ndataclasses.fields\ndataclasses.__name__")
+    assert [n.lineno for n in private_uses(tree, "dataclasses")] == [1]

@@ -56,6 +56,10 @@ class SideEffectReport:
 
 
 NO_SIDE_EFFECT = SideEffectReport(False, False)
+"""What an adapter reports when it says nothing of a side effect (and the default of a
+result that has no report of one)."""
+NOTHING_ATTEMPTED = SideEffectReport(False, False, "nothing was attempted")
+"""A call that ended before its adapter was called (a refusal, a cancel before the start)."""
 
 
 @quick_init

@@ -7,6 +7,7 @@ generated from these models (``toolgate schema declaration``).
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
@@ -148,6 +149,24 @@ class ToolDeclaration(_Frozen):
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @cached_property
+    def policy_input(self) -> dict[str, Any]:
+        """The ``tool`` part of the policy input (docs/policies.md): what the declaration
+        says. Made once per declaration (which is immutable, and never copied with changes)
+        and shared by the documents of its calls, which nothing mutates (the recorded input
+        and the decision log copy what they change): ``pipeline.policy.tool_input`` is a
+        copy of one's own."""
+        return {
+            "name": self.name,
+            "version": str(self.version),
+            "risk": self.risk.value,
+            "side_effect": self.side_effect.value,
+            "reversible": self.reversible,
+            "adapter": self.adapter,
+            "operation": self.operation,
+            "tags": list(self.tags),
+        }
 
     def summary(self) -> dict[str, Any]:
         """The public description of this version (no input schema)."""

@@ -4,10 +4,8 @@ A call the SDK serves runs in the gateway's own task group, never in the handler
 SDK cancels): the handler waits for it, and when the request goes away
 (``notifications/cancelled`` in 2025-11-25, a closed stream in 2026-07-28) the execution is
 cancelled through ``gateway.runtime.cancellation`` like a REST cancel, so the pipeline always
-ends with a truthful outcome. ``plain_call`` is the same ``tools/call`` for
-gateway/mcp/stateless.py, whose request nobody cancels: the call runs in the request's own
-task, as a REST call does, while a ``Watch`` of the transport's notices the client going away
-(and cancels the execution the same way).
+ends with a truthful outcome. ``answer`` is the one answer to a call, which the fast path
+(gateway/mcp/stateless.py) gives too.
 """
 
 from __future__ import annotations
@@ -17,14 +15,15 @@ import logging
 import re
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from gateway import jsonlimits, tracecontext
 from gateway.errors import LimitExceeded, ToolgateError
@@ -113,6 +112,32 @@ STATUS_TOOL_DEF: dict[str, Any] = {
 # -- tools/call -----------------------------------------------------------------------------
 
 
+async def legacy_task_call(
+    ctx: ServerRequestContext[Any, Any], call_next: CallNext
+) -> HandlerResult:
+    """Middleware: a 2025-11-25 ``tools/call`` with ``params.task`` may be answered with a
+    ``CreateTaskResult``, which the SDK's result check for ``tools/call`` would refuse: such
+    a call is handled here, ahead of that check. Everything else passes through."""
+    params = ctx.params or {}
+    if (
+        ctx.method != "tools/call"
+        or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        or not isinstance(params.get("task"), dict)
+    ):
+        return await call_next(ctx)
+    try:
+        typed = types.CallToolRequestParams.model_validate(params, by_name=False)
+    except ValidationError as exc:
+        raise MCPError(code=INVALID_PARAMS, message="invalid tools/call params") from exc
+    return await call_tool(ctx, typed)
+
+
+def no_param_headers(name: str) -> None:
+    """Mcp-Param-* header checks: the published schemas declare no ``x-mcp-header``, so
+    there is nothing to check (and no need to list the tools on every call)."""
+    return None
+
+
 async def call_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
 ) -> dict[str, Any]:
@@ -139,10 +164,10 @@ async def _answered(work: Awaitable[_T], name: str) -> _T | dict[str, Any]:
     try:
         return await work
     except Exception as exc:
-        return _failed(exc, name)
+        return failed(exc, name)
 
 
-def _failed(exc: Exception, name: str) -> dict[str, Any]:
+def failed(exc: Exception, name: str) -> dict[str, Any]:
     """The ``isError`` result of a call that raised ``exc`` (raised again if it is the
     SDK's, which it answers as a JSON-RPC error)."""
     if isinstance(exc, ToolgateError):
@@ -153,77 +178,9 @@ def _failed(exc: Exception, name: str) -> dict[str, Any]:
     return results.internal("tools/call failed")
 
 
-@dataclass(frozen=True, slots=True)
-class PlainCall:
-    """A 2026-07-28 ``tools/call`` of a catalogue tool that asks for no plan, no task and no
-    progress: what ``gateway.mcp.stateless`` serves without the SDK's transport."""
-
-    request_id: str | int
-    name: str
-    arguments: Mapping[str, Any] | None
-    meta: dict[str, Any]
-    client_name: str
-
-
-class Watch(Protocol):
-    """What a transport does while a plain call runs in its request's task."""
-
-    def start(self, door: Door, run: Run) -> None:
-        """``run`` begins: watch the client, and cancel its execution if it goes away
-        (``cancel_abandoned``) before ``run`` is done."""
-
-    def abort(self) -> None:
-        """``run`` was interrupted (the request's task was cancelled): stop watching."""
-
-    async def ended(self) -> bool:
-        """``run`` is done: whether its client still waits for the answer."""
-
-
 Answer = tuple[dict[str, Any], str | None]
 """A result, and the JSON text of its ``structuredContent`` when one of its text blocks is
-that very string (``results.call_result_and_text``), or None."""
-
-
-async def plain_call(door: Door, call: PlainCall, watch: Watch) -> Answer | None:
-    """The result of ``call`` as ``call_tool`` answers it, or None when the client went away
-    before the end (the execution is then cancelled, as when the SDK cancels a handler)."""
-    try:
-        answer = await _plain(door, call, watch)
-    except Exception as exc:
-        answer = _failed(exc, call.name), None
-    if answer is not None:
-        answer[0].setdefault("resultType", "complete")
-    return answer
-
-
-async def _plain(door: Door, call: PlainCall, watch: Watch) -> Answer | None:
-    request = _execution_request(
-        door, call.meta, call.name, call.arguments, call.request_id, call.client_name
-    )
-    running = door.services.admission.executions
-    running.take(door.principal)  # given back by ``Run.drive``
-    run = Run(door.services, request)
-    try:
-        watch.start(door, run)
-        await run.drive()
-    except BaseException:
-        if not run.finished:
-            running.give_back(door.principal)
-        watch.abort()
-        raise
-    if not await watch.ended():
-        return None
-    if run.error is not None:
-        return results.refused(run.error), None
-    assert run.record is not None
-    record = run.record
-    if record.terminal:
-        out, text = results.call_result_and_text(record, door.base_url)
-        held = _held(door, out, record)
-        # The text stands for structuredContent only while the answer still carries it.
-        return held, (text if "structuredContent" in held else None)
-    pending = results.pending_result(record, await _approval(door, record), door.base_url)
-    return _held(door, pending, record), None
+that very string (``results.answer``), or None."""
 
 
 def wants_task(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> bool:
@@ -242,7 +199,7 @@ async def _call(
     client = ctx.session.client_params
     client_name = client.client_info.name if client is not None else "mcp"
     try:
-        request = _execution_request(
+        request = execution_request(
             door, raw, params.name, params.arguments, ctx.request_id, client_name
         )
         if meta.dry_run(raw):
@@ -277,7 +234,7 @@ async def _call(
     return await _answer(door, run)
 
 
-def _execution_request(
+def execution_request(
     door: Door,
     raw: Mapping[str, Any],
     name: str,
@@ -298,9 +255,12 @@ def _execution_request(
     body = meta.execution_body(name, arguments, raw, origin)
     # The body's arguments are the checked ones (copied), at the level they have there: as
     # the REST door does for its body, tell normalisation that they need no check again.
-    checked = jsonlimits.Checked(body, limits, shape)
     request = parse_request(
-        body, door.principal, roles=door.roles, auth_method=door.auth_method, checked=checked
+        body,
+        door.principal,
+        roles=door.roles,
+        auth_method=door.auth_method,
+        body_bound=jsonlimits.Bound(limits, shape),
     )
     return _with_trace(request, raw.get(meta.TRACEPARENT) or door.traceparent)
 
@@ -359,7 +319,7 @@ class Run:
 
     async def drive(self) -> None:
         """Run the call, which holds its principal's execution slot (taken by ``_start``
-        or ``_plain``)."""
+        or the fast path's ``stateless.plain_call``)."""
         try:
             self.record = await calls.run_holding(self.services, self.request)
         except ToolgateError as exc:
@@ -387,20 +347,25 @@ class Run:
         return await calls.find_call(self.services, self.request)
 
 
-async def _answer(door: Door, run: Run) -> dict[str, Any]:
+async def answer(door: Door, run: Run) -> Answer:
+    """The answer to a ``tools/call`` whose run is done, the SDK's path and the fast path's
+    alike (gateway/mcp/stateless.py): a refusal, or the execution as ``results.answer``
+    builds it."""
     if run.error is not None:
-        return results.refused(run.error)
+        return results.refused(run.error), None
     assert run.record is not None
     record = run.record
-    if record.terminal:
-        out = results.call_result(record, door.base_url)
-    else:
-        out = results.pending_result(record, await _approval(door, record), door.base_url)
-    return _held(door, out, record)
+    approval = None if record.terminal else await _approval(door, record)
+    return results.answer(record, approval, door.base_url, door.services.catalogue)
 
 
-def _held(door: Door, out: dict[str, Any], record: ExecutionRecord) -> dict[str, Any]:
-    return results.within_output_schema(out, door.services.catalogue, record.tool_name)
+async def _answer(door: Door, run: Run) -> dict[str, Any]:
+    return (await answer(door, run))[0]
+
+
+def _terminal(door: Door, record: ExecutionRecord) -> dict[str, Any]:
+    """The answer about a finished execution (a task's result)."""
+    return results.answer(record, None, door.base_url, door.services.catalogue)[0]
 
 
 async def _approval(door: Door, record: ExecutionRecord) -> ApprovalRecord | None:
@@ -537,7 +502,7 @@ async def get_task(
     record = await _own_execution(door, params.task_id)
     out = results.task(record, await _approval(door, record), door.base_url)
     if _modern(ctx) and record.terminal:
-        out["result"] = _held(door, results.call_result(record, door.base_url), record)
+        out["result"] = _terminal(door, record)
     return out
 
 
@@ -559,7 +524,7 @@ async def task_result(
             code=INVALID_PARAMS,
             message=f"task {record.id} has not finished; poll tasks/get",
         )
-    out = _held(door, results.call_result(record, door.base_url), record)
+    out = _terminal(door, record)
     out["_meta"].update(results.related(record))
     return out
 

@@ -9,7 +9,7 @@ fast path from the headers it read already (``Door.of_request``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
+from gateway.http.heads import Heads, Wanted
 from gateway.runtime.container import Runtime
 
 PRINCIPAL_SCOPE_KEY = "toolgate.principal"
@@ -57,7 +58,7 @@ class Door:
         if not isinstance(principal, str):
             raise MCPError(code=INVALID_PARAMS, message="this endpoint is served over HTTP only")
         if first is None:
-            first = first_headers(scope["headers"], DOOR_HEADERS)
+            first = Heads.of(scope["headers"], _DOOR).first
         state = request.app.state
         services = state.services.latest
         version = first.get("mcp-protocol-version")
@@ -79,22 +80,9 @@ class Door:
         )
 
 
-DOOR_HEADERS = {
-    name.encode(): name
-    for name in ("host", "mcp-protocol-version", "mcp-session-id", "traceparent")
-}
-"""The headers ``Door.of_request`` reads, by their names in an ASGI scope."""
-
-
-def first_headers(raw: Sequence[tuple[bytes, bytes]], names: Mapping[bytes, str]) -> dict[str, str]:
-    """The first value of each header of ``names`` (lower case) that ``raw`` holds, as
-    Starlette's ``Headers.get`` finds it, in one pass."""
-    first: dict[str, str] = {}
-    for key, value in raw:
-        name = names.get(key)
-        if name is not None and name not in first:
-            first[name] = value.decode("latin-1")
-    return first
+DOOR_HEADERS = ("host", "mcp-protocol-version", "mcp-session-id", "traceparent")
+"""The headers ``Door.of_request`` reads (their first values)."""
+_DOOR = Wanted(DOOR_HEADERS)
 
 
 _BASE_URLS: dict[tuple[Any, ...], str] = {}

@@ -23,24 +23,21 @@ from mcp.server import Server
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.caching import CacheHint
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import INVALID_PARAMS
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from gateway import __version__
 from gateway.errors import ToolgateError
 from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
+from gateway.http.heads import Heads
 from gateway.http.problems import problem
 from gateway.mcp import calls, context, oauth
-from gateway.mcp.stateless import Heads, StatelessCalls
+from gateway.mcp.sdk_private import Admit, HookedSessionManager
+from gateway.mcp.stateless import READ, StatelessCalls, serves_plain_calls
 from gateway.runtime.admission import Gauge
 from gateway.settings import Settings
 
@@ -68,32 +65,6 @@ class _ToolgateServer(Server[Any]):
         return caps.model_copy(update={"tasks": tasks})
 
 
-async def _legacy_task_call(
-    ctx: ServerRequestContext[Any, Any], call_next: CallNext
-) -> HandlerResult:
-    """A 2025-11-25 ``tools/call`` with ``params.task`` may be answered with a
-    ``CreateTaskResult``, which the SDK's result check for ``tools/call`` would refuse: such
-    a call is handled here, ahead of that check. Everything else passes through."""
-    params = ctx.params or {}
-    if (
-        ctx.method != "tools/call"
-        or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        or not isinstance(params.get("task"), dict)
-    ):
-        return await call_next(ctx)
-    try:
-        typed = types.CallToolRequestParams.model_validate(params, by_name=False)
-    except ValidationError as exc:
-        raise MCPError(code=INVALID_PARAMS, message="invalid tools/call params") from exc
-    return await calls.call_tool(ctx, typed)
-
-
-def _no_param_headers(name: str) -> None:
-    """Mcp-Param-* header checks: the published schemas declare no ``x-mcp-header``, so
-    there is nothing to check (and no need to list the tools on every call)."""
-    return None
-
-
 def build_server() -> Server[Any]:
     server = _ToolgateServer(
         "toolgate",
@@ -102,7 +73,7 @@ def build_server() -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=calls.list_tools,  # type: ignore[arg-type]
         on_call_tool=calls.call_tool,  # type: ignore[arg-type]
-        get_tool_input_schema=_no_param_headers,
+        get_tool_input_schema=calls.no_param_headers,
         # What a principal may see changes with the policy: never serve a cached listing.
         cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
     )
@@ -110,24 +81,8 @@ def build_server() -> Server[Any]:
     server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, calls.task_result)
     server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, calls.cancel_task)
     server.extensions = {calls.TASKS_EXTENSION: {}}
-    server.middleware.append(_legacy_task_call)
+    server.middleware.append(calls.legacy_task_call)
     return server
-
-
-def serves_plain_calls(server: Server[Any]) -> bool:
-    """Whether ``gateway.mcp.stateless`` answers a plain call of ``server`` exactly as the
-    SDK would: nothing between the SDK's transport and ``calls.call_tool`` acts on one
-    but the SDK's own span (its default middleware, which records to the process-global
-    tracer provider: the gateway's spans have their own) and ``_legacy_task_call`` (which
-    passes a 2026-07-28 call through); no ``Mcp-Param-*`` check, no cache hint."""
-    *sdk, ours = server.middleware
-    return (
-        ours is _legacy_task_call
-        and [type(m).__name__ for m in sdk] == ["OpenTelemetryMiddleware"]
-        and server.get_tool_input_schema is _no_param_headers
-        and "tools/call" not in server.cache_hints
-        and server.get_request_handler("tools/call") is not None
-    )
 
 
 class McpEndpoint:
@@ -147,7 +102,7 @@ class McpEndpoint:
         """The plain calls of the 2026-07-28 era, answered without the SDK's transport
         (None: every request goes to the SDK)."""
         if settings.mcp.fast_calls and serves_plain_calls(self.server):
-            self.stateless = StatelessCalls(self.server, security)
+            self.stateless = StatelessCalls(self.server, security, settings.max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def run(self, sessions: Gauge) -> AsyncIterator[None]:
@@ -172,7 +127,7 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        heads = Heads.of(scope["headers"])
+        heads = Heads.of(scope["headers"], READ)
         version = heads.first.get(MCP_PROTOCOL_VERSION_HEADER)
         # The request goes to the SDK's 2026-07-28 entry (``_handle_request``'s test).
         modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
@@ -234,7 +189,7 @@ _OPENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcp_opener
 within that call, on the same task)."""
 
 
-class _BoundedSessions(StreamableHTTPSessionManager):
+class _BoundedSessions(HookedSessionManager):
     """The SDK's session manager, counting each session it holds against the principal that
     opened it (``Runtime.admission.sessions``), from its admission until it is discarded,
     however it ends: ``DELETE``, the idle timeout, an opening request that failed.
@@ -248,31 +203,25 @@ class _BoundedSessions(StreamableHTTPSessionManager):
         self._gauge = sessions
         self._opened_by: dict[str, str] = {}
 
-    @property
-    def running(self) -> bool:
-        """Whether the SDK's transport would serve a request (``_handle_request``)."""
-        return self._task_group is not None
-
-    def _admit_session(self, requestor: Any) -> Any:
+    def admit_session(self, admit: Admit) -> StreamableHTTPServerTransport | None:
         principal = _OPENER.get()
         if principal is None:
-            return super()._admit_session(requestor)
+            return admit()
         try:
             self._gauge.take(principal)
         except ToolgateError:
             return None
-        transport = super()._admit_session(requestor)
+        transport = admit()
         if transport is None or transport.mcp_session_id is None:
             self._gauge.give_back(principal)
             return None
         self._opened_by[transport.mcp_session_id] = principal
         return transport
 
-    async def _discard_session(self, session_id: str, transport: Any) -> None:
+    def session_discarded(self, session_id: str) -> None:
         principal = self._opened_by.pop(session_id, None)
         if principal is not None:
             self._gauge.give_back(principal)
-        await super()._discard_session(session_id, transport)
 
     def forget_all(self) -> None:
         """The manager stopped: every session it held is gone."""

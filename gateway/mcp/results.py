@@ -117,6 +117,25 @@ def call_result_and_text(
     return out, text
 
 
+def answer(
+    record: ExecutionRecord,
+    approval: ApprovalRecord | None,
+    base_url: str,
+    catalogue: Catalogue,
+) -> tuple[dict[str, Any], str | None]:
+    """The one answer to a ``tools/call`` about ``record``, whichever path serves it (the
+    SDK's, gateway/mcp/stateless.py): its result if it ended, else how to learn it later
+    (``approval``: the one it waits for), held to the tool's ``outputSchema``; and the JSON
+    text of its ``structuredContent`` when a text block is that very string and the answer
+    still carries it (what writes the answer need not encode it again), else None."""
+    if record.terminal:
+        out, text = call_result_and_text(record, base_url)
+    else:
+        out, text = pending_result(record, approval, base_url), None
+    held = within_output_schema(out, catalogue, record.tool_name)
+    return held, (text if "structuredContent" in held else None)
+
+
 def plan_result(plan: Plan) -> dict[str, Any]:
     """A dry run's answer: the plan (docs/api.md#post-v1plans) as ``structuredContent``; not
     an error even when the call would fail (the plan says so in ``would`` and ``error``)."""

@@ -11,7 +11,7 @@ exactly such a request itself, with the same bytes, and leaves everything else t
   which accepts nothing the SDK's looser check refuses), the method, Accept, the JSON-RPC
   envelope, the routing headers and the protocol-version ladder, the SDK's validation of the
   params for the request's version. Each is a short check that only says yes where the
-  SDK's surely does (the headers read in one pass: ``Heads``; ``_admitted``, ``_route``,
+  SDK's surely does (the headers read in one pass: ``READ``; ``_admitted``, ``_route``,
   ``_surely_valid``), and the SDK's own function decides the rest (``validate_request``,
   ``check_accept_headers``, ``classify_inbound_request``, ``validate_client_request`` then
   ``CallToolRequestParams``);
@@ -22,8 +22,9 @@ exactly such a request itself, with the same bytes, and leaves everything else t
   would have: nothing of the request is lost or answered twice. The body is read ahead of
   the SDK's body bound, which refuses nothing the gateway's own (``RequestBounds``, the
   same ``max_body_bytes``, outermost) lets through;
-- the call runs through ``calls.plain_call``, the code the SDK path runs, in the request's
-  own task (nobody cancels it, unlike the SDK's handler); its result is shaped as the SDK's
+- the call runs through ``plain_call`` (``calls.Run``, the code the SDK path runs, and
+  ``calls.answer``, the one answer builder of both paths), in the request's own task
+  (nobody cancels it, unlike the SDK's handler); its result is shaped as the SDK's
   kernel shapes it (its result sieve for the version, its ``serverInfo`` stamp, the JSON-RPC
   envelope) and written as ``json.dumps`` writes it, member by member (gateway/mcp/writer.py:
   the ``structuredContent`` a text block repeats is encoded once), as JSON, or, when the call
@@ -34,9 +35,13 @@ exactly such a request itself, with the same bytes, and leaves everything else t
   reads the request's ``receive`` until ``http.disconnect``, which an ASGI server also sends
   once the response is out (the task then ends).
 
-It holds only for the server ``endpoint.build_server`` makes (``serves_plain_calls`` checks
-what could change the answer). tests/mcp/test_stateless.py sends the same requests, good and
-malformed, down both paths and compares the answers.
+The boundary, all of it here: the endpoint makes a ``StatelessCalls`` only when
+``mcp.fast_calls`` is on and ``serves_plain_calls`` finds the server one whose answers this
+module knows (``endpoint.build_server``'s), and hands it only the requests of the
+2026-07-28 era while the SDK's transport runs; ``StatelessCalls.__call__`` takes from those
+exactly the plain calls (``_plain``) and counts each it answers (``served``, which the tests
+read to prove which path served). tests/mcp/test_stateless.py sends the same requests, good
+and malformed, down both paths and compares the answers.
 """
 
 from __future__ import annotations
@@ -44,8 +49,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from mcp.server import Server
@@ -72,11 +78,13 @@ from mcp_types import (
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import jsontext
-from gateway.mcp import calls, context, meta, results
+from gateway.http.bodies import read_body
+from gateway.http.heads import Heads, Wanted
+from gateway.mcp import calls, context, meta, results, sdk_private
 from gateway.mcp.writer import Writer
 
 SSE_WINDOW_S = 15.0
@@ -100,11 +108,32 @@ _SURROGATE_IN_BODY = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 both through); a pair (a character beyond the BMP, escaped) matches too."""
 
 
+def serves_plain_calls(server: Server[Any]) -> bool:
+    """Whether this module answers a plain call of ``server`` exactly as the SDK would:
+    nothing between the SDK's transport and ``calls.call_tool`` acts on one but the SDK's
+    own span (its default middleware, which records to the process-global tracer provider:
+    the gateway's spans have their own) and ``calls.legacy_task_call`` (which passes a
+    2026-07-28 call through); no ``Mcp-Param-*`` check, no cache hint."""
+    *sdk, ours = server.middleware
+    return (
+        ours is calls.legacy_task_call
+        and sdk_private.only_the_sdks_span(sdk)
+        and server.get_tool_input_schema is calls.no_param_headers
+        and "tools/call" not in server.cache_hints
+        and server.get_request_handler("tools/call") is not None
+    )
+
+
 class StatelessCalls:
     """Answers the plain calls of the 2026-07-28 era for ``server`` (see the module)."""
 
-    def __init__(self, server: Server[Any], security: TransportSecuritySettings) -> None:
+    def __init__(
+        self, server: Server[Any], security: TransportSecuritySettings, max_body_bytes: int
+    ) -> None:
         self.server = server
+        self.max_body_bytes = max_body_bytes
+        self.served = 0
+        """How many requests this answered (the SDK's transport answered the others)."""
         self.security = TransportSecurityMiddleware(security)
         self.writer = Writer(server.server_info_stamp)
         """With the SDK's ``serverInfo`` stamp: the SDK copies it for every answer, in case
@@ -127,11 +156,14 @@ class StatelessCalls:
             has_json, has_sse = check_accept_headers(request)
             if not (has_json and has_sse):
                 return receive
-        body = await _body(receive)
+        # Bounded as every body is (RequestBounds refused past this before, in any framing).
+        limit = self.max_body_bytes
+        body = await read_body(receive, limit, heads.first.get("content-length"))
         found = self._plain(body, heads)
         if found is None:
             return _replay(body, receive)
         call, version = found
+        self.served += 1
         await _Exchange(self.writer, scope, receive, send).serve(request, heads, call, version)
         return None
 
@@ -142,7 +174,7 @@ class StatelessCalls:
         content_type = heads.first.get("content-type")
         return content_type is not None and content_type.lower().startswith("application/json")
 
-    def _plain(self, body: bytes, heads: Heads) -> tuple[calls.PlainCall, str] | None:
+    def _plain(self, body: bytes, heads: Heads) -> tuple[PlainCall, str] | None:
         """The plain call ``body`` holds, with its protocol version, if the SDK would hand
         it to ``calls.call_tool`` as it is; None otherwise."""
         try:
@@ -162,7 +194,7 @@ class StatelessCalls:
             or params.get("name") == results.STATUS_TOOL
         ):
             return None
-        if heads.duplicated:
+        if duplicated(heads):
             return None
         verdict = _route(decoded, params, heads)
         if verdict is None:
@@ -185,7 +217,66 @@ class StatelessCalls:
             except (KeyError, ValueError):  # pydantic's ValidationError is a ValueError
                 return None
             name, arguments, client = typed.name, typed.arguments, _client_name(client_info, caps)
-        return calls.PlainCall(request_id, name, arguments, dict(raw_meta), client), version
+        return PlainCall(request_id, name, arguments, dict(raw_meta), client), version
+
+
+@dataclass(frozen=True, slots=True)
+class PlainCall:
+    """A 2026-07-28 ``tools/call`` of a catalogue tool that asks for no plan, no task and no
+    progress: what this module serves without the SDK's transport."""
+
+    request_id: str | int
+    name: str
+    arguments: Mapping[str, Any] | None
+    meta: dict[str, Any]
+    client_name: str
+
+
+class Watch(Protocol):
+    """What a transport does while a plain call runs in its request's task."""
+
+    def start(self, door: context.Door, run: calls.Run) -> None:
+        """``run`` begins: watch the client, and cancel its execution if it goes away
+        (``calls.cancel_abandoned``) before ``run`` is done."""
+
+    def abort(self) -> None:
+        """``run`` was interrupted (the request's task was cancelled): stop watching."""
+
+    async def ended(self) -> bool:
+        """``run`` is done: whether its client still waits for the answer."""
+
+
+async def plain_call(door: context.Door, call: PlainCall, watch: Watch) -> calls.Answer | None:
+    """The answer to ``call`` as ``calls.call_tool`` gives it, or None when the client went
+    away before the end (the execution is then cancelled, as when the SDK cancels a
+    handler)."""
+    try:
+        answer = await _run_plain(door, call, watch)
+    except Exception as exc:
+        answer = calls.failed(exc, call.name), None
+    if answer is not None:
+        answer[0].setdefault("resultType", "complete")
+    return answer
+
+
+async def _run_plain(door: context.Door, call: PlainCall, watch: Watch) -> calls.Answer | None:
+    request = calls.execution_request(
+        door, call.meta, call.name, call.arguments, call.request_id, call.client_name
+    )
+    running = door.services.admission.executions
+    running.take(door.principal)  # given back by ``Run.drive``
+    run = calls.Run(door.services, request)
+    try:
+        watch.start(door, run)
+        await run.drive()
+    except BaseException:
+        if not run.finished:
+            running.give_back(door.principal)
+        watch.abort()
+        raise
+    if not await watch.ended():
+        return None
+    return await calls.answer(door, run)
 
 
 _BOTH_ACCEPTED = frozenset(
@@ -196,45 +287,19 @@ any other value is checked by it."""
 
 
 _ROUTING = frozenset({MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER})
-_READ = {
-    name.encode(): name
-    for name in (*_ROUTING, "content-type", "host", "origin", "accept", "content-length")
-}
-_READ.update(context.DOOR_HEADERS)
+READ = Wanted(
+    {*_ROUTING, "content-type", "host", "origin", "accept", "content-length", *context.DOOR_HEADERS}
+)
+"""The headers this module, the endpoint and ``context.Door`` read (``Heads.of``, once per
+request): the SDK's transport would serve a request differently from what this module
+assumes when one comes in other than lower case, or ``Content-Length`` is not digits (its
+body bound parses it with ``int``), or a routing header comes twice
+(``find_duplicated_routing_header``): those go to it."""
 
 
-@dataclass(slots=True)
-class Heads:
-    """The request headers this module, the endpoint and ``context.Door`` read, in one pass
-    over the ASGI list."""
-
-    first: dict[str, str]
-    """Each name's first value, as Starlette's ``Headers.get`` finds it."""
-    duplicated: bool
-    """A routing header appears more than once (``find_duplicated_routing_header``)."""
-    certain: bool
-    """False when the SDK's transport could answer differently from what this module
-    assumes (a header name not in lower case, a ``Content-Length`` that is not digits:
-    the SDK's body bound parses it with ``int``); the SDK then serves the request."""
-
-    @classmethod
-    def of(cls, raw: list[tuple[bytes, bytes]]) -> Heads:
-        first: dict[str, str] = {}
-        duplicated, certain = False, True
-        for key, value in raw:
-            name = _READ.get(key)
-            if name is None:
-                if not key.islower() and key.lower() in _READ:
-                    certain = False
-                continue
-            if name not in first:
-                first[name] = value.decode("latin-1")
-            elif name in _ROUTING:
-                duplicated = True
-        length = first.get("content-length")
-        if length is not None and not length.isdigit():
-            certain = False
-        return cls(first, duplicated, certain)
+def duplicated(heads: Heads) -> bool:
+    """A routing header came more than once (``find_duplicated_routing_header``)."""
+    return not heads.repeated.isdisjoint(_ROUTING)
 
 
 def _route(
@@ -261,19 +326,6 @@ def _route(
     if not isinstance(verdict, InboundModernRoute):
         return None
     return verdict.protocol_version, verdict.client_info, verdict.client_capabilities
-
-
-async def _body(receive: Receive) -> bytes:
-    """The request's body, read as Starlette's ``Request.body`` reads it."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-        elif message["type"] == "http.disconnect":
-            raise ClientDisconnect()
 
 
 def _surely_valid(body: bytes, params: dict[str, Any], raw_meta: dict[str, Any]) -> bool:
@@ -323,7 +375,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 class _Exchange:
-    """One plain call's request and response; the ``calls.Watch`` of its run, which runs in
+    """One plain call's request and response; the ``Watch`` of its run, which runs in
     the request's task: a task reads the request's ``receive`` until the client goes away
     (then cancels the execution, unless the run is done) or the response is sent (an ASGI
     server then answers ``http.disconnect``); past the SDK's window a timer turns the
@@ -359,13 +411,11 @@ class _Exchange:
         self.pinger: asyncio.Task[None] | None = None
         self.stop: asyncio.Event | None = None
 
-    async def serve(
-        self, request: Request, heads: Heads, call: calls.PlainCall, version: str
-    ) -> None:
+    async def serve(self, request: Request, heads: Heads, call: PlainCall, version: str) -> None:
         status = 200
         try:
             door = context.Door.of_request(request, heads.first)
-            answer = await calls.plain_call(door, call, self)
+            answer = await plain_call(door, call, self)
             if answer is None:
                 return  # the client went away: nobody to answer
             out, text = answer
@@ -385,7 +435,7 @@ class _Exchange:
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
 
-    # -- calls.Watch --------------------------------------------------------------------
+    # -- Watch --------------------------------------------------------------------
 
     def start(self, door: context.Door, run: calls.Run) -> None:
         loop = asyncio.get_running_loop()

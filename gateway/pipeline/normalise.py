@@ -69,15 +69,14 @@ def _shape(services: Services, req: ToolExecutionRequest) -> jsonlimits.Shape:
     door): only when they are still that very object and the bound is small enough to
     decide that they are validated on the loop. Every other request (the CLI's, one edited
     before approval, one rebuilt from the store) is checked here."""
-    checked = req.arguments_checked
+    bound = req.arguments_bound
     if (
-        checked is not None
-        and checked.value is req.arguments
-        and checked.shape.values <= OFF_LOOP_VALUES
-        and checked.shape.chars <= OFF_LOOP_CHARS
-        and checked.limits == services.settings.json_limits
+        bound is not None
+        and bound.shape.values <= OFF_LOOP_VALUES
+        and bound.shape.chars <= OFF_LOOP_CHARS
+        and bound.limits == services.settings.json_limits
     ):
-        return checked.shape
+        return bound.shape
     return _bounded(services, req.arguments)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gateway.adapters.base import SideEffectReport
+from gateway.adapters.base import NOTHING_ATTEMPTED
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
 from gateway.pipeline.records import (
@@ -30,7 +30,6 @@ from gateway.types import Outcome, Phase
 
 Before = Working | Started
 """Every record a result can be settled from."""
-NOTHING_ATTEMPTED = SideEffectReport(False, False, "nothing was attempted")
 
 # isinstance against tuples built once: ``A | B`` in a call builds a union object each time,
 # and these run several times per stage of every call.

@@ -27,37 +27,10 @@ from gateway.types import JSON, Decision, DecisionResult
 
 
 def tool_input(tool: ToolDeclaration) -> dict[str, Any]:
-    """The ``tool`` part of the policy input (docs/policies.md): what the declaration says."""
-    return {
-        "name": tool.name,
-        "version": str(tool.version),
-        "risk": tool.risk.value,
-        "side_effect": tool.side_effect.value,
-        "reversible": tool.reversible,
-        "adapter": tool.adapter,
-        "operation": tool.operation,
-        "tags": list(tool.tags),
-    }
-
-
-_TOOL_INPUTS: dict[int, tuple[ToolDeclaration, dict[str, Any]]] = {}
-_TOOL_INPUTS_MAX = 4096
-
-
-def _shared_tool_input(tool: ToolDeclaration) -> dict[str, Any]:
-    """``tool_input(tool)``, made once per declaration (a declaration is immutable) and
-    shared by the documents of its calls, which nothing mutates (the recorded input and
-    the decision log copy what they change). Keyed by identity: the entry holds the
-    declaration, so its id cannot be reused while the entry exists; a catalogue's worth
-    of entries per reload, dropped all at once past ``_TOOL_INPUTS_MAX``."""
-    entry = _TOOL_INPUTS.get(id(tool))
-    if entry is not None and entry[0] is tool:
-        return entry[1]
-    if len(_TOOL_INPUTS) >= _TOOL_INPUTS_MAX:
-        _TOOL_INPUTS.clear()
-    made = tool_input(tool)
-    _TOOL_INPUTS[id(tool)] = (tool, made)
-    return made
+    """The ``tool`` part of the policy input (docs/policies.md): what the declaration says,
+    a copy its caller may change (a call's document shares ``tool.policy_input``)."""
+    shared = tool.policy_input
+    return {**shared, "tags": list(shared["tags"])}
 
 
 def credential_input(method: str, roles: tuple[str, ...]) -> dict[str, Any]:
@@ -107,7 +80,7 @@ def policy_input(
     now_ms = int(time.time() * 1000)
     left = None if req.deadline_ms is None else int(req.deadline_ms - now_ms)
     return {
-        "tool": _shared_tool_input(tool),
+        "tool": tool.policy_input,
         "arguments": dict(call.arguments),
         "arguments_sha256": call.arguments_sha256,
         "paths": [p.to_json() for p in call.paths.values()],

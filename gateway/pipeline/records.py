@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway import jsonlimits, jsontext
-from gateway.adapters.base import AdapterOutcome, Evidence, SideEffectReport
+from gateway.adapters.base import NO_SIDE_EFFECT, AdapterOutcome, Evidence, SideEffectReport
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ToolgateError
 from gateway.events.model import Event, make_event
@@ -20,8 +20,6 @@ from gateway.ids import sortable_id
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, Outcome, Revisions
 from gateway.workspace import ResolvedPath, Workspace
-
-NOTHING_ATTEMPTED = SideEffectReport(False, False)
 
 
 def canonical_json(value: Any) -> str:
@@ -66,10 +64,16 @@ class ToolExecutionRequest:
     roles: tuple[str, ...] = ()
     """The roles the caller's credential carried (a JWT's mapped claims). Both are kept in
     request_json so that a call resumed after approval or run by a worker has them."""
-    arguments_checked: jsonlimits.Checked | None = field(default=None, compare=False)
-    """Set by the door that checked ``arguments`` against the JSON limits (as part of its
-    body): normalise then need not walk them again while they are that very object. Never
-    stored: a request rebuilt from request_json, or given other arguments, is checked."""
+    arguments_bound: jsonlimits.Bound | None = field(default=None, compare=False)
+    """Set by the door that checked ``arguments`` against the JSON limits, as part of its
+    body: those limits and the body's shape (an upper bound of the arguments'), so that
+    normalise need not walk them again. None for every other request: never stored (one
+    rebuilt from request_json is checked), and ``with_arguments`` drops it."""
+
+    def with_arguments(self, arguments: Mapping[str, JSON]) -> ToolExecutionRequest:
+        """This request with other ``arguments`` (an approver's edits), which no door
+        checked: normalise checks them."""
+        return replace(self, arguments=arguments, arguments_bound=None)
 
     def to_json(self) -> dict[str, JSON]:
         """Everything needed to run this request again (resume, recovery); no body copy.
@@ -122,7 +126,7 @@ class ToolExecutionRequest:
 _REQUEST_FIELDS = tuple(
     name
     for name in ToolExecutionRequest.__dataclass_fields__
-    if name not in ("body", "arguments_checked")
+    if name not in ("body", "arguments_bound")
 )
 
 
@@ -136,7 +140,7 @@ class ToolResult:
     outcome: Outcome
     data: JSON = None
     error: ToolgateError | None = None
-    side_effect: SideEffectReport = NOTHING_ATTEMPTED
+    side_effect: SideEffectReport = NO_SIDE_EFFECT
     evidence: tuple[Evidence, ...] = ()
     queued_ms: int = 0
     running_ms: int = 0

@@ -90,14 +90,14 @@ def parse_request(
     roles: tuple[str, ...] = (),
     auth_method: str = "",
     *,
-    checked: jsonlimits.Checked | None = None,
+    body_bound: jsonlimits.Bound | None = None,
 ) -> ToolExecutionRequest:
     """Validate ``body`` for ``principal`` (authenticated by ``auth_method``, with a
     credential holding ``roles``); raises
     MalformedRequest or Forbidden. The execution's trace context is the ``traceparent``
-    header's, or a new trace (a malformed header is ignored). ``checked``: the door checked
-    ``body`` (that very object) against the JSON limits, so its arguments need no check
-    again."""
+    header's, or a new trace (a malformed header is ignored). ``body_bound``: the door checked
+    ``body`` against the JSON limits (``Checked.bound``), so its arguments need no check
+    again (``ToolExecutionRequest.arguments_bound``)."""
     if not isinstance(body, dict):
         raise MalformedRequest("the request body must be a JSON object")
     try:
@@ -124,9 +124,6 @@ def parse_request(
             )
         key = header_idempotency_key
     arguments = parsed.arguments
-    arguments_checked = None
-    if checked is not None and checked.value is body:
-        arguments_checked = jsonlimits.Checked(arguments, checked.limits, checked.shape)
     return ToolExecutionRequest(
         principal=principal,
         run_id=parsed.run_id,
@@ -147,7 +144,7 @@ def parse_request(
         traceparent=tracecontext.incoming(traceparent_headers),
         auth_method=auth_method,
         roles=roles,
-        arguments_checked=arguments_checked,
+        arguments_bound=body_bound,
     )
 
 

@@ -52,13 +52,13 @@ import json
 import math
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from gateway import jsontext
 from gateway.errors import ConfigError
+from gateway.policy.cache import DecisionCache
 from gateway.policy.loader import (
     DECISION_RULE,
     LISTING_RULE,
@@ -130,7 +130,7 @@ class EmbeddedPolicy:
         except EngineError as exc:
             raise ConfigError(f"policy: cannot read the sources' rules: {exc}") from exc
         self._tree: Tree | None = None
-        self._cache: _LRU | None = None
+        self._cache: DecisionCache | None = None
         self._on_cache: CacheObserver | None = None
         self.cache_refusal: str | None = "the cache is disabled (cache_size=0)"
         """Why decisions are not cached; None when they are."""
@@ -139,7 +139,7 @@ class EmbeddedPolicy:
             self.cache_refusal = reads.refusal
             if reads.refusal is None:
                 self._tree = path_tree(reads.paths)
-                self._cache = _LRU(cache_size)
+                self._cache = DecisionCache(cache_size)
 
     @property
     def sources(self) -> PolicySources:
@@ -242,36 +242,6 @@ def _input_reads(engine: Any) -> InputReads:
         return input_reads(syntax_tree(engine))
     except Exception as exc:  # an unexpected syntax tree: no cache rather than no gateway
         return InputReads((), f"cannot scan the modules: {type(exc).__name__}: {exc}")
-
-
-class _LRU:
-    """A bounded map of decisions by input JSON, least recently used dropped first."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[str, Decision] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> Decision | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    def put(self, key: str, decision: Decision) -> None:
-        with self._lock:
-            self._items[key] = decision
-            self._items.move_to_end(key)
-            if len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 _LEAVES = frozenset({str, int, bool, type(None)})

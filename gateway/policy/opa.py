@@ -57,9 +57,6 @@ import json
 import logging
 import math
 import ssl
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,6 +64,7 @@ from urllib.parse import urlsplit
 from gateway import jsontext
 from gateway.errors import ConfigError, PolicyUnavailable
 from gateway.policy.bundle import source_revision
+from gateway.policy.cache import DecisionCache
 from gateway.policy.embedded import (
     CACHE_SIZE,
     UNDEFINED,
@@ -143,7 +141,7 @@ class OpaPolicy:
         self.revision = source_revision(sources)
         """The revision of the gateway's own sources: the cache is used while OPA runs it."""
         self._tree: Tree | None = None
-        self._cache: _TimedLRU | None = None
+        self._cache: DecisionCache | None = None
         self.cache_refusal: str | None = "the cache is disabled (cache_size=0)"
         engine = new_engine(sources.modules, sources.data_json())
         self.lists = defines(engine, LISTING_RULE)
@@ -153,7 +151,7 @@ class OpaPolicy:
             self.cache_refusal = reads.refusal
             if reads.refusal is None:
                 self._tree = path_tree(reads.paths)
-                self._cache = _TimedLRU(cache_size, cache_ttl)
+                self._cache = DecisionCache(cache_size, cache_ttl)
         self.opa_revisions: dict[str, str] = {}
         """The bundle revisions OPA reported with its last answer (``provenance.bundles``)."""
 
@@ -362,37 +360,3 @@ def _revisions(body: Mapping[str, Any]) -> dict[str, str]:
         for name, info in bundles.items()
         if isinstance(info, dict) and isinstance(info.get("revision"), str)
     }
-
-
-class _TimedLRU:
-    """A bounded map of decisions by input JSON, each kept ``ttl`` seconds at most."""
-
-    def __init__(self, size: int, ttl: float) -> None:
-        self._size, self._ttl = size, ttl
-        self._items: OrderedDict[str, tuple[float, Decision]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> Decision | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is None:
-                return None
-            if found[0] < time.monotonic():
-                del self._items[key]
-                return None
-            self._items.move_to_end(key)
-            return found[1]
-
-    def put(self, key: str, decision: Decision) -> None:
-        with self._lock:
-            self._items[key] = (time.monotonic() + self._ttl, decision)
-            self._items.move_to_end(key)
-            if len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-    def __len__(self) -> int:
-        return len(self._items)

@@ -77,8 +77,7 @@ async def check_edit(
         raise NotFound(f"the execution of approval {approval.id} is gone")
     stored = ToolExecutionRequest.from_json(json.loads(record.request_json))
     request = replace(
-        stored,
-        arguments={**approval.arguments, **edits},
+        stored.with_arguments({**approval.arguments, **edits}),
         requested_version=approval.tool_version,
     )
     call = await _checked_call(runtime, record, request, approval, approver)
@@ -102,7 +101,7 @@ async def check_edit(
         arguments=edited,
         arguments_sha256=call.arguments_sha256,
         preview=preview,
-        request_json=jsontext.compact(replace(stored, arguments=edited).to_json()),
+        request_json=jsontext.compact(stored.with_arguments(edited).to_json()),
         event=event,
     )
 

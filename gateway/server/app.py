@@ -53,6 +53,7 @@ def create_app(
         owned = services is None
         app.state.services = services or await open_runtime(settings, loaded)
         app.state.authenticator = authenticator
+        app.state.mcp = mcp  # the MCP door (its endpoint, once started, counts fast calls)
         app.state.reloader = reloader = Reloader(app.state.services)
         signalled = reloader.install_signal()
         try:

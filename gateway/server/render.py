@@ -13,20 +13,11 @@ from gateway.declarations.model import ToolDeclaration
 from gateway.service.approvals import page_path
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 
-_JSON_TYPE = (b"content-type", JSONResponse.media_type.encode("latin-1"))
 
-
-class EncodedJson(Response):
-    """A response of JSON already encoded (``execution_json``): the two headers
-    ``Response.init_headers`` would write, without its general case."""
-
-    media_type = JSONResponse.media_type
-
-    def __init__(self, body: bytes, status_code: int = 200) -> None:
-        self.status_code = status_code
-        self.background = None
-        self.body = body
-        self.raw_headers = [(b"content-length", str(len(body)).encode("latin-1")), _JSON_TYPE]
+def encoded_json(body: bytes, status_code: int = 200) -> Response:
+    """A response of JSON already encoded (``execution_json``), as ``JSONResponse`` sends
+    it: the same two headers."""
+    return Response(body, status_code, media_type=JSONResponse.media_type)
 
 
 def execution(record: ExecutionRecord, approval: ApprovalRecord | None = None) -> dict[str, Any]:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 from starlette.datastructures import QueryParams
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Scope
 
 from gateway import jsonlimits
 from gateway.declarations import definitions
@@ -17,13 +15,13 @@ from gateway.errors import (
     Forbidden,
     MalformedRequest,
     NotFound,
-    PayloadTooLarge,
     ResolveError,
-    UnsupportedMediaType,
 )
 from gateway.http import streams
 from gateway.http.auth import identity_of
 from gateway.http.auth import principal_of as principal_of
+from gateway.http.bodies import decode_json, read_body
+from gateway.http.heads import Heads, Wanted
 from gateway.observability.metrics import CONTENT_TYPE
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
@@ -42,11 +40,6 @@ def services_of(request: Request) -> Runtime:
     return runtime.latest
 
 
-# A body this large is parsed and checked in a worker thread: on the event loop, parsing a
-# megabyte of small values would hold up every other request for milliseconds.
-OFF_LOOP_BYTES = 64 * 1024
-
-
 async def read_json(
     request: Request,
     limit: int,
@@ -58,99 +51,52 @@ async def read_json(
     framing (``Content-Length`` or chunked), refused when over ``limit`` bytes before it is
     parsed, then decoded and bounded (:func:`gateway.jsonlimits.decode`) by ``limits``
     (default: the settings'). With ``optional``, an empty body is ``None``."""
-    heads = _Heads(request.scope)
-    body = await _read_body(request, limit, heads)
+    heads = Heads.of(request.scope["headers"], BODY_HEADERS)
+    body = await read_body(request.receive, limit, heads.first.get("content-length"))
     if optional and not body.strip():
         return None
-    return (await _decoded(request, body, limits, heads)).value
-
-
-class _Heads:
-    """The headers the routes that read a body look at, found in one pass over the ASGI
-    list (``Request.headers`` scans it again for each name, and raises and catches a
-    KeyError for each one absent). The first of a repeated header counts, as in
-    ``Headers.get``; every ``traceparent``, as in ``Headers.getlist``."""
-
-    __slots__ = ("first", "traceparent")
-
-    WANTED = frozenset((b"content-type", b"content-length", b"idempotency-key", b"prefer"))
-
-    def __init__(self, scope: Scope) -> None:
-        first: dict[bytes, str] = {}
-        traceparent: list[str] = []
-        for name, value in scope["headers"]:
-            if name in self.WANTED:
-                if name not in first:
-                    first[name] = value.decode("latin-1")
-            elif name == b"traceparent":
-                traceparent.append(value.decode("latin-1"))
-        self.first = first
-        self.traceparent = traceparent
-
-
-async def _decoded(
-    request: Request, body: bytearray, limits: jsonlimits.JsonLimits | None, heads: _Heads
-) -> jsonlimits.Checked:
-    ctype = heads.first.get(b"content-type", "application/json").split(";")[0].strip()
-    if ctype != "application/json" and not ctype.endswith("+json"):
-        raise UnsupportedMediaType(f"send Content-Type: application/json (got {ctype!r})")
     if limits is None:
         limits = services_of(request).settings.json_limits
-    try:
-        if len(body) > OFF_LOOP_BYTES:
-            return await anyio.to_thread.run_sync(jsonlimits.decode_checked, body, limits)
-        return jsonlimits.decode_checked(body, limits)
-    except jsonlimits.JsonLimitError as exc:
-        raise MalformedRequest(exc.message, code=exc.code) from exc
+    return (await decode_json(body, heads.first.get("content-type"), limits)).value
 
 
-async def _read_body(request: Request, limit: int, heads: _Heads) -> bytearray:
-    declared = heads.first.get(b"content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"the body is larger than {limit} bytes")
-    # ASGI's receive, read as Request.stream reads it, without its async generator
-    receive, body = request.receive, bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            body += message.get("body", b"")
-            if len(body) > limit:
-                raise PayloadTooLarge(f"the body is larger than {limit} bytes")
-            if not message.get("more_body", False):
-                return body
-        elif message["type"] == "http.disconnect":
-            raise ClientDisconnect()
+BODY_HEADERS = Wanted(
+    ("content-type", "content-length", "idempotency-key", "prefer"), every=("traceparent",)
+)
+"""The headers the routes that read a body look at: the first of a repeated header counts,
+as in ``Headers.get``; every ``traceparent``, as in ``Headers.getlist``."""
 
 
 async def _execution_response(services: Runtime, record: ExecutionRecord) -> Response:
     approval = await executions.approval_of(services, record)
     status = 200 if record.status is Status.COMPLETED else 202
     body = render.execution_json(record, approval)
-    return render.EncodedJson(body, status)
+    return render.encoded_json(body, status)
 
 
-async def _call_of(request: Request, services: Runtime, heads: _Heads) -> ToolExecutionRequest:
+async def _call_of(request: Request, services: Runtime, heads: Heads) -> ToolExecutionRequest:
     """The call a ``POST /v1/executions`` or ``POST /v1/plans`` body asks for."""
     identity = identity_of(request)  # authenticated before the body is read
     settings = services.settings
-    raw = await _read_body(request, settings.max_body_bytes, heads)
-    checked = await _decoded(request, raw, settings.json_limits, heads)
+    first = heads.first
+    raw = await read_body(request.receive, settings.max_body_bytes, first.get("content-length"))
+    checked = await decode_json(raw, first.get("content-type"), settings.json_limits)
     return parse_request(
         checked.value,
         identity.principal,
-        heads.first.get(b"idempotency-key"),
-        heads.traceparent,
+        first.get("idempotency-key"),
+        heads.every.get("traceparent", ()),
         identity.roles,
         identity.method,
-        checked=checked,
+        body_bound=checked.bound,
     )
 
 
 async def create_execution(request: Request) -> Response:
     services = services_of(request)
-    heads = _Heads(request.scope)
+    heads = Heads.of(request.scope["headers"], BODY_HEADERS)
     call = await _call_of(request, services, heads)
-    queued = "respond-async" in heads.first.get(b"prefer", "").lower()
+    queued = "respond-async" in heads.first.get("prefer", "").lower()
     record = await calls.submit(services, call, queued=queued)
     return await _execution_response(services, record)
 
@@ -158,7 +104,7 @@ async def create_execution(request: Request) -> Response:
 async def create_plan(request: Request) -> Response:
     """What ``POST /v1/executions`` with this body would do, with no side effect."""
     services = services_of(request)
-    call = await _call_of(request, services, _Heads(request.scope))
+    call = await _call_of(request, services, Heads.of(request.scope["headers"], BODY_HEADERS))
     plan = await calls.plan(services, call)
     return JSONResponse(plan.to_json())
 

@@ -28,7 +28,7 @@ from starlette.types import Message
 
 from gateway import jsontext
 from gateway.mcp import calls, results, stateless
-from gateway.mcp.endpoint import build_server, serves_plain_calls
+from gateway.mcp.endpoint import build_server
 from gateway.mcp.writer import Writer, sieved
 from gateway.server.app import create_app
 from gateway.settings import load_settings
@@ -256,30 +256,32 @@ def test_the_event_stream_is_the_sdks() -> None:
 
 def test_the_gateways_server_is_one_the_fast_path_may_answer_for() -> None:
     server = build_server()
-    assert serves_plain_calls(server)
+    assert stateless.serves_plain_calls(server)
     server.middleware.append(server.middleware[-1])
-    assert not serves_plain_calls(server)
+    assert not stateless.serves_plain_calls(server)
 
 
 def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode(), v.encode()) for k, v in headers.items()]
 
 
-def _classify(message: Any, **headers: str) -> calls.PlainCall | None:
+def _classify(message: Any, **headers: str) -> stateless.PlainCall | None:
     server = build_server()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    sent = stateless.Heads.of(_raw({**HEADERS, **headers}))
-    found = stateless.StatelessCalls(server, security)._plain(json.dumps(message).encode(), sent)
+    sent = stateless.Heads.of(_raw({**HEADERS, **headers}), stateless.READ)
+    found = stateless.StatelessCalls(server, security, 1 << 20)._plain(
+        json.dumps(message).encode(), sent
+    )
     return found[0] if found else None
 
 
 def test_a_duplicated_routing_header_is_no_plain_call() -> None:
-    heads = stateless.Heads.of([*_raw(HEADERS), (b"mcp-method", b"tools/call")])
+    heads = stateless.Heads.of([*_raw(HEADERS), (b"mcp-method", b"tools/call")], stateless.READ)
     server = build_server()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     body = json.dumps(_call("dup")).encode()
-    assert heads.duplicated
-    assert stateless.StatelessCalls(server, security)._plain(body, heads) is None
+    assert stateless.duplicated(heads)
+    assert stateless.StatelessCalls(server, security, 1 << 20)._plain(body, heads) is None
 
 
 def test_the_plain_calls_are_told_apart() -> None:
@@ -390,13 +392,15 @@ def test_text_standing_for_structured_content_is_written_as_the_sdk_writes_it() 
 
 def test_the_headers_are_read_in_one_pass_as_starlette_and_the_sdk_read_them() -> None:
     raw = _raw(HEADERS)
-    heads = stateless.Heads.of([*raw, (b"accept", b"text/plain"), (b"x-other", b"1")])
+    heads = stateless.Heads.of(
+        [*raw, (b"accept", b"text/plain"), (b"x-other", b"1")], stateless.READ
+    )
     assert heads.first["accept"] == HEADERS["Accept"]  # the first, as Headers.get finds it
-    assert heads.certain and not heads.duplicated
-    assert stateless.Heads.of([*raw, (b"mcp-name", b"x")]).duplicated
+    assert heads.certain and not stateless.duplicated(heads)
+    assert stateless.duplicated(stateless.Heads.of([*raw, (b"mcp-name", b"x")], stateless.READ))
     # What the SDK reads otherwise than this module would: the SDK serves such a request.
-    assert not stateless.Heads.of([*raw, (b"Mcp-Method", b"tools/call")]).certain
-    assert not stateless.Heads.of([*raw, (b"content-length", b"1_0")]).certain
+    assert not stateless.Heads.of([*raw, (b"Mcp-Method", b"tools/call")], stateless.READ).certain
+    assert not stateless.Heads.of([*raw, (b"content-length", b"1_0")], stateless.READ).certain
 
 
 _header_names = st.sampled_from(
@@ -411,13 +415,13 @@ def test_the_headers_are_read_alike_however_they_come(raw: list[tuple[bytes, byt
     """``Heads.of`` reads each header's first value as Starlette's ``Headers.get`` finds it
     (the endpoint and ``context.Door`` read them there), a routing header twice, and a
     name of those it reads in upper case (the SDK would read it: it then decides)."""
-    heads = stateless.Heads.of(raw)
+    heads = stateless.Heads.of(raw, stateless.READ)
     read = Headers(raw=[(k, v) for k, v in raw if k.islower()])
-    names = {k.decode() for k, _ in raw if k.islower()} & set(stateless._READ.values())
+    names = {k.decode() for k, _ in raw if k.islower()} & set(stateless.READ.first.values())
     assert heads.first == {name: read[name] for name in names}
     routing = [k for k, _ in raw if k.decode() in stateless._ROUTING]
-    assert heads.duplicated == (len(routing) != len(set(routing)))
-    upper = any(not k.islower() and k.lower() in stateless._READ for k, _ in raw)
+    assert stateless.duplicated(heads) == (len(routing) != len(set(routing)))
+    upper = any(not k.islower() and k.lower() in stateless.READ.first for k, _ in raw)
     length = heads.first.get("content-length")
     assert heads.certain == (not upper and length in (None, "10"))
 
@@ -568,3 +572,25 @@ def test_a_client_that_goes_away_cancels_the_execution(apps: tuple[Path, Path], 
     cancels = [e for e in events if e.data.get("status") == "cancelling"]
     assert cancels and cancels[0].data["by"] == "alice"
     assert time.monotonic() - started < 50  # not the script's 60 s
+
+
+def test_the_fast_path_counts_the_plain_calls_it_serves_and_no_other(
+    apps: tuple[Path, Path],
+) -> None:
+    plain = _script_call("counted-plain", 0)
+    progress = json.loads(_script_call("counted-progress", 0))
+    progress["params"]["_meta"]["progressToken"] = "p1"  # the SDK's path serves progress
+
+    async def calls_(app: Any) -> list[tuple[int, str]]:
+        fast = app.state.mcp.endpoint
+        seen = []
+        for body in (plain, json.dumps(progress).encode()):
+            before = fast.stateless.served if fast is not None else 0
+            sent = await _exchange(app, body)
+            fast = app.state.mcp.endpoint
+            seen.append((fast.stateless.served - before, _seen(sent)[-1]))
+        return seen
+
+    (plain_seen, plain_text), (sdk_seen, sdk_text) = anyio.run(_in_process, apps[0], calls_)
+    assert '"succeeded"' in plain_text and '"succeeded"' in sdk_text, (plain_text, sdk_text)
+    assert (plain_seen, sdk_seen) == (1, 0)

@@ -4,7 +4,6 @@ defaults and the hash approvals bind to."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -60,7 +59,7 @@ def _checked_request(services: Services, arguments: dict[str, object]) -> ToolEx
         "workspace": {"id": "demo"},
     }
     checked = jsonlimits.decode_checked(json.dumps(body).encode(), services.settings.json_limits)
-    return parse_request(checked.value, "alice", checked=checked)
+    return parse_request(checked.value, "alice", body_bound=checked.bound)
 
 
 async def test_arguments_the_door_checked_are_not_walked_again(
@@ -72,7 +71,7 @@ async def test_arguments_the_door_checked_are_not_walked_again(
     monkeypatch.setattr(jsonlimits, "check", lambda *a, **k: walked.append(a) or real(*a, **k))
     await prepared(services, req)
     assert walked == []
-    await prepared(services, replace(req, arguments={"path": "a.txt", "content": "hi"}))
+    await prepared(services, req.with_arguments({"path": "a.txt", "content": "hi"}))
     assert len(walked) == 1  # other arguments than the door checked: walked here
 
 
@@ -80,10 +79,18 @@ async def test_arguments_not_the_ones_the_door_checked_are_bounded(services: Ser
     req = _checked_request(services, {"path": "a.txt", "content": "hi"})
     too_deep = {"path": "a.txt", "content": "hi", "extra": _deep(40)}
     for changed in (
-        replace(req, arguments=too_deep),  # e.g. edited before approval
+        req.with_arguments(too_deep),  # e.g. edited before approval
         ToolExecutionRequest.from_json({**req.to_json(), "arguments": too_deep}),  # rebuilt
     ):
         with pytest.raises(ValidationError) as caught:
             await prepared(services, changed)
         assert caught.value.code == "invalid_arguments"
         assert caught.value.details["limit"] == "json_too_deep"
+
+
+async def test_the_bound_a_door_checked_is_a_field_other_arguments_drop(services: Services) -> None:
+    req = _checked_request(services, {"path": "a.txt", "content": "hi"})
+    assert req.arguments_bound is not None
+    assert req.arguments_bound.limits == services.settings.json_limits
+    assert req.with_arguments({"path": "b.txt"}).arguments_bound is None
+    assert ToolExecutionRequest.from_json(req.to_json()).arguments_bound is None

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import PolicyUnavailable
+from gateway.pipeline.policy import tool_input
 from gateway.pipeline.runner import run_call, run_queued
 from gateway.store.store import Store
 from gateway.types import Decision, DecisionResult, Status
@@ -92,3 +93,18 @@ async def test_no_decision_fails_a_queued_call_without_running_it(
     )
     assert result["side_effect"]["attempted"] is False
     assert adapter.calls == []
+
+
+async def test_the_tool_part_of_the_input_is_the_declarations_own(
+    tmp_path: Path, store: Store, catalogue: Catalogue
+) -> None:
+    """Made once per declaration, on it (no cache keyed by identity beside it); what a
+    caller may change is a copy."""
+    policy = FunctionPolicy(lambda d: Decision(DecisionResult.ALLOW))
+    services = make_services(tmp_path, store, catalogue, FunctionAdapter(ok), policy)
+    await run_call(services, request(call_id="c1"))
+    await run_call(services, request(call_id="c2"))
+    tool = catalogue.versions("fs.write_file")[0]
+    assert policy.inputs[0]["tool"] is policy.inputs[1]["tool"] is tool.policy_input
+    copied = tool_input(tool)
+    assert copied == tool.policy_input and copied is not tool.policy_input

@@ -16,10 +16,11 @@ import pytest
 import regorus
 
 from gateway.policy import embedded
+from gateway.policy.cache import DecisionCache
 from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources, syntax_tree
 from gateway.policy.reads import InputReads, input_reads
-from gateway.types import DecisionResult
+from gateway.types import Decision, DecisionResult
 from tests.policy.helpers import BASE_INPUT, make_input
 
 Scratch = Callable[[str], PolicySources]
@@ -405,3 +406,16 @@ def test_a_decision_without_extra_is_shared_and_cannot_be_changed(policy: Embedd
         with pytest.raises(AttributeError):
             decision.reasons = ("forged",)  # type: ignore[misc]
     assert policy.decide_sync(doc) == decision
+
+
+def test_the_decision_cache_keeps_the_most_recent_and_honours_a_ttl() -> None:
+    decision = Decision(DecisionResult.ALLOW)
+    kept = DecisionCache(2)
+    kept.put("a", decision)
+    kept.put("b", decision)
+    assert kept.get("a") is decision  # "a" is now the most recent
+    kept.put("c", decision)
+    assert [kept.get(k) is not None for k in "abc"] == [True, False, True]
+    expired = DecisionCache(2, ttl=-1.0)  # every entry is past its time once put
+    expired.put("a", decision)
+    assert expired.get("a") is None and len(expired) == 0

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.adapters.shared.egress import EgressPolicy, Networks
+from gateway.adapters.shared.egress import EgressDecl
 from gateway.declarations.located import Faults
 from gateway.declarations.model import Duration, TemplateStr
 from gateway.declarations.spec import AdapterSpec
@@ -121,21 +121,6 @@ class StepDecl(_Frozen):
             template = getattr(self, key)
             if template is not None:
                 yield key, template
-
-
-class EgressDecl(_Frozen):
-    """Where this tool's pages may send requests (checked after DNS, for every request)."""
-
-    allow_hosts: tuple[str, ...] = ()
-    """Host names or ``*.domain`` patterns; empty means any public host."""
-    allow_networks: Networks = ()
-    """Private, loopback or link-local networks this tool may reach (refused otherwise)."""
-
-    @field_validator("allow_hosts")
-    @classmethod
-    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        EgressPolicy.build(value, ())  # raises ValueError naming a bad host
-        return value
 
 
 class BrowserOptions(_Frozen):

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.adapters.shared.egress import EgressPolicy, Networks
+from gateway.adapters.shared.egress import EgressDecl, Networks
 from gateway.declarations.located import Faults
 from gateway.declarations.model import TemplateStr
 from gateway.declarations.templates import Template, TemplateError, compile_template
@@ -185,21 +185,6 @@ def _tree_templates(node: Any, loc: Loc) -> Iterator[tuple[Loc, Template]]:
     elif isinstance(node, list):
         for i, value in enumerate(node):
             yield from _tree_templates(value, (*loc, i))
-
-
-class EgressDecl(_Frozen):
-    """Where requests may go beyond the tool's own base URL (see adapters/shared/egress.py)."""
-
-    allow_hosts: tuple[str, ...] = ()
-    """More hosts: ``api.example.com``, ``*.example.com`` (subdomains), ``*`` (any)."""
-    allow_networks: Networks = ()
-    """Non-public networks allowed anyway, e.g. ``[10.20.0.0/16]``."""
-
-    @field_validator("allow_hosts")
-    @classmethod
-    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        EgressPolicy.build(value, ())  # raises ValueError naming a bad host
-        return value
 
 
 class HttpOptions(_Frozen):

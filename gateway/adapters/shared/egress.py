@@ -19,7 +19,8 @@ httpx: give it to a connection pool and every TCP connect resolves, checks and c
 to the checked address; nothing else needs to be trusted (it lives in
 ``gateway.adapters.shared.transport``, with ``guarded_transport``).
 
-Public surface: ``EgressPolicy``, ``EgressRefused``, ``parse_network``, ``check_host``,
+Public surface: ``EgressDecl`` (the ``egress:`` key of a declaration), ``EgressPolicy``,
+``EgressRefused``, ``parse_network``, ``check_host``,
 ``resolve``, ``check_url`` and ``refusal``. This module imports no HTTP library (httpx is
 imported by ``check_url`` when it is first called), so declaration specs may use it.
 """
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
-from pydantic import BeforeValidator, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema, field_validator
 
 from gateway.errors import ExecutionError
 
@@ -262,3 +263,22 @@ async def check_url(
     host = parsed.raw_host.decode("ascii")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     return Destination(parsed, host, port, await resolve(host, port, policy, lookup))
+
+
+class EgressDecl(BaseModel):
+    """Where a tool's requests may go beyond its own base URL (the ``egress:`` key of the
+    http and browser adapters; checked after DNS, for every request)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    allow_hosts: tuple[str, ...] = ()
+    """More hosts: ``api.example.com``, ``*.example.com`` (subdomains), ``*`` (any); for a
+    browser tool, empty means any public host."""
+    allow_networks: Networks = ()
+    """Non-public networks allowed anyway, e.g. ``[10.20.0.0/16]``."""
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        EgressPolicy.build(value, ())  # raises ValueError naming a bad host
+        return value
