@@ -148,19 +148,23 @@ def test_serve_parses_each_yaml_file_once(
     """``toolgate serve`` loads the sources once: the check of the adapters and the app's
     start-up use what was loaded (before: 53 parses for 22 files)."""
     import anyio
-    import uvicorn
 
+    import gateway.http.server
     import gateway.observability.logs
     import gateway.policy.loader  # patched below
 
-    def start_and_stop(app: Any, **_: Any) -> None:
+    def start_and_stop(app: Any, sock: Any, *_: Any) -> int:
+        """The app started and stopped on the socket serve bound, instead of served."""
+
         async def once() -> None:
             async with app.router.lifespan_context(app):
                 pass
 
         anyio.run(once)
+        sock.close()
+        return 0
 
-    monkeypatch.setattr(uvicorn, "run", start_and_stop)
+    monkeypatch.setattr(gateway.http.server, "run", start_and_stop)
     # serve sends every logger through a handler on its stderr: here that is pytest's
     # capture, closed after this test, and later tests' log lines failed on it.
     configured: list[tuple[str, str]] = []
