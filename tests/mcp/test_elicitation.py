@@ -172,3 +172,27 @@ def test_a_client_without_url_elicitation_gets_the_pending_answer(gw: Gateway, e
     assert body["status"] == "awaiting_approval"
     assert result.content[0].text.startswith("awaiting approval")  # type: ignore[union-attr]
     assert (gw.workspace / path).exists()
+
+
+def test_an_accept_without_a_decision_answers_that_the_approval_is_still_pending(
+    gw: Gateway,
+) -> None:
+    """The person opened the page but no approver has decided: "accept" approves nothing;
+    after a bounded wait the call answers pending, with how to follow it."""
+    era = "2026-07-28"
+    path = _target(gw, era)
+    person = Person(gw, "accept", approve=False)
+
+    async def main() -> types.CallToolResult:
+        async with connect(gw.url, era, elicitation_callback=person) as client:
+            return await client.call_tool("fs.delete_file", {"path": path}, meta=_ids())
+
+    result = anyio.run(main)
+    assert not result.is_error, result
+    body = result.structured_content or {}
+    assert body["status"] == "awaiting_approval"
+    note = result.content[0].text  # type: ignore[union-attr]
+    assert note.startswith("the page was opened, which decides nothing")
+    assert "still pending" in note and body["execution_id"] in note
+    assert _approval(gw, body["approval"]["id"])["status"] == "pending"
+    assert (gw.workspace / path).exists()
