@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from gateway import jsonlimits, tracecontext
 from gateway.errors import LimitExceeded, ToolgateError
-from gateway.mcp import meta, results, tools
+from gateway.mcp import elicitation, meta, results, tools
 from gateway.mcp.context import Door
 from gateway.pipeline.records import ToolExecutionRequest
 from gateway.pipeline.request import parse_request
@@ -151,6 +151,8 @@ async def call_tool(
                 message=f"{results.STATUS_TOOL} answers at once: call it without params.task",
             )
         work = _status_tool(door, params.arguments or {})
+    elif elicitation.resuming(params):  # a 2026-07-28 retry after an approval was asked
+        work = elicitation.resume(door, ctx, params)
     else:
         work = _call(door, ctx, params)
     out = await _answered(work, params.name)
@@ -231,7 +233,8 @@ async def _call(
         with anyio.CancelScope(shield=True):
             await cancel_abandoned(door, run)
         raise
-    return await _answer(door, run)
+    # A parked call asks its approval through the protocol when the client can show a URL.
+    return await elicitation.ask(door, ctx, run.record) or await _answer(door, run)
 
 
 def execution_request(

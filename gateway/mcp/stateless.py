@@ -17,6 +17,7 @@ exactly such a request itself, with the same bytes, and leaves everything else t
   ``CallToolRequestParams``);
 - a request any of them would refuse, or one that is not a plain call (another method, a
   notification, a batch, the status tool, a dry run, a progress token, the tasks extension,
+  URL elicitation (gateway/mcp/elicitation.py),
   params beyond ``name``, ``arguments`` and ``_meta``, an id that is not a string or an
   integer), is handed to the SDK's transport with the body read here, and it answers as it
   would have: nothing of the request is lost or answered twice. The body is read ahead of
@@ -84,7 +85,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway import jsontext
 from gateway.http.bodies import read_body
 from gateway.http.heads import Heads, Wanted
-from gateway.mcp import calls, context, meta, results, sdk_private
+from gateway.mcp import calls, context, elicitation, meta, results, sdk_private
 from gateway.mcp.writer import Writer
 
 SSE_WINDOW_S = 15.0
@@ -206,6 +207,7 @@ class StatelessCalls:
             or not raw_meta.keys().isdisjoint(NOT_PLAIN_META)
             or not isinstance(caps, dict)
             or "extensions" in caps
+            or elicitation.declared(caps)  # its parked call asks through the protocol
         ):
             return None
         if _surely_valid(body, params, raw_meta):

@@ -12,6 +12,7 @@ import httpx
 import httpx2
 from mcp import Client
 from mcp.client.extension import ClientExtension
+from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.helpers import ALICE, BOB
@@ -41,8 +42,10 @@ async def connect(
     era: str,
     key: str = ALICE,
     extensions: Sequence[ClientExtension] | None = None,
+    elicitation_callback: ElicitationFnT | None = None,
 ) -> AsyncIterator[Client]:
-    """The official SDK client over streamable HTTP with a bearer key."""
+    """The official SDK client over streamable HTTP with a bearer key (with an
+    ``elicitation_callback``, it declares elicitation, form and URL mode)."""
     headers = {"Authorization": f"Bearer {key}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60, read=120)) as http,
@@ -50,6 +53,7 @@ async def connect(
             streamable_http_client(url + "/mcp", http_client=http),
             mode=era,  # type: ignore[arg-type]
             extensions=extensions,
+            elicitation_callback=elicitation_callback,
         ) as client,
     ):
         yield client
