@@ -12,7 +12,9 @@ The convention the pages are written to:
   the URL of a gateway started from that copy (its ``toolgate.yaml`` names the same port, so
   ``toolgate`` commands find it without ``--url``), ``TOOLGATE_API_KEY=tg_dev_alice``.
 - A block whose first line is ``# restart the gateway`` restarts the gateway first (so that it
-  reads ``tools.d``, ``rego`` and ``policies`` again).
+  reads ``tools.d``, ``rego`` and ``policies`` again), with the variables of ``gateway.env``
+  (``NAME=value`` lines, if the page wrote one) added to its environment: what a reader puts
+  in the environment of ``toolgate serve`` (a secret the configuration names, say).
 - Files the reader creates are written inside ``sh`` blocks (``cat > path <<'EOF'``), and each
   block checks what it expects itself (``| grep -q succeeded``, ``jq -e ...``): a block that
   exits non-zero, or runs longer than ``BLOCK_TIMEOUT_S``, fails the page with its number, its
@@ -109,6 +111,17 @@ def base_env(bin_dir: Path) -> dict[str, str]:
     return env
 
 
+GATEWAY_ENV = "gateway.env"
+
+
+def gateway_env(path: Path) -> dict[str, str]:
+    """The ``NAME=value`` lines of a page's ``gateway.env`` (none when it wrote no such file)."""
+    if not path.exists():
+        return {}
+    pairs = (line.split("=", 1) for line in path.read_text(encoding="utf-8").splitlines())
+    return {name.strip(): value.strip() for name, value in pairs if name.strip()}
+
+
 class Gateway:
     """``toolgate serve`` on the copy, on the port its toolgate.yaml names."""
 
@@ -123,6 +136,7 @@ class Gateway:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        self.env = {**self.env, **gateway_env(self.config.parent / GATEWAY_ENV)}
         for _ in range(3):
             if not self.port:
                 self._set_port(free_port())
