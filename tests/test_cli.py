@@ -35,12 +35,14 @@ def toolgate(
     )
 
 
+@pytest.mark.slow  # starts a process itself
 def test_check_passes_on_the_shipped_files(project: Path) -> None:
     done = toolgate("check", cwd=project)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok: ")
 
 
+@pytest.mark.slow  # starts a process itself
 def test_check_lists_every_fault(project: Path) -> None:
     read = project / "tools.d" / "fs.read_file.yaml"
     read.write_text(read.read_text() + "colour: blue\n")
@@ -54,6 +56,7 @@ def test_check_lists_every_fault(project: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # starts a process itself
 def test_check_lists_every_adapter_key_fault_at_its_line(project: Path) -> None:
     """Issue 11 bugs 4 and 5: all faults of all files in one run, each at file:line: key."""
     write_faulty(project / "tools.d")
@@ -67,6 +70,7 @@ def test_check_lists_every_adapter_key_fault_at_its_line(project: Path) -> None:
 @pytest.mark.parametrize(
     "args", [("tools",), ("tools", "fs.write_file"), ("schema",), ("keys", "hash", "k")]
 )
+@pytest.mark.slow  # starts a process itself
 def test_a_reader_that_closes_early_gets_no_traceback(project: Path, args: tuple[str]) -> None:
     """``toolgate tools | head`` used to print a BrokenPipeError traceback."""
     read_end, write_end = os.pipe()
@@ -86,6 +90,7 @@ def test_a_reader_that_closes_early_gets_no_traceback(project: Path, args: tuple
     assert done.returncode == 141  # 128 + SIGPIPE, as cat or grep would exit
 
 
+@pytest.mark.slow  # starts a process itself
 def test_head_of_the_schema_is_quiet(project: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "schema"],
@@ -102,6 +107,7 @@ def test_head_of_the_schema_is_quiet(project: Path) -> None:
     proc.stderr.close()
 
 
+@pytest.mark.slow  # starts a process itself
 def test_command_line_mistakes_are_not_called_configuration_faults(
     project: Path, tmp_path: Path
 ) -> None:
@@ -120,6 +126,7 @@ def test_command_line_mistakes_are_not_called_configuration_faults(
     assert broken.stderr.startswith("toolgate: configuration is not valid:")
 
 
+@pytest.mark.slow  # starts a process itself
 def test_serve_refuses_to_start_on_a_broken_catalogue(project: Path) -> None:
     (project / "tools.d" / "dup.yaml").write_text(
         (project / "tools.d" / "fs.read_file.yaml").read_text()
@@ -129,6 +136,7 @@ def test_serve_refuses_to_start_on_a_broken_catalogue(project: Path) -> None:
     assert "declared twice" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # starts a process itself
 def test_policy_test_and_eval(project: Path, tmp_path: Path) -> None:
     done = toolgate("policy", "test", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -179,6 +187,7 @@ def test_policy_test_and_eval(project: Path, tmp_path: Path) -> None:
     assert "Traceback" not in garbage.stderr
 
 
+@pytest.mark.slow  # starts a process itself
 def test_policy_input_shows_what_the_policy_saw(tmp_path: Path) -> None:
     config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
     (tmp_path / "var/workspaces/demo").mkdir(parents=True, exist_ok=True)
@@ -279,6 +288,7 @@ def test_policy_input_shows_what_the_policy_saw(tmp_path: Path) -> None:
         assert unknown.returncode == 1 and "Traceback" not in unknown.stderr
 
 
+@pytest.mark.slow  # starts a process itself
 def test_tools_keys_and_schema(project: Path) -> None:
     listed = toolgate("tools", cwd=project)
     assert "fs.write_file" in listed.stdout and "1.0.0" in listed.stdout
@@ -499,6 +509,7 @@ def test_call_wait_follows_an_approval_and_an_async_call_to_the_end(tmp_path: Pa
         assert json.loads(parked.stdout)["status"] == "awaiting_approval"
 
 
+@pytest.mark.slow  # starts a process itself
 def test_tools_prints_a_table_or_json(project: Path) -> None:
     listed = toolgate("tools", cwd=project)
     assert listed.returncode == 0, listed.stderr

@@ -17,6 +17,8 @@ from gateway.settings import load_settings
 from tests.helpers import ALICE, BOB
 from tests.policy.helpers import toolgate
 
+pytestmark = pytest.mark.slow  # every test here starts a process itself
+
 
 def call(client: TestClient, name: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     response = client.post(
