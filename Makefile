@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RUST_LIB_BACKTRACE := 0
 
-.PHONY: run test fuzz lint format check policy-test bench clean system-deps mcp-inspector
+.PHONY: run test test-fast fuzz lint format check policy-test bench clean system-deps mcp-inspector
 
 $(VENV)/.base: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ mcp-inspector:
 ## Set up and run the whole test suite.
 test: $(VENV)/.dev system-deps mcp-inspector
 	$(BIN)/python -m pytest -W error
+
+## The fast tier: the tests that start no process (no gateway, browser, CLI, nginx, OPA...).
+## tests/conftest.py marks `slow` every test using a fixture tagged @starts_processes and fails
+## any other test that starts a process, so this tier stays fast. `make test` runs both tiers.
+test-fast: $(VENV)/.dev
+	$(BIN)/python -m pytest -W error -m "not slow"
 
 ## The fuzzers and security corpora alone (docs/security.md, "Tested, not promised"); in
 ## `make test` they run bounded. FUZZ_SCALE=20 draws twenty times the examples.

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,47 @@ import pytest
 os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
 
 from gateway.settings import Settings, load_settings
-from tests.helpers import IN_CI, PG_HOST, PG_USER, REPO, pg_admin
+from tests.helpers import (
+    IN_CI,
+    PG_HOST,
+    PG_USER,
+    REPO,
+    WATCH,
+    pg_admin,
+    process_fixtures,
+    unmarked_process,
+)
+
+# --- the tiers: `make test-fast` is `-m "not slow"`, and starts no process --------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    sys.addaudithook(WATCH)  # an audit hook stays for the interpreter's life: one, here
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects on the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks ``slow`` every test that uses a fixture tagged @starts_processes."""
+    for item in items:
+        if isinstance(item, pytest.Function) and process_fixtures(item):
+            item.add_marker(pytest.mark.slow)
+    if started := WATCH.take():
+        raise pytest.UsageError(f"collecting the tests started processes: {started[:3]}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Fails, at its teardown, a test not marked ``slow`` that started a process (its own
+    fixtures' setup and teardown included), so a slip cannot slow the fast tier quietly."""
+    report = yield
+    if call.when == "teardown":
+        why = unmarked_process(item.get_closest_marker("slow") is not None, WATCH.take())
+        if why and report.passed:
+            report.outcome = "failed"
+            report.longrepr = why
+    return report
 
 
 def _own_handlers() -> list[logging.Handler]:

@@ -3,10 +3,13 @@ from here, never from a conftest (tests/test_hygiene.py checks it)."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 PG_HOST = os.environ.get("TOOLGATE_TEST_PG_HOST", "127.0.0.1")
@@ -79,3 +82,144 @@ def gateway_volumes(compose: dict[str, Any]) -> dict[str, str]:
     ]
     assert all(mounts == found[0] for mounts in found), found
     return found[0]
+
+
+# --- waiting for an event ---------------------------------------------------------------------
+
+
+def wait_until(probe: Callable[[], T], what: str, limit: float = 60.0, every: float = 0.05) -> T:
+    """Asks ``probe`` again and again until it answers something truthy (a status reached, a
+    row or an event written, a log line) and returns that: how a test waits for what it
+    waits for, instead of sleeping and hoping it happened. ``limit`` only bounds a failure,
+    which names ``what`` and the last answer."""
+    deadline = time.monotonic() + limit
+    while not (seen := probe()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {limit} s for {what}; the last answer was {seen!r}")
+        time.sleep(every)
+    return seen
+
+
+async def until(
+    probe: Callable[[], Awaitable[T] | T], what: str, limit: float = 60.0, every: float = 0.05
+) -> T:
+    """:func:`wait_until` for an async test: ``probe`` may be a coroutine function, and the
+    pause lets the event loop run."""
+    import anyio
+
+    async def ask() -> T:
+        seen = probe()
+        return await seen if inspect.isawaitable(seen) else seen  # type: ignore[return-value]
+
+    deadline = time.monotonic() + limit
+    while not (seen := await ask()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {limit} s for {what}; the last answer was {seen!r}")
+        await anyio.sleep(every)
+    return seen
+
+
+# --- the test tiers (README.md, "Tests"; docs/architecture.md, "Tests and benchmarks") -------
+
+PROCESS_EVENTS = frozenset(
+    {"subprocess.Popen", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "os.forkpty"}
+    | {"os.system", "pty.spawn"}
+)
+"""The audit events (docs.python.org/3/library/audit_events.html) of starting a process: every
+way Python has, asyncio's subprocesses and multiprocessing included."""
+
+STARTS_PROCESSES = "_toolgate_starts_processes"
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def starts_processes(fixture: F) -> F:
+    """Tags a fixture function that starts a process (a gateway, a browser, the CLI...):
+    tests/conftest.py marks ``slow`` every test that uses it, directly or through another
+    fixture, so ``make test-fast`` (``-m "not slow"``) leaves them out. Put it under
+    ``@pytest.fixture``."""
+    setattr(fixture, STARTS_PROCESSES, True)
+    return fixture
+
+
+OWN_CHILDREN = ("gateway.adapters.process",)
+"""Where the children of the code under test come from, which the fast tier allows: the
+process adapter runs a tool's command (bounded by its deadline and limits) and probes the
+kernel for its isolation once per gateway (``sandbox.probe``, a few milliseconds, at every
+in-process gateway's start). They are the work the test exercises, not a process it runs
+beside the gateway (a gateway, a browser, the CLI, nginx, OPA, the MCP Inspector)."""
+
+
+class ProcessWatch:
+    """The processes started while one test runs, seen through an audit hook
+    (``sys.addaudithook``), so a process started anywhere (the test, a helper, a thread, the
+    gateway in-process) is seen, however it is started; but those that ``OWN_CHILDREN``
+    start."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        if event in PROCESS_EVENTS and not started_by(OWN_CHILDREN):
+            self.started.append(f"{event} {describe_command(event, args)}")
+
+    def take(self) -> list[str]:
+        """What was started since the last take, and forget it."""
+        started, self.started = self.started, []
+        return started
+
+
+def started_by(modules: tuple[str, ...]) -> bool:
+    """Whether a module of ``modules`` (or of their packages) is on the calling stack: an
+    asyncio or anyio subprocess is started within the awaiting coroutine's frames."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if any(name == m or name.startswith(m + ".") for m in modules):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def describe_command(event: str, args: tuple[Any, ...]) -> str:
+    """The command of a process-starting audit event, without its environment (which may
+    hold secrets): ``subprocess.Popen``, ``os.posix_spawn`` and ``os.exec`` carry
+    (executable, argv, ...), ``os.system`` the command line, ``os.fork`` nothing."""
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn") and len(args) > 1:
+        argv = args[1]
+        words = [argv] if isinstance(argv, str | bytes) else list(argv or [])
+        return " ".join(_text(w) for w in words[:4])[:120]
+    if event in ("os.system", "pty.spawn") and args:
+        return _text(args[0])[:120]
+    return ""
+
+
+def process_fixtures(item: Any) -> list[str]:
+    """The fixtures a test uses, directly or through others, that are tagged
+    @starts_processes. pytest has no public way from an item to its fixtures' definitions;
+    ``_fixtureinfo`` is the one used, here only (tests/test_hygiene.py pins that it works)."""
+    defs = item._fixtureinfo.name2fixturedefs
+    return sorted(
+        name
+        for name, found in defs.items()
+        if any(getattr(d.func, STARTS_PROCESSES, False) for d in found)
+    )
+
+
+WATCH = ProcessWatch()
+"""The one watch, installed by tests/conftest.py as an audit hook for the session."""
+
+
+def _text(word: Any) -> str:
+    return os.fsdecode(word) if isinstance(word, bytes | os.PathLike) else str(word)
+
+
+def unmarked_process(is_slow: bool, started: list[str]) -> str | None:
+    """Why a test fails the tier check, or None: a test not marked ``slow`` started a process."""
+    if is_slow or not started:
+        return None
+    return (
+        f"this test is not marked slow but started {len(started)} process(es): {started[:3]}; "
+        "tag the fixture that starts them with @starts_processes (tests/helpers.py), or "
+        "mark a test that starts one itself @pytest.mark.slow"
+    )

@@ -59,6 +59,7 @@ def arenas_after_threads(mode: str, **env: str) -> int:
     return int(proc.stdout)
 
 
+@pytest.mark.slow  # starts a process itself
 def test_limited_arenas_stay_at_the_limit_however_many_threads_allocate() -> None:
     assert arenas_after_threads("limit") <= allocator.ARENAS
     assert arenas_after_threads("free") > allocator.ARENAS  # the check can fail
@@ -87,6 +88,7 @@ print(trimmed, before - rss())
 """
 
 
+@pytest.mark.slow  # starts a process itself
 def test_trim_gives_back_freed_memory_the_heap_could_not() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", RSS_AROUND_TRIM],

@@ -18,9 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import IN_CI, REPO
-
-pytestmark = pytest.mark.slow
+from tests.helpers import IN_CI, REPO, starts_processes
 
 HTTP_SCENARIOS = (
     "s0_floor",
@@ -43,6 +41,7 @@ def positive(where: str, data: dict[str, Any], *keys: str) -> None:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if shutil.which("wrk") is None:
         reason = "wrk is not installed (as root: apt-get update && apt-get install -y wrk)"
@@ -164,6 +163,7 @@ def test_growth_and_targets(results: dict[str, Any]) -> None:
         assert row in results["_stdout"], row
 
 
+@pytest.mark.slow  # runs bench/run.py itself
 def test_only_runs_the_phases_it_names_into_a_file_of_their_own(tmp_path: Path) -> None:
     """``--only store`` runs the store's micro-benchmarks alone and leaves the day's full
     record alone; an unknown phase is refused with the list of phases."""

@@ -19,6 +19,8 @@ from gateway.testing import free_port, gateway, make_project, wait_healthy
 from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
 from tests.helpers import ALICE, BOB, REVIEWED_TOOL
 
+pytestmark = pytest.mark.slow  # every test runs the toolgate command as a process
+
 
 def toolgate(
     *args: str, cwd: Path, key: str | None = None, stdin: str = ""

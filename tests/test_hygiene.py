@@ -7,10 +7,21 @@ looks for, so that a scan that found nothing is not mistaken for a clean tree.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.helpers import REPO
+import pytest
+
+from tests.helpers import (
+    REPO,
+    WATCH,
+    ProcessWatch,
+    process_fixtures,
+    starts_processes,
+    unmarked_process,
+)
 
 TESTS = REPO / "tests"
 
@@ -381,3 +392,58 @@ def test_no_private_name_of_dataclasses_is_used() -> None:
     assert not found, f"dataclasses' internals: {found}"
     tree = ast.parse("dataclasses._FIELD\ndataclasses.fields\ndataclasses.__name__")
     assert [n.lineno for n in private_uses(tree, "dataclasses")] == [1]
+
+
+# --- the tiers (`make test-fast` starts no process; tests/conftest.py) -------------------------
+
+
+@pytest.fixture
+@starts_processes
+def spawned() -> str:
+    done = subprocess.run([sys.executable, "-c", "print('spawned')"], capture_output=True)
+    return done.stdout.decode().strip()
+
+
+@pytest.fixture
+def through_spawned(spawned: str) -> str:
+    return spawned
+
+
+def test_a_fixture_that_starts_a_process_marks_its_tests_slow_and_the_watch_sees_it(
+    request: pytest.FixtureRequest, through_spawned: str
+) -> None:
+    assert through_spawned == "spawned"
+    assert process_fixtures(request.node) == ["spawned"]  # found through another fixture
+    assert request.node.get_closest_marker("slow") is not None
+    assert any(sys.executable in seen for seen in WATCH.started), WATCH.started
+
+
+def test_a_test_that_starts_no_process_is_fast_and_would_be_failed_if_it_did(
+    request: pytest.FixtureRequest,
+) -> None:
+    assert process_fixtures(request.node) == []
+    assert request.node.get_closest_marker("slow") is None
+    sys.audit("os.posix_spawn", b"/bin/true", [b"true", b"-x"], {"TOKEN": "secret"})
+    sys.audit("os.fork")
+    seen = WATCH.take()  # the events were raised, no process started: this test stays clean
+    assert seen == ["os.posix_spawn true -x", "os.fork "]
+    why = unmarked_process(False, seen)
+    assert why is not None and "os.posix_spawn true -x" in why and "secret" not in why
+    assert unmarked_process(True, seen) is None and unmarked_process(False, []) is None
+
+
+def test_the_process_watch_tells_process_events_from_others() -> None:
+    watch = ProcessWatch()
+    watch("subprocess.Popen", ("/usr/bin/git", ["git", "status"], "/tmp", {"KEY": "k"}))
+    watch("os.system", (b"echo hi",))
+    watch("open", ("/etc/passwd", "r", 0))
+    watch("socket.connect", (None, ("127.0.0.1", 80)))
+    assert watch.take() == ["subprocess.Popen git status", "os.system echo hi"]
+    assert watch.take() == []
+    # A tool's command, run by the process adapter, is the work under test; the gateway
+    # process the kit starts is not.
+    event = "watch('subprocess.Popen', ('python', ['python', 'tool.py'], None, None))"
+    exec(event, {"__name__": "gateway.adapters.process.adapter", "watch": watch})
+    exec(event, {"__name__": "gateway.adapters.processes", "watch": watch})
+    exec(event, {"__name__": "gateway.testing", "watch": watch})
+    assert watch.take() == ["subprocess.Popen python tool.py"] * 2

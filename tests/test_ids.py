@@ -7,6 +7,8 @@ import re
 import threading
 import time
 
+import pytest
+
 from gateway.ids import _POOL_BYTES, random_hex, sortable_id
 
 
@@ -25,6 +27,7 @@ def test_ids_sort_by_creation_time() -> None:
     assert abs(millis - time.time() * 1000) < 5_000
 
 
+@pytest.mark.slow  # forks a child itself
 def test_a_forked_child_never_reuses_the_parents_random_digits() -> None:
     sortable_id("ev")  # the parent has a pool drawn
     read, write = os.pipe()

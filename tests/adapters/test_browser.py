@@ -33,7 +33,7 @@ from gateway.errors import ConfigError, ExecutionError
 from gateway.testing import load_catalogue, load_declaration
 from gateway.types import Outcome
 from gateway.workspace import Workspace
-from tests.helpers import IN_CI, REPO
+from tests.helpers import IN_CI, REPO, starts_processes, until
 
 pytestmark = pytest.mark.anyio
 CATALOGUE = load_catalogue(REPO / "tools.d")
@@ -186,6 +186,7 @@ def var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 async def adapter(var_dir: Path) -> AsyncIterator[BrowserAdapter]:
     """One adapter (one Chromium) for the module; loopback 127.0.0.1 only is allowed."""
     require_chromium()
@@ -603,6 +604,7 @@ async def test_missing_executable_is_named(ws: Workspace, var_dir: Path) -> None
     assert caught.value.code == "browser_unavailable"
 
 
+@pytest.mark.slow  # starts a process itself
 async def test_a_binary_that_is_not_chromium_fails_clearly(ws: Workspace, var_dir: Path) -> None:
     config = BrowserConfig.model_validate(
         {"executable": "/bin/false", "launch_timeout": "5s", "allow_networks": [LOOPBACK]}
@@ -616,6 +618,7 @@ async def test_a_binary_that_is_not_chromium_fails_clearly(ws: Workspace, var_di
     assert "Traceback" not in caught.value.message
 
 
+@pytest.mark.slow  # starts a process itself
 async def test_idle_sessions_are_closed(pages: PageServer, ws: Workspace, var_dir: Path) -> None:
     require_chromium()
     config = BrowserConfig.model_validate({"allow_networks": [LOOPBACK], "idle_timeout": 0.3})
@@ -624,8 +627,7 @@ async def test_idle_sessions_are_closed(pages: PageServer, ws: Workspace, var_di
         tool = CATALOGUE.resolve("web.extract_text")
         await short.execute(make_call(tool, ws, url=pages.url("/table")))
         assert ("demo", "main") in short.pool.sessions
-        await anyio.sleep(1.0)
-        assert short.pool.sessions == {}
+        await until(lambda: short.pool.sessions == {}, "the idle session to be closed")
         browser = short.pool.browser
         assert browser is not None and browser.is_connected()
         await browser.close()  # as if Chromium had crashed: the next call relaunches it

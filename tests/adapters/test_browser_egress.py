@@ -33,6 +33,7 @@ from gateway.adapters.shared.egress import EgressPolicy, IPAddress
 from gateway.types import Outcome
 from gateway.workspace import Workspace
 from tests.adapters.test_browser import declare, make_call, require_chromium
+from tests.helpers import starts_processes
 
 pytestmark = pytest.mark.anyio
 ALLOWED, REFUSED = "127.0.0.2", "127.0.0.3"
@@ -169,6 +170,7 @@ async def fake_lookup(name: str, port: int) -> tuple[IPAddress, ...]:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 async def adapter(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[BrowserAdapter]:
     require_chromium()
     var = tmp_path_factory.mktemp("egress")

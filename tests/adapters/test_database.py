@@ -994,6 +994,7 @@ def test_a_probe_query_that_writes_fails_the_check(tmp_path: Path) -> None:
     assert take.name in problem and "queries.qty" in problem and "setval()" in problem, problem
 
 
+@pytest.mark.slow  # starts a process itself
 def test_toolgate_check_reports_a_read_tool_that_writes(project: Path) -> None:
     """The same fault through the CLI, like every other declaration fault."""
     import subprocess

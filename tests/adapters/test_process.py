@@ -651,6 +651,7 @@ async def test_a_daemon_left_behind_is_stopped_when_the_command_ends(
         os.kill(daemon, 0)
 
 
+@pytest.mark.slow  # starts a process itself
 async def test_recover_stops_a_tree_left_by_an_earlier_gateway(
     adapter: ProcessAdapter, ws: Workspace
 ) -> None:
@@ -674,6 +675,7 @@ async def test_recover_stops_a_tree_left_by_an_earlier_gateway(
         root.wait()
 
 
+@pytest.mark.slow  # starts a process itself
 async def test_recover_leaves_a_process_that_is_not_ours(
     adapter: ProcessAdapter, ws: Workspace
 ) -> None:
@@ -1048,6 +1050,7 @@ def test_process_isolation_is_checked(tmp_path: Path) -> None:
         load_settings(tmp_path / "none.yaml", env={}, process_isolation="sometimes")
 
 
+@pytest.mark.slow  # starts a process itself
 def test_a_gateway_that_is_not_root_isolates_its_children_too() -> None:
     """The unprivileged path (a user namespace mapping only the gateway's uid), run as
     nobody when the suite runs as root; as another user the tests above already take it."""

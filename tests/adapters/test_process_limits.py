@@ -388,6 +388,7 @@ def status_field(text: str, name: str) -> str:
     )
 
 
+@pytest.mark.slow  # starts a process itself
 async def test_no_new_privs_is_on_by_default(
     adapter: ProcessAdapter, ws: Workspace, tmp_path: Path
 ) -> None:

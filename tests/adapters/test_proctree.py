@@ -140,6 +140,7 @@ def test_this_process_is_a_subreaper() -> None:
     assert become_subreaper() is True  # idempotent
 
 
+@pytest.mark.slow  # starts a process itself
 def test_tree_stop_kills_every_member_including_setsid_orphans(tmp_path: Path) -> None:
     become_subreaper()
     pidfile = tmp_path / "pids"
@@ -161,6 +162,7 @@ def test_tree_stop_kills_every_member_including_setsid_orphans(tmp_path: Path) -
     assert wait_gone(identities) == []
 
 
+@pytest.mark.slow  # starts a process itself
 def test_stop_of_a_finished_tree_is_quick_and_harmless() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     identity = identify(proc.pid)
@@ -170,6 +172,7 @@ def test_stop_of_a_finished_tree_is_quick_and_harmless() -> None:
     assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.slow  # starts a process itself
 def test_identity_does_not_match_a_reused_pid() -> None:
     proc = _sleeper()
     try:
@@ -182,6 +185,7 @@ def test_identity_does_not_match_a_reused_pid() -> None:
         proc.wait()
 
 
+@pytest.mark.slow  # starts a process itself
 def test_kill_refuses_a_pid_whose_create_time_differs() -> None:
     proc = _sleeper()
     try:
@@ -199,6 +203,7 @@ def test_kill_refuses_a_pid_whose_create_time_differs() -> None:
         proc.wait()
 
 
+@pytest.mark.slow  # starts a process itself
 def test_kill_of_a_gone_process_is_false() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     identity = identify(proc.pid)
@@ -216,6 +221,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow  # starts a process itself
 def test_kill_finds_marked_orphans_after_the_root_died(tmp_path: Path) -> None:
     """As after a gateway restart: the root is gone, a setsid'd descendant lives on."""
     become_subreaper()
@@ -239,6 +245,7 @@ def test_kill_finds_marked_orphans_after_the_root_died(tmp_path: Path) -> None:
     assert wait_gone([orphan]) == []
 
 
+@pytest.mark.slow  # starts a process itself
 def test_kill_with_another_marker_leaves_an_unrelated_marked_process() -> None:
     env = {**os.environ, MARKER_ENV: "ex_other"}
     proc = _sleeper(env=env)
@@ -255,6 +262,7 @@ def test_kill_with_another_marker_leaves_an_unrelated_marked_process() -> None:
         proc.wait()
 
 
+@pytest.mark.slow  # starts a process itself
 def test_kill_with_only_a_marker_stops_marked_processes() -> None:
     """A crash between the spawn and the checkpoint leaves only the execution id to go by."""
     proc = _sleeper(env={**os.environ, MARKER_ENV: "ex_uncheckpointed"})
@@ -290,6 +298,7 @@ def _stubborn(ready: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
+@pytest.mark.slow  # starts a process itself
 def test_kill_all_recorded_stops_each_recorded_tree_and_nothing_else(tmp_path: Path) -> None:
     """A restart's trees in one forest: an orphan found by its marker, a plain child, one
     that ignores SIGTERM (killed after its own grace), a gone root; an unrelated marked
@@ -331,6 +340,7 @@ def test_kill_all_recorded_stops_each_recorded_tree_and_nothing_else(tmp_path: P
             proc.wait()
 
 
+@pytest.mark.slow  # starts a process itself
 def test_a_forest_looks_at_the_machine_once_a_round_for_all_its_trees(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -375,6 +385,7 @@ def test_kill_ignores_malformed_state(state: dict[str, object]) -> None:
     assert kill_all_recorded([state]) == [False]
 
 
+@pytest.mark.slow  # starts a process itself
 def test_sigterm_ignoring_process_is_killed_after_the_grace(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     code = (
@@ -397,6 +408,7 @@ def test_sigterm_ignoring_process_is_killed_after_the_grace(tmp_path: Path) -> N
         proc.wait()
 
 
+@pytest.mark.slow  # starts a process itself
 def test_no_subreaper_falls_back_to_scanning_every_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -63,6 +63,7 @@ def heavy(modules: list[str]) -> list[str]:
     ["gateway.declarations.loader", "gateway.adapters.registry"]
     + [f"gateway.adapters.{kind}.spec" for kind in KINDS],
 )
+@pytest.mark.slow  # starts a process itself
 def test_the_loader_and_the_specs_import_no_adapter_library(module: str) -> None:
     found = imported_by(f"import {module}")
     assert heavy(found["modules"]) == [], found["modules"]
@@ -70,6 +71,7 @@ def test_the_loader_and_the_specs_import_no_adapter_library(module: str) -> None
     assert implementations == [], implementations
 
 
+@pytest.mark.slow  # starts a process itself
 def test_the_declarations_package_imports_no_adapter() -> None:
     """The specs are given to the loader: no import cycle adapters ⇄ declarations."""
     found = imported_by("import gateway.declarations.loader, gateway.declarations.catalogue")

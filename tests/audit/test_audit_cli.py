@@ -94,6 +94,7 @@ def forge_checkpoints(url: str) -> None:
     )
 
 
+@pytest.mark.slow  # starts a process itself
 def test_every_kind_of_tampering_is_found_and_named(
     project: Path, database_url: str, capsys: Capture
 ) -> None:

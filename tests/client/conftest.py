@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from gateway.testing import gateway, make_project
+from tests.helpers import starts_processes
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """The gateway's base URL and its workspace ``demo``."""
     root = tmp_path_factory.mktemp("client")

@@ -22,7 +22,6 @@ from gateway.client import (
 from gateway.testing import free_port
 from tests.helpers import ALICE, BOB
 
-pytestmark = pytest.mark.slow
 Gw = tuple[str, Path]
 
 

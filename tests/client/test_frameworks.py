@@ -13,7 +13,6 @@ import pytest
 from gateway.client import AsyncClient, CallOptions, Client
 from tests.helpers import ALICE
 
-pytestmark = pytest.mark.slow
 Gw = tuple[str, Path]
 
 

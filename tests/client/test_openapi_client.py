@@ -23,8 +23,6 @@ from openapi_spec_validator import validate
 
 from tests.helpers import ALICE, IN_CI, REPO
 
-pytestmark = pytest.mark.slow
-
 OPENAPI_CLIENT = "openapi-python-client>=0.29,<0.30"
 VENV = REPO / ".cache" / "openapi-client-venv"
 CONFIG = """\

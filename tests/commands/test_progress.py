@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from rich.console import Console
 
 from gateway.commands import progress as progress_of
@@ -79,6 +80,7 @@ def _policy_test(project: Path, stderr: int) -> tuple[subprocess.CompletedProces
     return done, done.stderr or ""
 
 
+@pytest.mark.slow  # starts a process itself
 def test_policy_test_shows_progress_on_a_terminal_and_nothing_on_a_pipe(project: Path) -> None:
     piped, piped_err = _policy_test(project, subprocess.PIPE)
     assert piped.returncode == 0, piped.stdout + piped_err

@@ -9,9 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.testing import gateway, make_project
+from tests.helpers import starts_processes
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("fuzz")
     config = make_project(root, f"sqlite:///{root}/toolgate.db")

@@ -34,8 +34,6 @@ from tests.fuzz.strategies import (
 )
 from tests.helpers import ALICE, FUZZ_SCALE
 
-pytestmark = pytest.mark.slow
-
 EXAMPLES = 120 * FUZZ_SCALE
 MODERN = "2026-07-28"
 WORKSPACE = "io.toolgate/workspace"

@@ -20,8 +20,6 @@ from schemathesis import GenerationMode
 
 from tests.helpers import ALICE, FUZZ_SCALE
 
-pytestmark = pytest.mark.slow
-
 EXAMPLES = 10 * FUZZ_SCALE
 """Per operation and generation mode."""
 AUTH = {"Authorization": f"Bearer {ALICE}"}

@@ -18,8 +18,6 @@ from tests.fuzz.strategies import ARGUMENT_KEYS, TOOLS, argument_values, json_va
 from tests.fuzz.test_openapi import check_response
 from tests.helpers import ALICE, FUZZ_SCALE
 
-pytestmark = pytest.mark.slow
-
 EXAMPLES = 120 * FUZZ_SCALE
 VOLUME: dict[str, int] = {"requests": 0, "accepted": 0, "refused": 0}
 _calls = itertools.count()

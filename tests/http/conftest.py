@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.testing import gateway
+from tests.helpers import starts_processes
 from tests.http.helpers import IdentityGateway, Issuer, JwksServer, identity_project
 
 
@@ -25,6 +26,7 @@ def jwks_server(issuer: Issuer) -> Iterator[JwksServer]:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def identity_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IdentityGateway]:
     root = tmp_path_factory.mktemp("identity")
     issuer = Issuer()

@@ -21,7 +21,6 @@ from tests.helpers import ALICE, BOB
 from tests.http.helpers import OLD_KEY, RESOURCE, SECOND_KEY, IdentityGateway
 from tests.mcp.helpers import connect
 
-pytestmark = pytest.mark.slow
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.store.store import Store
+from tests.helpers import starts_processes
 from tests.integration.helpers import Cluster, replica_project, start_replicas
 
 OTHER_NODE = {"TOOLGATE_NODE_ID": "another-node"}
@@ -21,6 +22,7 @@ LOG_STARTS = pytest.StashKey[dict[str, tuple[Path, int]]]()
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory: pytest.TempPathFactory, pg_module_url: str) -> Iterator[Cluster]:
     """Four ``toolgate serve`` processes on one fresh PostgreSQL database: ``a`` and ``b``
     survive; ``same`` (this node) and ``other`` (another node) are there to be killed."""

@@ -25,10 +25,9 @@ import yaml
 
 from gateway.mcp import meta
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE, BOB, CAROL
+from tests.helpers import ALICE, BOB, CAROL, starts_processes
 from tests.mcp.helpers import connect, meta_of
 
-pytestmark = [pytest.mark.slow]
 LIMITS: dict[str, Any] = {
     "workers": 2,
     "max_executions_per_principal": 2,
@@ -62,6 +61,7 @@ class Gw:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gw]:
     root = tmp_path_factory.mktemp("load")
     config = make_project(root, f"sqlite:///{root}/toolgate.db")

@@ -1,18 +1,18 @@
-"""The store goes away mid-flight (PostgreSQL backends killed with pg_terminate_backend):
-the call ends truthfully (unknown or failed, never a made-up success), the gateway stays up,
-and it works again once the store answers."""
+"""The store's connections go away mid-flight (PostgreSQL backends killed with
+pg_terminate_backend while a call's adapter runs): the call ends truthfully (never a made-up
+success), the gateway stays up, and it works again at once."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE, pg_admin
+from tests.helpers import ALICE, pg_admin, wait_until
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
@@ -50,21 +50,26 @@ def test_postgres_connections_killed_mid_flight(tmp_path: Path, pg_url: str) -> 
         started = client.post(
             url + "/v1/executions", json=body, headers={"Prefer": "respond-async"}
         ).json()
-        time.sleep(0.8)  # the script is running now
+
+        def events() -> list[str]:
+            answer = client.get(url + started["links"]["events"])
+            return [e["type"] for e in answer.json()["items"]] if answer.status_code == 200 else []
+
+        wait_until(lambda: "tool.started" in events(), "the script to start")
         assert _kill_backends(database) >= 1
-        deadline = time.monotonic() + 60
-        execution: dict = {}
-        while time.monotonic() < deadline:
-            response = client.get(url + started["links"]["self"] + "?wait=5")
-            if response.status_code in (200, 202):
-                execution = response.json()
-                if execution["status"] == "completed":
-                    break
-            time.sleep(0.5)
-        assert execution.get("status") == "completed", execution
-        assert execution["result"]["outcome"] in ("succeeded", "unknown", "failed")
+
+        def completed() -> dict[str, Any] | None:
+            answer = client.get(url + started["links"]["self"] + "?wait=5")
+            done = answer.status_code == 200 and answer.json()["status"] == "completed"
+            return answer.json() if done else None
+
+        execution = wait_until(completed, "the call to complete", limit=120)
+        # Mostly "succeeded" (the store is back for the commit); 2 runs in about 100, under heavy
+        # load, ended "failed": not yet diagnosed, so the one outcome is not asserted yet.
+        assert execution["result"]["outcome"] in ("succeeded", "unknown", "failed"), execution
         if execution["result"]["outcome"] != "succeeded":
-            assert execution["result"]["error"]["message"]
+            assert execution["result"]["error"]["message"], (execution["result"], events())
+        assert events().count("tool.completed") == 1
         assert client.get(url + "/readyz").status_code == 200
         again = client.post(url + "/v1/executions", json=dict(body, call_id="c2")).json()
         assert again["result"]["outcome"] == "succeeded"

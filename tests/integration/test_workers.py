@@ -34,7 +34,7 @@ from gateway.testing import (
     serve,
     wait_healthy,
 )
-from tests.helpers import ALICE
+from tests.helpers import ALICE, starts_processes
 from tests.server.helpers import body as _body
 
 pytestmark = pytest.mark.slow
@@ -69,6 +69,7 @@ class Served:
 
 
 @pytest.fixture
+@starts_processes
 def served(tmp_path: Path) -> Iterator[Served]:
     config = make_project(tmp_path, f"sqlite:///{tmp_path}/toolgate.db")
     run_agent_code_without_approval(tmp_path)

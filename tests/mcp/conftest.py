@@ -7,10 +7,12 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
+from tests.helpers import starts_processes
 from tests.mcp.helpers import Gateway
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("mcp")
     config = make_project(root, f"sqlite:///{root}/toolgate.db")

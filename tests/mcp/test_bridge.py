@@ -15,8 +15,6 @@ from gateway.mcp import meta
 from tests.helpers import ALICE, REPO
 from tests.mcp.helpers import ERAS, Gateway, meta_of
 
-pytestmark = pytest.mark.slow
-
 
 def _bridge(gw: Gateway, key: str = ALICE) -> StdioServerParameters:
     env = {**os.environ, "TOOLGATE_API_KEY": key, "PYTHONPATH": str(REPO)}

@@ -21,9 +21,7 @@ import yaml
 
 from gateway.mcp import meta, results
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE, BOB
-
-pytestmark = pytest.mark.slow
+from tests.helpers import ALICE, BOB, starts_processes
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -77,6 +75,7 @@ def _project(factory: pytest.TempPathFactory, name: str, **mcp: Any) -> Path:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Served]]:
     """A gateway that answers plain calls itself ("fast"), and one whose SDK answers all."""
     fast = _project(tmp_path_factory, "fast")
@@ -337,6 +336,7 @@ def test_an_approval_names_its_page_on_the_requests_host(pair: dict[str, Served]
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def public(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     config = _project(tmp_path_factory, "public", public_url=PUBLIC_URL + "/")
     with gateway(config) as url:

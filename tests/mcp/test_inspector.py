@@ -15,7 +15,6 @@ import pytest
 from tests.helpers import ALICE, IN_CI, REPO
 from tests.mcp.helpers import Gateway
 
-pytestmark = pytest.mark.slow
 INSPECTOR = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "mcp-inspector"
 
 

@@ -14,14 +14,13 @@ import pytest
 from gateway.mcp import meta
 from gateway.mcp.results import NOT_THE_OUTPUT
 from gateway.testing import gateway, make_project
-from tests.helpers import ALICE
+from tests.helpers import ALICE, starts_processes
 from tests.mcp.helpers import ERAS, Gateway, connect, meta_of
 from tests.server.test_output_schema import BAD_READ
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
+@starts_processes
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("mcp-output")
     config = make_project(root, f"sqlite:///{root}/toolgate.db")

@@ -16,10 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.mcp import meta
 from gateway.observability.metrics import UNDECLARED_TOOL
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, wait_until
 from tests.mcp.helpers import ERAS, Gateway, connect, meta_of
-
-pytestmark = pytest.mark.slow
 
 
 def _ids() -> dict[str, str]:
@@ -344,6 +342,17 @@ def _execution(gw: Gateway, ids: dict[str, str], terminal: bool = True) -> dict[
             time.sleep(0.1)
 
 
+def _printed(gw: Gateway, execution_id: str, text: str) -> None:
+    """Waits until the execution's script has printed ``text``: it is running."""
+
+    def printed() -> bool:
+        events = rest.get(f"/v1/executions/{execution_id}/events").json()["items"]
+        return any(e["type"] == "tool.output" and text in e["data"]["text"] for e in events)
+
+    with gw.rest(ALICE) as rest:
+        wait_until(printed, f"the script to print {text!r}")
+
+
 @pytest.mark.parametrize("era", ERAS)
 def test_a_client_cancel_cancels_the_execution(gw: Gateway, era: str) -> None:
     script = _script(gw, "import time\nprint('started', flush=True)\ntime.sleep(60)\n")
@@ -356,8 +365,8 @@ def test_a_client_cancel_cancels_the_execution(gw: Gateway, era: str) -> None:
                 await client.call_tool("proc.python", {"script": script}, meta=ids)
 
             group.start_soon(call)
-            await anyio.to_thread.run_sync(_execution, gw, ids, False)
-            await anyio.sleep(1)  # running by now
+            found = await anyio.to_thread.run_sync(_execution, gw, ids, False)
+            await anyio.to_thread.run_sync(_printed, gw, found["id"], "started")
             group.cancel_scope.cancel()  # the SDK's notifications/cancelled, or a closed stream
 
     started = time.monotonic()

@@ -33,7 +33,7 @@ from gateway.mcp.writer import Writer, sieved
 from gateway.server.app import create_app
 from gateway.settings import load_settings
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE
+from tests.helpers import ALICE, starts_processes
 
 MODERN = "2026-07-28"
 ENVELOPE = {
@@ -65,6 +65,7 @@ def _call(
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A gateway that answers plain calls itself, and one whose SDK answers everything."""
     with _gateway(tmp_path_factory, True) as fast, _gateway(tmp_path_factory, False) as sdk:

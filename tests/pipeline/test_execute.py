@@ -21,6 +21,7 @@ from gateway.pipeline.runner import run_call
 from gateway.pipeline.services import Services
 from gateway.store.store import Store
 from gateway.types import Outcome, Status
+from tests.helpers import until
 from tests.pipeline.fakes import (
     FunctionAdapter,
     FunctionPolicy,
@@ -61,9 +62,12 @@ async def test_output_of_a_long_call_is_flushed_while_it_runs_and_at_the_end(
 
     async def talky(call: AdapterCall) -> AdapterOutcome:
         call.emit_output("stdout", "first\n")
-        await anyio.sleep(execute.FIRST_TICK + 0.2)
-        events = await store.events(call.execution_id)
-        seen_while_running.append([e.data["text"] for e in events if e.type == "tool.output"])
+
+        async def flushed() -> list[str]:
+            events = await store.events(call.execution_id)
+            return [e.data["text"] for e in events if e.type == "tool.output"]
+
+        seen_while_running.append(await until(flushed, "the first output to be flushed"))
         call.emit_output("stdout", "second\n")
         return await ok(call)
 

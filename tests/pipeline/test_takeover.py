@@ -66,6 +66,7 @@ def _live_local_owner() -> str:
     return f"{HOST}:{parent.pid}:{int(parent.create_time() * 1000)}"
 
 
+@pytest.mark.slow  # starts a process itself
 async def test_each_owner_is_taken_over_by_its_rule(services: Services) -> None:
     dead, live = _dead_local_owner(), _live_local_owner()
     remote_live, remote_gone = "far:1:1", "far:2:2"
@@ -131,6 +132,7 @@ async def _started_by(store: Store, services: Services, owner: str, id: str) -> 
 
 
 @pytest.mark.parametrize("node", [NODE, "elsewhere"])
+@pytest.mark.slow  # starts a process itself
 async def test_only_a_local_owner_has_its_processes_stopped(
     tmp_path: Path, store: Store, catalogue: Catalogue, node: str
 ) -> None:
@@ -154,6 +156,7 @@ async def test_only_a_local_owner_has_its_processes_stopped(
         assert "another node" in settled.result["error"]["message"]
 
 
+@pytest.mark.slow  # starts a process itself
 async def test_every_leftover_of_a_pass_is_stopped_in_one_call_before_any_probe(
     tmp_path: Path, store: Store, catalogue: Catalogue
 ) -> None:

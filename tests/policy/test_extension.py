@@ -158,6 +158,7 @@ BIG_RULE = (
 @pytest.mark.parametrize(
     "command", [("check",), ("policy", "test"), ("policy", "eval", "--input", "-")]
 )
+@pytest.mark.slow  # starts a process itself
 def test_a_module_that_does_not_compile_gives_a_clear_message_and_no_backtrace(
     tmp_path: Path, text: str, expect: str, command: tuple[str, ...]
 ) -> None:
@@ -169,6 +170,7 @@ def test_a_module_that_does_not_compile_gives_a_clear_message_and_no_backtrace(
         assert noise not in done.stderr
 
 
+@pytest.mark.slow  # starts a process itself
 def test_a_misspelt_data_key_is_a_warning_with_file_and_line(tmp_path: Path) -> None:
     misspelt = EXTENSION.replace("data.toolgate.secret_files.", "data.toolgate.secret_file.")
     root = project_copy(tmp_path, {"secrets.rego": misspelt}, {"secrets.yaml": SECRET_DATA})

@@ -10,6 +10,8 @@ import pytest
 
 from tests.policy.helpers import REPO, toolgate
 
+pytestmark = pytest.mark.slow  # every test here starts a process itself
+
 POLICY = """\
 package toolgate
 

@@ -21,6 +21,8 @@ from gateway.settings import load_settings
 from tests.helpers import ALICE, BOB
 from tests.policy.helpers import REPO, WritePolicy, make_input, toolgate
 
+pytestmark = pytest.mark.slow  # every test here starts a process itself
+
 
 def call(client: TestClient, name: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     response = client.post(

@@ -183,8 +183,7 @@ def test_pending_approval_expires(settings: Settings, doomed: Path) -> None:
     quick = settings.model_copy(update={"approval_ttl": 0.3, "sweep_interval": 0.1})
     with TestClient(create_app(quick)) as client:
         parked = _delete(client)
-        time.sleep(0.6)
-        done = _wait(client, parked)
+        done = _wait(client, parked)  # a long poll: it answers once the sweeper expired it
         assert done["result"]["outcome"] == "failed"
         assert done["result"]["error"]["type"] == "approval_expired"
         late = client.post(f"/v1/approvals/{parked['approval']['id']}/approve", headers=auth(BOB))

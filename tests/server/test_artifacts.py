@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from tests.adapters.test_browser import PageServer, require_chromium
-from tests.helpers import BOB, REPO
+from tests.helpers import BOB, REPO, starts_processes, wait_until
 from tests.server.helpers import auth, body
 
 CLICK_MISSING = """name: test.click
@@ -71,6 +71,7 @@ def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def client(project_dir: Path) -> Iterator[TestClient]:
     """One gateway (and so one Chromium) for the module."""
     require_chromium()
@@ -176,16 +177,13 @@ def test_deadline_closes_the_page_and_the_next_call_works(
 
 def test_cancel_a_running_browser_call(client: TestClient, pages: PageServer) -> None:
     arguments = {"url": pages.url("/slow?s=4"), "session": "stop"}
+    asked = len(pages.seen)
     started = client.post(
         "/v1/executions",
         json=body("web.extract_text", arguments),
         headers={**auth(), "Prefer": "respond-async"},
     ).json()
-    deadline = time.monotonic() + 10
-    while started["status"] != "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
-        started = client.get(started["links"]["self"], headers=auth()).json()
-    time.sleep(0.5)  # let the page start loading
+    wait_until(lambda: len(pages.seen) > asked, "the browser to ask for the slow page")
     client.post(started["links"]["self"] + "/cancel", headers=auth())
     done = client.get(started["links"]["self"] + "?wait=10", headers=auth()).json()
     assert done["result"]["outcome"] == "cancelled", done["result"]

@@ -95,6 +95,7 @@ def test_spans_sit_under_the_callers_trace_and_the_upstream_sees_it(
     assert sent == f"00-{TRACE_ID:032x}-{execution.context.span_id:016x}-01"
 
 
+@pytest.mark.slow  # starts a process itself
 def test_no_opentelemetry_sdk_is_loaded_when_tracing_is_off(settings: Settings) -> None:
     script = (
         "import sys, anyio\n"

@@ -35,7 +35,7 @@ from gateway.store.store import Store
 from gateway.testing import load_catalogue, make_project
 from gateway.types import DecisionResult, PolicyBackend
 from gateway.workspace import Workspace
-from tests.helpers import ALICE, BOB, REPO
+from tests.helpers import ALICE, BOB, REPO, until
 from tests.policy.opa_helpers import Hanging, standin
 
 BACKENDS = ("embedded", "opa")
@@ -289,9 +289,9 @@ def test_one_principals_listings_held_by_a_hung_opa_do_not_hold_anyone_elses(
         },
     }
 
-    async def main(url: str) -> dict[str, Any]:
+    async def main(server: Hanging) -> dict[str, Any]:
         settings = yaml.safe_load(config.read_text())
-        settings.update(policy_backend="opa", opa_url=url, opa_timeout=1.5)
+        settings.update(policy_backend="opa", opa_url=server.url, opa_timeout=1.5)
         settings["mcp"] = {**settings.get("mcp", {}), "max_listings_per_principal": 1}
         config.write_text(yaml.safe_dump(settings))
         app = create_app(load_settings(config))
@@ -310,14 +310,14 @@ def test_one_principals_listings_held_by_a_hung_opa_do_not_hold_anyone_elses(
                     return time.monotonic() - start, rpc_message(answer.text)
 
                 first = asyncio.ensure_future(listing(ALICE))
-                await asyncio.sleep(0.3)  # alice's first listing waits on OPA now
+                await until(lambda: server.in_flight > 0, "alice's first listing to wait on OPA")
                 seen["again"] = await listing(ALICE)
                 seen["bob"], seen["first"] = await asyncio.gather(listing(BOB), first)
                 seen["after"] = await listing(ALICE)
         return seen
 
     with standin(sources, HangsOnListed) as server:
-        seen = asyncio.run(main(server.url))
+        seen = asyncio.run(main(server))
     elapsed, again = seen["again"]
     assert elapsed < 1.0, elapsed  # refused at once, not after OPA's timeout
     error = again["error"]

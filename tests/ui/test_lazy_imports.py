@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gateway.testing import make_project
 from tests.helpers import ALICE, REPO
+
+pytestmark = pytest.mark.slow  # every test here starts a process itself
 
 CHILD = """
 import asyncio, json, sys

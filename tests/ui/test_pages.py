@@ -20,9 +20,8 @@ from playwright.sync_api import expect
 
 from gateway.testing import gateway, make_project
 from gateway.ui import session as sessions
-from tests.helpers import ALICE, BOB, CAROL, IN_CI, REPO, REVIEWED_TOOL
+from tests.helpers import ALICE, BOB, CAROL, IN_CI, REPO, REVIEWED_TOOL, starts_processes
 
-pytestmark = [pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--headless",
@@ -58,6 +57,7 @@ def test_a_forged_or_tampered_session_is_no_session() -> None:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("ui")
     config = make_project(root, f"sqlite:///{root / 'toolgate.db'}")
@@ -99,6 +99,7 @@ def _write(
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         reason = "Debian's chromium is not installed (make test installs it as root)"
