@@ -3,21 +3,25 @@ disturb. Wall-clock and CPU-time figures move 10-20 % with the load of other pro
 number of instructions a request executes does not (within ~0.1 % run to run).
 
     .venv/bin/python bench/instructions.py [--rev REV ...] [--calls 200] [--concurrency 16]
-        [--scenario rest|mcp|floor|bare] [--client httpx|asgi] [--postgres] [--shadow]
+        [--scenario rest|mcp|floor|bare|http] [--client httpx|asgi] [--postgres] [--shadow]
 
-For each revision (default: the working tree), a gateway app of that tree on a temporary
-project (SQLite, or with ``--postgres`` a fresh database of its own on 127.0.0.1:5432; the
-shipped tools.d) answers ``--calls`` ``POST /v1/executions`` of fs.read_file 1 KiB (scenario 1;
+For each revision (default: the working tree), a gateway app of that tree on a temporary project
+(SQLite, or with ``--postgres`` a fresh database of its own on 127.0.0.1:5432; the shipped
+tools.d) answers ``--calls`` ``POST /v1/executions`` of fs.read_file 1 KiB (scenario 1;
 ``--scenario mcp``: the same call as scenario 6's stateless 2026-07-28 ``tools/call`` on
 ``/mcp``; ``floor``: the same request to ``bench/floor_app.py``, the least work a read keeping
-the guarantees needs; ``bare``: ``bench/bare_app.py``'s echo) in-process through httpx's ASGI
-transport, ``--concurrency`` at a time, after a warm-up of 500; callgrind counts only the
-measured calls (instrumentation is switched on and off around them with ``callgrind_control``),
-with the gateway's timers (idle workers' polling, heartbeat, recovery, sweeps, audit
-checkpoints) put past the measurement, since they run in wall time, which valgrind stretches
-and load changes. Prints Ir (instructions) per call for each revision and the ratio to the
-first; writes ``bench/results/instructions-<date>.json``. The count includes the client's side
-(httpx) and excludes uvicorn's, the same code in every revision; with ``--client asgi`` the
+the guarantees needs; ``bare``: ``bench/bare_app.py``'s echo; ``http``: the shipped HTTP tool
+``http.get_json`` of ``{"path": "/echo"}``, its service ``orders`` pointed at the example orders
+service (``examples/orders_service.py``, a JSON echo) that the bench starts on 127.0.0.1 in a
+process of its own, outside valgrind, so that only the gateway's side is counted; it also
+measures scenario 1 in the same run and prints the ratio HTTP / fs.read_file) in-process through
+httpx's ASGI transport, ``--concurrency`` at a time, after a warm-up of 500; callgrind counts
+only the measured calls (instrumentation is switched on and off around them with
+``callgrind_control``), with the gateway's timers (idle workers' polling, heartbeat, recovery,
+sweeps, audit checkpoints) put past the measurement, since they run in wall time, which valgrind
+stretches and load changes. Prints Ir (instructions) per call for each revision and the ratio to
+the first; writes ``bench/results/instructions-<date>.json``. The count includes the client's
+side (httpx) and excludes uvicorn's, the same code in every revision; with ``--client asgi`` the
 calls go straight to the ASGI app and only the gateway is counted (to compare scenarios whose
 requests and answers differ, as MCP's and REST's do). About 3 minutes a revision on 2 cores.
 Needs Debian's ``valgrind`` (``apt-get install -y valgrind``). ``--shadow``: the project also
@@ -29,14 +33,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +62,13 @@ MCP_HEADERS = {
     "Mcp-Name": "fs.read_file",
 }
 """Scenario 6's headers (bench/harness/plan.py), here so that any revision can be measured."""
+
+
+TOOLS: dict[str, tuple[str, dict[str, str]]] = {
+    "rest": ("fs.read_file", {"path": "one-kib.txt"}),
+    "http": ("http.get_json", {"path": "/echo"}),
+}
+"""The tool and arguments of each scenario's ``POST /v1/executions``."""
 
 
 def mcp_body(call_id: str) -> bytes:
@@ -121,6 +135,7 @@ def child(
     scenario: str,
     raw: bool,
     url: str | None = None,
+    upstream: str | None = None,
 ) -> None:
     """Runs inside valgrind: the app of ``tree``, the warm-up, then the measured calls."""
     sys.path.insert(0, str(tree))
@@ -133,6 +148,13 @@ def child(
             shutil.copytree(tree / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     config = yaml.safe_load((tree / "toolgate.yaml").read_text())
     config["database_url"] = url or f"sqlite:///{root}/toolgate.db"
+    if upstream is not None:  # scenario http: the service behind http.get_json
+        config["adapters"]["http"]["services"]["orders"]["base_url"] = upstream
+        # valgrind slows the calls down 50-fold: the 5 s of the shipped declaration would
+        # cut them off under load. The deadline's work does not depend on its length.
+        declaration = root / "tools.d" / "http.get_json.yaml"
+        text = declaration.read_text().replace("\ntimeout: 5s\n", "\ntimeout: 10m\n")
+        declaration.write_text(text)
     config["approval_secret"] = "s" * 40
     # The gateway's timers (idle workers polling the queue every second, the replica's
     # heartbeat and recovery, the approvals' sweep, the audit checkpoints) run in wall time,
@@ -180,12 +202,14 @@ def child(
     else:
         app = create_app(load_settings(root / "toolgate.yaml"))
 
+    tool, arguments = TOOLS.get(scenario, TOOLS["rest"])
+
     def body() -> dict[str, Any]:
         return {
             "run_id": "bench",
             "call_id": uuid.uuid4().hex,
-            "tool": {"name": "fs.read_file"},
-            "arguments": {"path": "one-kib.txt"},
+            "tool": {"name": tool},
+            "arguments": arguments,
             "actor": {"user_id": "alice", "agent_id": "bench"},
             "workspace": {"id": "demo"},
         }
@@ -223,7 +247,7 @@ def child(
                     for _ in range(k):
                         status, text = await call()
                         if status != 200 or ('"succeeded"' not in text and scenario != "bare"):
-                            raise SystemExit(f"call failed: {status} {text[:300]}")
+                            raise SystemExit(f"call failed: {status} {text[:1500]}")
 
                 async def batch(total: int) -> None:
                     await asyncio.gather(
@@ -253,7 +277,11 @@ def count(
     postgres: bool = False,
 ) -> int:
     """Instructions of ``calls`` calls on ``tree``'s gateway (all its threads: on PostgreSQL
-    the store's lanes and the driver too; the database server is not counted)."""
+    the store's lanes and the driver too; the database server is not counted, nor is the
+    upstream service of scenario http)."""
+    if scenario == "http":
+        with upstream_service() as upstream:
+            return _count(tree, calls, concurrency, scratch, scenario, client, None, upstream)
     if not postgres:
         return _count(tree, calls, concurrency, scratch, scenario, client, None)
     import psycopg
@@ -278,6 +306,7 @@ def _count(
     scenario: str,
     client: str,
     url: str | None,
+    upstream: str | None = None,
 ) -> int:
     flags = Path(tempfile.mkdtemp(dir=scratch))
     out = flags / "callgrind.out"
@@ -301,6 +330,7 @@ def _count(
         "--client",
         client,
         *(("--database-url", url) if url else ()),
+        *(("--upstream", upstream) if upstream else ()),
     ]
     log = (flags / "log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -325,8 +355,47 @@ def _count(
     finally:
         if proc.poll() is None:
             proc.kill()
+    if KEEP is not None:  # --keep: for callgrind_annotate
+        KEEP.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out, KEEP / f"callgrind-{scenario}-{tree.name}-{flags.name}.out")
     totals = next(line for line in out.read_text().splitlines() if line.startswith("totals:"))
     return int(totals.split()[1])
+
+
+@contextlib.contextmanager
+def upstream_service() -> Iterator[str]:
+    """The example orders service (a JSON echo at ``/echo``) in a process of its own on
+    127.0.0.1, not under valgrind: its instructions are not the gateway's. Yields its URL."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # uvicorn's keep-alive of 5 s would close pooled connections as the slowed-down gateway
+    # reuses them (a lost response): an hour here.
+    cmd = [sys.executable, "-m", "uvicorn", "examples.orders_service:create_app", "--factory"]
+    cmd += ["--port", str(port), "--timeout-keep-alive", "3600", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the example orders service did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+KEEP: Path | None = None
+"""Where ``--keep`` copies each run's callgrind output."""
 
 
 def tree_of(rev: str | None, scratch: Path) -> Path:
@@ -348,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--scenario", choices=("rest", "mcp", "floor", "bare"), default="rest")
+    parser.add_argument(
+        "--scenario", choices=("rest", "mcp", "floor", "bare", "http"), default="rest"
+    )
     parser.add_argument(
         "--client",
         choices=("httpx", "asgi"),
@@ -361,8 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shadow", action="store_true", help="with a shadow policy (a copy of the shipped one)"
     )
+    parser.add_argument(
+        "--keep", metavar="DIR", help="copy each callgrind output there (for callgrind_annotate)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--flags", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
@@ -376,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             args.scenario,
             raw,
             args.database_url,
+            args.upstream,
         )
         return 0
     if args.shadow:
@@ -386,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    global KEEP
+    KEEP = Path(args.keep).resolve() if args.keep else None
     scratch = Path(tempfile.mkdtemp(prefix="instructions-"))
     revs: list[str | None] = list(args.rev or [None])
     trees: list[Path] = []
@@ -403,13 +481,25 @@ def main(argv: list[str] | None = None) -> int:
                 args.postgres,
             )
             per = total / args.calls
-            figures.append({"rev": rev or "working tree", "ir_per_call": round(per)})
+            figure: dict[str, Any] = {"rev": rev or "working tree", "ir_per_call": round(per)}
+            figures.append(figure)
             first = figures[0]["ir_per_call"]
             print(
                 f"{rev or 'working tree'}: {per / 1e6:.3f} M instructions per call "
                 f"({per / first:.4f} of the first)",
                 flush=True,
             )
+            if args.scenario == "http":  # the yardstick of the goal, in the same run
+                read = count(
+                    tree, args.calls, args.concurrency, scratch, "rest", args.client, False
+                )
+                figure["read_ir_per_call"] = round(read / args.calls)
+                figure["http_over_read"] = round(total / read, 3)
+                print(
+                    f"  fs.read_file: {read / args.calls / 1e6:.3f} M instructions per call; "
+                    f"HTTP tool / fs.read_file: {total / read:.2f}",
+                    flush=True,
+                )
     finally:
         for rev, tree in zip(revs, trees, strict=False):
             if rev is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 import time
+from typing import Any
 
 import anyio
 import httpcore
@@ -179,3 +181,69 @@ async def test_connect_timeout_covers_resolution_and_connect() -> None:
     backend = GuardedBackend(EgressPolicy.build([], ["127.0.0.1"]), inner=Slow())
     with pytest.raises(httpcore.ConnectTimeout):
         await backend.connect_tcp("127.0.0.1", 9, timeout=0.1)
+
+
+class _AskedBackend(httpcore.AnyIOBackend):
+    """The real backend, noting every attribute its streams are asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        stream = await super().connect_tcp(*args, **kwargs)
+        inner = stream.get_extra_info
+
+        def get_extra_info(info: str) -> Any:
+            self.asked.append(info)
+            return inner(info)
+
+        stream.get_extra_info = get_extra_info  # type: ignore[method-assign]
+        return stream
+
+
+async def test_the_pool_checks_idle_connections_on_the_socket_itself() -> None:
+    """Issue 33: the pool asks each idle connection whether it is readable (closed by the
+    server) on every request and response; anyio's stream rebuilt its whole table of
+    attributes, a getpeername included, for each question. The guarded stream answers it
+    from its socket."""
+    inner = _AskedBackend()
+    backend = GuardedBackend(EgressPolicy.build([], ["127.0.0.1"]), inner=inner)
+    with serving(create_app()) as base:
+        async with httpcore.AsyncConnectionPool(network_backend=backend) as pool:
+            for _ in range(3):
+                assert (await pool.request("GET", f"{base}/healthz")).status == 200
+            assert len(pool.connections) == 1
+    assert "is_readable" not in inner.asked
+
+
+async def test_a_kept_connection_the_server_closed_is_not_reused() -> None:
+    """The socket's own readability shows a connection the server closed after answering:
+    the next request opens a new one instead of failing on the old."""
+    closed = threading.Event()
+    served: list[int] = []
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+
+    def serve(listener: socket.socket) -> None:
+        for n in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(4096)
+                conn.sendall(answer)
+                served.append(n)
+            if n == 0:
+                closed.set()  # the first connection is closed, kept alive for the client
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        thread = threading.Thread(target=serve, args=(listener,), daemon=True)
+        thread.start()
+        async with httpx.AsyncClient(transport=_transport(["127.0.0.1"])) as client:
+            assert (await client.get(f"http://127.0.0.1:{port}/")).text == "ok"
+            assert closed.wait(10)
+            assert (await client.get(f"http://127.0.0.1:{port}/")).text == "ok"
+        thread.join(10)
+    assert served == [0, 1]

@@ -118,6 +118,33 @@ def dropping_server() -> Iterator[int]:
 # --- requests -------------------------------------------------------------------------
 
 
+def test_sniffio_which_httpcore_imports_per_request_is_a_dependency() -> None:
+    """Issue 33: httpcore runs ``import sniffio`` for each lock and shield it sets up, about
+    ten per request (httpcore/_synchronization.py). anyio 4.16 no longer pulls sniffio in;
+    without it each is a failed import that searches the whole import path (~76 us here:
+    ten cost more than a whole ``fs.read_file`` call). The gateway depends on it itself."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    assert "sniffio" in names
+
+
+async def test_a_call_leaves_no_log_line_of_httpx(
+    adapter: http.HttpAdapter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 33: httpx logged every request at INFO ("HTTP Request: GET ..."), a record
+    built, masked and written on each HTTP tool call under the default log level, which no
+    other adapter pays; the execution's events already record the request."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    out = await adapter.execute(adapter_call(CATALOGUE.resolve("http.get_json"), {"path": "/"}))
+    assert out.data["status"] == 404
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("httpx")] == []
+
+
 async def test_get_json_returns_status_body_headers_and_response_id(
     adapter: http.HttpAdapter,
 ) -> None:

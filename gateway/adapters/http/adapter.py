@@ -72,9 +72,11 @@ from gateway.yamlsrc import Lines
 
 T = TypeVar("T")
 # httpcore's DEBUG trace logs every request and response header, credentials included: the
-# gateway never lets it through, whatever level the root logger is at (httpx's own INFO line
-# names only the method and URL).
+# gateway never lets it through, whatever level the root logger is at. httpx's INFO line
+# ("HTTP Request: GET <url> ...") is held back too: a record built, masked and written on
+# every call, which the execution's events already record (issue 33). Its warnings pass.
 logging.getLogger("httpcore").setLevel(logging.INFO)
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 RESPONSE_LOST = "interrupted"
 """The code of "sent, and the connection died before the response": one the pipeline

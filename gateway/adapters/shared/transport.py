@@ -7,6 +7,8 @@ a checked address: DNS rebinding cannot slip a refused address in between.
 
 from __future__ import annotations
 
+import select
+import socket
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -76,9 +78,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         failure = httpcore.ConnectError(f"no address to connect to on port {port}")
         for ip in addresses:
             try:
-                return await self._inner.connect_tcp(
+                stream = await self._inner.connect_tcp(
                     str(ip), port, local_address=local_address, socket_options=socket_options
                 )
+                return PooledStream(stream)
             except httpcore.ConnectError as exc:
                 failure = exc
         raise failure
@@ -93,3 +96,51 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
+
+
+class PooledStream(httpcore.AsyncNetworkStream):
+    """A connection's stream, answering httpcore's ``is_readable`` from its socket.
+
+    The pool asks it of every idle connection each time a request comes or goes (a server
+    that closed a kept-alive connection makes it readable); anyio's streams rebuild their
+    whole table of attributes, a ``getpeername`` included, for each question. Everything
+    else is the inner stream's.
+    """
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._socket: socket.socket | None = inner.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return PooledStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            return _readable(self._socket)
+        return self._inner.get_extra_info(info)
+
+
+def _readable(sock: socket.socket | None) -> bool:
+    """Would a read return at once (data, or the end of a closed connection)?"""
+    fd = -1 if sock is None else sock.fileno()
+    if fd < 0:
+        return True  # gone: as good as closed
+    if not hasattr(select, "poll"):  # Windows
+        return bool(select.select([fd], [], [], 0)[0])
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(0))
