@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gateway import jsontext
-from gateway.events.chain import event_hash
+from gateway.events.chain import chain
 from gateway.events.model import Event
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import Status
@@ -46,13 +46,24 @@ stored_json = jsontext.stored
 
 def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:
     """Events rows numbered from ``seq``, each linked to the one before (the first to
-    ``prev``) and hashed (``chain.event_hash``: the format is written there only)."""
+    ``prev``) and hashed (``chain.chain``: the format is written there only). The events are
+    one execution's, as every append is."""
+    events = list(events)
+    if not events:
+        return []
+    execution_id = events[0].execution_id
+    if any(e.execution_id != execution_id for e in events):
+        raise ValueError("events of several executions are chained one execution at a time")
+    rows = [
+        (seq + i, e.id, e.type, e.version, e.at_ms, stored_json(e.data))
+        for i, e in enumerate(events)
+    ]
     found: list[tuple[Any, ...]] = []
-    for eid, execution_id, _, type_, version, at_ms, value in events:
-        data = stored_json(value)
-        digest = event_hash(prev, execution_id, seq, eid, type_, version, at_ms, data)
-        found.append((eid, execution_id, seq, type_, version, at_ms, data, prev, digest))
-        prev, seq = digest, seq + 1
+    for (s, eid, type_, version, at_ms, data), digest in zip(
+        rows, chain(prev, execution_id, rows), strict=True
+    ):
+        found.append((eid, execution_id, s, type_, version, at_ms, data, prev, digest))
+        prev = digest
     return found
 
 
