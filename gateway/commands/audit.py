@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from gateway.commands.common import UsageError, settings_of
+from gateway.commands.common import UsageError, existing_store_url, settings_of
 from gateway.settings import Settings
 
 if TYPE_CHECKING:
@@ -49,21 +49,12 @@ def since_ms(text: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
-def _store_url(settings: Settings) -> str:
-    url = settings.resolved_database_url
-    if url.startswith("sqlite:///") and ":memory:" not in url:
-        path = Path(url.removeprefix("sqlite:///"))
-        if not path.is_file():
-            raise UsageError(f"no store at {path} (database_url)")
-    return url
-
-
 async def _reading(settings: Settings) -> Store:
     """A store opened for reading only (opening it would create or upgrade the schema)."""
     from gateway.errors import StoreError
     from gateway.store.store import Store
 
-    store = Store(_store_url(settings))
+    store = Store(existing_store_url(settings))
     try:
         version = await store.schema_version()
     except StoreError:
@@ -173,7 +164,7 @@ def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
     signer = load_signer(settings)
 
     async def run() -> Written:
-        store = Store(_store_url(settings))
+        store = Store(existing_store_url(settings))
         try:
             await store.open()
             return await make_checkpoint(store, signer, everything=args.all)

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,29 @@ class UsageError(RequestError):
 
 def settings_of(args: argparse.Namespace) -> Settings:
     return load_settings(Path(args.config) if args.config else None)
+
+
+def since_duration_ms(text: str) -> int:
+    """``--since`` as a duration back from now (``24h``, ``30m``): the epoch milliseconds it
+    names; a usage error when it is not one."""
+    from gateway.units import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"--since {text!r}: {exc}") from exc
+    return int((time.time() - seconds) * 1000)
+
+
+def existing_store_url(settings: Settings, purpose: str = "") -> str:
+    """The store's URL for a command that only reads it: a SQLite file that is not there is
+    a usage error (``purpose`` ends its message), never a new empty store."""
+    url = settings.resolved_database_url
+    if url.startswith("sqlite:///") and ":memory:" not in url:
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise UsageError(f"no store at {path} (database_url){purpose}")
+    return url
 
 
 def fail(problems: Sequence[str], what: str) -> int:

@@ -6,7 +6,6 @@ import argparse
 import json
 import re
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,9 @@ if TYPE_CHECKING:
 from gateway.commands.common import (
     UsageError,
     client_target,
+    existing_store_url,
     settings_of,
+    since_duration_ms,
     warn,
 )
 from gateway.commands.progress import Progress, progress
@@ -149,12 +150,8 @@ def cmd_policy_replay(args: argparse.Namespace) -> int:
     from gateway.policy import replay
     from gateway.policy.loader import load_policy_sources
     from gateway.store.store import Store
-    from gateway.units import parse_duration
 
-    try:
-        since_s = parse_duration(args.since)
-    except ValueError as exc:
-        raise UsageError(f"--since {args.since!r}: {exc}") from exc
+    since_ms = since_duration_ms(args.since)
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
     settings = settings_of(args)
@@ -162,11 +159,7 @@ def cmd_policy_replay(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else settings.path(settings.policies_dir)
     sources = load_policy_sources(rego, data)
     warn(sources.warnings)
-    url = settings.resolved_database_url
-    sqlite_file = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
-    if sqlite_file is not None and ":memory:" not in url and not Path(sqlite_file).is_file():
-        raise UsageError(f"no store at {sqlite_file} (database_url): nothing to replay")
-    since_ms = int((time.time() - since_s) * 1000)
+    url = existing_store_url(settings, ": nothing to replay")
 
     async def run(shown: Progress) -> replay.ReplayReport:
         store = Store(url)  # read only: never opened (that would create the schema)

@@ -7,10 +7,16 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from gateway.commands.common import UsageError, request, settings_of, warn
+from gateway.commands.common import (
+    UsageError,
+    existing_store_url,
+    request,
+    settings_of,
+    since_duration_ms,
+    warn,
+)
 
 
 def cmd_policy_shadow_report(args: argparse.Namespace) -> int:
@@ -19,20 +25,11 @@ def cmd_policy_shadow_report(args: argparse.Namespace) -> int:
     import asyncio
 
     from gateway.store.store import Store
-    from gateway.units import parse_duration
 
-    try:
-        since_s = parse_duration(args.since)
-    except ValueError as exc:
-        raise UsageError(f"--since {args.since!r}: {exc}") from exc
+    since_ms = since_duration_ms(args.since)
     if args.limit < 0:
         raise UsageError("--limit must be 0 or more")
-    settings = settings_of(args)
-    url = settings.resolved_database_url
-    sqlite_file = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
-    if sqlite_file is not None and ":memory:" not in url and not Path(sqlite_file).is_file():
-        raise UsageError(f"no store at {sqlite_file} (database_url): nothing to report")
-    since_ms = int((time.time() - since_s) * 1000)
+    url = existing_store_url(settings_of(args), ": nothing to report")
 
     async def read() -> tuple[list[tuple[str, str, int]], list[Any]]:
         store = Store(url)  # read only: never opened (that would create the schema)

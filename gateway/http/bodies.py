@@ -21,12 +21,15 @@ OFF_LOOP_BYTES = 64 * 1024
 megabyte of small values would hold up every other request for milliseconds."""
 
 
-async def read_body(receive: Receive, limit: int, declared: str | None = None) -> bytes:
+async def read_body(
+    receive: Receive, limit: int, declared: str | None = None, what: str = "body"
+) -> bytes:
     """The request's body read from ``receive`` to its end, as Starlette's ``Request.body``
-    reads it, refused past ``limit`` bytes (``declared``: its ``Content-Length``, if any).
-    A client that goes away: :class:`ClientDisconnect`."""
+    reads it, refused past ``limit`` bytes (``declared``: its ``Content-Length``, if any;
+    ``what``: the body as the refusal names it, e.g. ``form``). A client that goes away:
+    :class:`ClientDisconnect`."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"the body is larger than {limit} bytes")
+        raise PayloadTooLarge(f"the {what} is larger than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -35,7 +38,7 @@ async def read_body(receive: Receive, limit: int, declared: str | None = None) -
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise PayloadTooLarge(f"the body is larger than {limit} bytes")
+                raise PayloadTooLarge(f"the {what} is larger than {limit} bytes")
             if not message.get("more_body", False):
                 if not chunks:
                     return chunk

@@ -24,7 +24,6 @@ from gateway.errors import (
     LimitExceeded,
     MalformedRequest,
     NotFound,
-    PayloadTooLarge,
     ToolgateError,
     Unauthenticated,
 )
@@ -32,6 +31,7 @@ from gateway.events.model import EVENT_TYPES, Event
 from gateway.http import streams
 from gateway.http.artifacts import artifact_response
 from gateway.http.auth import Authenticator
+from gateway.http.bodies import read_body
 from gateway.runtime.container import Runtime
 from gateway.service import executions as execution_service
 from gateway.service import sessions as service_sessions
@@ -200,14 +200,8 @@ async def read_form(request: Request) -> dict[str, str]:
         raise MalformedRequest(
             "send the form as application/x-www-form-urlencoded", code="invalid_form"
         )
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > FORM_LIMIT:  # refused before a byte is read
-        raise PayloadTooLarge(f"the form is larger than {FORM_LIMIT} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > FORM_LIMIT:
-            raise PayloadTooLarge(f"the form is larger than {FORM_LIMIT} bytes")
+    declared = request.headers.get("content-length")
+    body = await read_body(request.receive, FORM_LIMIT, declared, what="form")
     try:
         fields = parse_qs(
             body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=20
@@ -254,20 +248,15 @@ async def signin_form(request: Request, error: str | None = None, status: int = 
         next=_safe_next(request.query_params.get("next")),
         jwt=services_of(request).settings.jwt is not None,
     )
-    response.set_cookie(
-        sessions.SIGNIN_COOKIE,
-        token,
-        max_age=3600,
-        path="/ui/",
-        httponly=True,
-        samesite="strict",
-        secure=_https(request),
-    )
+    response.set_cookie(sessions.SIGNIN_COOKIE, token, max_age=3600, **_cookie_flags(request))
     return response
 
 
-def _https(request: Request) -> bool:
-    return request.url.scheme == "https"
+def _cookie_flags(request: Request) -> dict[str, Any]:
+    """The attributes of the page's cookies, the same where one is set and where it is
+    deleted (a browser drops a cookie only for the path and flags it was set with)."""
+    secure = request.url.scheme == "https"
+    return {"path": "/ui/", "httponly": True, "samesite": "strict", "secure": secure}
 
 
 async def signin(request: Request) -> Response:
@@ -307,10 +296,7 @@ async def signin(request: Request) -> Response:
         sessions.SESSION_COOKIE,
         cookie,
         max_age=int(settings.ui_session_ttl),
-        path="/ui/",
-        httponly=True,
-        samesite="strict",
-        secure=_https(request),
+        **_cookie_flags(request),
     )
     response.delete_cookie(sessions.SIGNIN_COOKIE, path="/ui/")
     return response
@@ -330,13 +316,7 @@ async def signout(request: Request) -> Response:
     session = session_of(request)
     await service_sessions.end(services_of(request), session.id, session.expires_ms)
     response = RedirectResponse("/ui/signin", 303)
-    response.delete_cookie(
-        sessions.SESSION_COOKIE,
-        path="/ui/",
-        httponly=True,
-        samesite="strict",
-        secure=_https(request),
-    )
+    response.delete_cookie(sessions.SESSION_COOKIE, **_cookie_flags(request))
     return response
 
 

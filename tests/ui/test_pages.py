@@ -341,6 +341,21 @@ def test_a_cookie_is_httponly_strict_and_expires(served: tuple[str, Path]) -> No
     assert "Secure" not in cookie  # plain HTTP here; Secure when the request is HTTPS
 
 
+def test_signing_out_deletes_the_cookie_it_set(served: tuple[str, Path]) -> None:
+    """A browser drops a cookie only when the deletion names the path and flags it was set
+    with: sign-out's deletion carries the same ones as sign-in's setting."""
+    url, _ = served
+    with _session(url, BOB) as (client, csrf):
+        out = client.post("/ui/signout", data={"csrf": csrf})
+    assert out.status_code == 303
+    deleted = next(
+        v for k, v in out.headers.multi_items() if k == "set-cookie" and "tg_session" in v
+    )
+    attributes = {part.strip() for part in deleted.split(";")[1:]}
+    assert "Max-Age=0" in attributes
+    assert {"Path=/ui/", "HttpOnly", "SameSite=strict"} <= attributes
+
+
 def _approval(url: str, approval_id: str) -> dict[str, Any]:
     answer = httpx.get(
         f"{url}/v1/approvals/{approval_id}", headers={"Authorization": f"Bearer {BOB}"}

@@ -13,7 +13,7 @@ import grp
 import posixpath
 import pwd
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -150,24 +150,24 @@ class LimitOptions(_Frozen):
         return {name: value for name, value in values.items() if value is not None}
 
 
-def _known_user(value: str) -> str:
-    if value.isdigit():
+def _known(what: str, lookup: Callable[[str], object]) -> Callable[[str], str]:
+    """A validator of a user or group: a number as it is, a name only when ``lookup`` (the
+    machine's ``pwd``/``grp`` database) knows it."""
+
+    def known(value: str) -> str:
+        if value.isdigit():
+            return value
+        try:
+            lookup(value)
+        except KeyError:
+            raise ValueError(f"there is no {what} {value!r} on this machine") from None
         return value
-    try:
-        pwd.getpwnam(value)
-    except KeyError:
-        raise ValueError(f"there is no user {value!r} on this machine") from None
-    return value
+
+    return known
 
 
-def _known_group(value: str) -> str:
-    if value.isdigit():
-        return value
-    try:
-        grp.getgrnam(value)
-    except KeyError:
-        raise ValueError(f"there is no group {value!r} on this machine") from None
-    return value
+_known_user = _known("user", pwd.getpwnam)
+_known_group = _known("group", grp.getgrnam)
 
 
 def _writable_path(value: str) -> str:
