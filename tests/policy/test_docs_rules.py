@@ -247,6 +247,7 @@ def run_step(
     return done.returncode
 
 
+@pytest.mark.slow  # runs the toolgate command as a process
 def test_the_ci_example_runs_and_fails_a_loosening_change(project: Path, tmp_path: Path) -> None:
     """The workflow's toolgate commands, as written, on a store of real recorded calls: the
     unchanged policy passes every step; a pull request lifting fs.delete_file's approval

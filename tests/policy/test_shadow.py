@@ -40,6 +40,8 @@ deny_reasons contains "candidate: no files named deny-*" if {
 """
 """The candidate's one change of the rules: it denies a write the shipped policy allows."""
 
+pytestmark = pytest.mark.slow  # gateways and the toolgate command run as processes
+
 
 def project(root: Path, database_url: str, **shadow: Any) -> Path:
     """The shipped project, and a candidate under ``candidate/``: the shipped policy plus
