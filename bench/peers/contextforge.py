@@ -14,7 +14,6 @@ import contextlib
 import os
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +21,13 @@ from typing import Any
 
 import httpx
 
+from bench.peers import venvs
+from bench.peers.venvs import PeerUnavailable
 from gateway.testing import free_port, stop
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "mcp-contextforge-gateway"
 VERSION = "1.0.7.post20260921"
-VENV = ROOT / ".cache" / "peers" / "contextforge-venv"
+VENV = venvs.CACHE / "contextforge-venv"
 NAME = f"IBM ContextForge {VERSION.split('.post')[0]}"
 ADMIN = "admin@bench.example.com"
 TOOL = "bench-echo"  # ContextForge slugifies the registered name bench_echo
@@ -42,42 +42,13 @@ PER_CALL = (
 )
 
 
-class PeerUnavailable(RuntimeError):
-    """The peer cannot be installed or started here; the message says why."""
-
-
-def _python() -> Path:
-    return VENV / "bin" / "python"
-
-
 def installed() -> bool:
-    """The pinned version is in the venv."""
-    if not _python().exists():
-        return False
-    probe = subprocess.run(
-        [str(_python()), "-c", f"import importlib.metadata as m; print(m.version({PACKAGE!r}))"],
-        capture_output=True,
-        text=True,
-    )
-    return probe.returncode == 0 and probe.stdout.strip() == VERSION
+    """The pinned version is in its venv."""
+    return venvs.installed(VENV, PACKAGE, VERSION)
 
 
-def install(log: Path) -> None:
-    """Create the venv and install the pinned version unless it is there already."""
-    if installed():
-        return
-    VENV.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        steps = [
-            [sys.executable, "-m", "venv", str(VENV)],
-            [str(_python()), "-m", "pip", "install", "--quiet", f"{PACKAGE}=={VERSION}"],
-        ]
-        for step in steps:
-            if subprocess.run(step, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
-                tail = log.read_text(errors="replace")[-1500:]
-                raise PeerUnavailable(f"installing {PACKAGE}=={VERSION} failed: {tail}")
-    if not installed():
-        raise PeerUnavailable(f"{PACKAGE}=={VERSION} is not importable after its install")
+def install() -> None:
+    venvs.install(VENV, PACKAGE, VERSION)
 
 
 def _env(data: Path) -> dict[str, str]:
@@ -110,7 +81,7 @@ def _env(data: Path) -> dict[str, str]:
 def _token(env: dict[str, str]) -> str:
     out = subprocess.run(
         [
-            str(_python()),
+            str(VENV / "bin" / "python"),
             "-m",
             "mcpgateway.utils.create_jwt_token",
             "--username",
