@@ -73,10 +73,10 @@ bench: $(VENV)/.dev
 	$(BIN)/python -m pip install --quiet py-spy || echo "bench: py-spy not installed; profiling with cProfile"
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
-## Toolgate against a peer (IBM ContextForge) in front of the same HTTP tool, alternated over
-## rounds (bench/peers/run.py): prints the table and writes bench/results/peers-<date>.json.
-## Installs the peer on first use into .cache/peers/contextforge-venv (not a project
-## dependency). Figures mean something only on a quiet machine. Options: PEERS_ARGS=--quick.
+## Toolgate against peers (IBM ContextForge, openapi-mcp-gateway) in front of the same HTTP
+## tool, alternated over rounds (bench/peers/run.py): prints the table and writes
+## bench/results/peers-<date>.json. Installs each peer on first use into a venv of its own
+## under .cache/peers/ (not project dependencies). Figures mean something only on a quiet machine. Options: PEERS_ARGS=--quick.
 bench-peers: $(VENV)/.dev
 	$(BIN)/python bench/peers/run.py $(PEERS_ARGS)
 

@@ -4,10 +4,10 @@ Not a benchmark (far too few calls for the figures to mean anything): it checks 
 the gateway and the harness run as real processes, that every call was answered with its echo,
 and that the results file has positive figures for each way of calling.
 
-CI runs Toolgate's half only (``--peers none``): installing IBM ContextForge takes minutes and
-CI's time is bounded. The peer's half runs here only when ``make bench-peers`` has installed it
-into ``.cache/peers/contextforge-venv`` already; otherwise it is skipped with the reason (and
-never attempted in CI).
+CI runs Toolgate's half only (``--peers none``): installing the peers (IBM ContextForge,
+openapi-mcp-gateway) takes minutes and CI's time is bounded. A peer's half runs here only when
+``make bench-peers`` has installed it into ``.cache/peers/`` already; otherwise it is skipped
+with the reason (and never attempted in CI).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.helpers import IN_CI, REPO
 pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(REPO))
-from bench.peers import contextforge  # noqa: E402
+from bench.peers import contextforge, openapi_gateway  # noqa: E402
 
 
 def run_quick(out: Path, peers: str) -> dict[str, Any]:
@@ -62,15 +62,24 @@ def test_toolgate_half_measures_rest_and_mcp(tmp_path: Path) -> None:
     check_gateway(data, "toolgate", ("REST", "MCP"))
 
 
-def test_contextforge_half_when_installed(tmp_path: Path) -> None:
+PEERS = [
+    pytest.param(contextforge, "contextforge", ("/rpc", "/mcp"), id="contextforge"),
+    pytest.param(openapi_gateway, "openapi-mcp-gateway", ("/api/mcp",), id="openapi-mcp-gateway"),
+]
+
+
+@pytest.mark.parametrize(("module", "key", "ways"), PEERS)
+def test_peer_half_when_installed(
+    tmp_path: Path, module: Any, key: str, ways: tuple[str, ...]
+) -> None:
     if IN_CI:
-        pytest.skip("CI does not install the peer (minutes of its bounded time): make bench-peers")
-    if not contextforge.installed():
+        pytest.skip("CI does not install the peers (minutes of its bounded time): make bench-peers")
+    if not module.installed():
         pytest.skip(
-            f"{contextforge.PACKAGE}=={contextforge.VERSION} is not installed in "
-            f"{contextforge.VENV}: make bench-peers installs it"
+            f"{module.PACKAGE}=={module.VERSION} is not installed in {module.VENV}: "
+            "make bench-peers installs it"
         )
-    data = run_quick(tmp_path, "contextforge")
+    data = run_quick(tmp_path, key)
     check_gateway(data, "toolgate", ("REST", "MCP"))
-    check_gateway(data, "contextforge", ("/rpc", "/mcp"))
+    check_gateway(data, key, ways)
     assert next(iter(data["ratios"].values())) > 0

@@ -1,13 +1,15 @@
 """Toolgate against a peer gateway, side by side, in front of the same upstream HTTP tool.
 
-    .venv/bin/python bench/peers/run.py [--rounds 3] [--quick] [--peers contextforge|none]
+    .venv/bin/python bench/peers/run.py [--rounds 3] [--quick] [--peers contextforge,...|none]
 
 Starts a JSON echo on 127.0.0.1 (``bench/peers/echo.py``, a process of its own), Toolgate on
 a temporary project with an HTTP tool declared to it (``bench.echo``), and each peer with the
-same echo registered (IBM ContextForge: ``bench/peers/contextforge.py``, installed on first use
-into ``.cache/peers/contextforge-venv``). Then, alternated over the rounds (the order of the
+same echo registered (IBM ContextForge: ``bench/peers/contextforge.py``; openapi-mcp-gateway:
+``bench/peers/openapi_gateway.py``; each installed on first use into a venv of its own under
+``.cache/peers/``). Then, alternated over the rounds (the order of the
 gateways flips each round, so that machine noise hits both alike), for each way of calling
-each gateway (Toolgate: REST and MCP; ContextForge: ``/rpc`` and ``/mcp``):
+each gateway (Toolgate: REST and MCP; ContextForge: ``/rpc`` and ``/mcp``; openapi-mcp-gateway:
+its MCP, a session per client):
 
 - p50 and p99 of one call at a time (concurrency 1);
 - throughput: a closed loop of concurrent clients, bounded in calls and in seconds;
@@ -44,11 +46,12 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.peers import contextforge, toolgate_side  # noqa: E402
+from bench.peers import contextforge, openapi_gateway, toolgate_side  # noqa: E402
+from bench.peers.venvs import PeerUnavailable  # noqa: E402
 from gateway.testing import free_port, stop  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
-PEERS = ("contextforge",)
+PEERS = ("contextforge", "openapi-mcp-gateway")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class Way:
     url: str
     headers: dict[str, str]
     body: Callable[[str, str], dict[str, Any]]
+    session: Callable[[], dict[str, str]] | None = None
+    """For a gateway whose MCP needs a session: the headers of a new one, one per client."""
 
 
 @dataclass
@@ -138,11 +143,15 @@ def answered(response: httpx.Response, message: str) -> bool:
     return '"isError":true' not in text and '"error":{' not in text
 
 
-def call(client: httpx.Client, way: Way) -> tuple[bool, float]:
+def call(
+    client: httpx.Client, way: Way, headers: dict[str, str] | None = None
+) -> tuple[bool, float]:
     tag = uuid.uuid4().hex
     message = f"echo-{tag}"
     start = time.perf_counter()
-    response = client.post(way.url, json=way.body(f"c-{tag}", message), headers=way.headers)
+    response = client.post(
+        way.url, json=way.body(f"c-{tag}", message), headers=headers or way.headers
+    )
     return answered(response, message), time.perf_counter() - start
 
 
@@ -170,6 +179,7 @@ def closed_loop(way: Way, pid: int, plan: Plan) -> dict[str, Any]:
     deadline = time.monotonic() + plan.loop_seconds
 
     def client_loop() -> None:
+        headers = way.session() if way.session else way.headers
         with httpx.Client(timeout=60) as client:
             while time.monotonic() < deadline:
                 with lock:
@@ -177,7 +187,7 @@ def closed_loop(way: Way, pid: int, plan: Plan) -> dict[str, Any]:
                         return
                     sent["n"] += 1
                 try:
-                    ok, _ = call(client, way)
+                    ok, _ = call(client, way, headers)
                 except httpx.HTTPError:
                     ok = False
                 with lock:
@@ -287,6 +297,26 @@ def context_forge(scratch: Path, echo_base: str) -> Iterator[Side]:
         )
 
 
+@contextlib.contextmanager
+def openapi_mcp_gateway(scratch: Path, echo_base: str) -> Iterator[Side]:
+    with openapi_gateway.started(scratch / "openapi-mcp-gateway", echo_base) as (url, pid, hdr):
+        yield Side(
+            "openapi-mcp-gateway",
+            openapi_gateway.NAME,
+            pid,
+            openapi_gateway.PER_CALL,
+            [
+                Way(
+                    "/api/mcp",
+                    url,
+                    hdr,
+                    openapi_gateway.call_body,
+                    lambda: openapi_gateway.session(url),
+                )
+            ],
+        )
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -307,9 +337,14 @@ def run(plan: Plan, peers: list[str], scratch: Path) -> dict[str, Any]:
         sides = [stack.enter_context(toolgate(scratch, echo))]
         if "contextforge" in peers:
             log(f"installing {contextforge.PACKAGE}=={contextforge.VERSION} (first use only)")
-            contextforge.install(contextforge.VENV.parent / "contextforge-install.log")
+            contextforge.install()
             log("starting ContextForge")
             sides.append(stack.enter_context(context_forge(scratch, echo)))
+        if "openapi-mcp-gateway" in peers:
+            log(f"installing {openapi_gateway.PACKAGE}=={openapi_gateway.VERSION} (first use only)")
+            openapi_gateway.install()
+            log("starting openapi-mcp-gateway")
+            sides.append(stack.enter_context(openapi_mcp_gateway(scratch, echo)))
         for side in sides:
             side.rss_mb["after_start"] = rss_mb(side.pid)
             warm_up(side, plan)
@@ -404,8 +439,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, help="alternated rounds (default 3; quick 1)")
     parser.add_argument(
         "--peers",
-        default="contextforge",
-        help="comma-separated peers to measure beside Toolgate, or 'none' (default contextforge)",
+        default="contextforge,openapi-mcp-gateway",
+        help="comma-separated peers to measure beside Toolgate, or 'none' (default: all)",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
@@ -419,7 +454,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="toolgate-peers-") as tmp:
         try:
             results = run(plan, peers, Path(tmp))
-        except contextforge.PeerUnavailable as exc:
+        except PeerUnavailable as exc:
             print(f"bench-peers: the peer is unavailable: {exc}", file=sys.stderr)
             return 2
     results["ratios"] = ratios(results)
