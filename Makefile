@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RUST_LIB_BACKTRACE := 0
 
-.PHONY: run test test-fast fuzz lint format check policy-test bench clean system-deps mcp-inspector
+.PHONY: run test test-fast fuzz lint format check policy-test bench bench-peers clean system-deps mcp-inspector
 
 $(VENV)/.base: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -78,6 +78,13 @@ fuzz: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(BIN)/python -m pip install --quiet py-spy || echo "bench: py-spy not installed; profiling with cProfile"
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+## Toolgate against peers (IBM ContextForge, openapi-mcp-gateway) in front of the same HTTP
+## tool, alternated over rounds (bench/peers/run.py): prints the table and writes
+## bench/results/peers-<date>.json. Installs each peer on first use into a venv of its own
+## under .cache/peers/ (not project dependencies). Figures mean something only on a quiet machine. Options: PEERS_ARGS=--quick.
+bench-peers: $(VENV)/.dev
+	$(BIN)/python bench/peers/run.py $(PEERS_ARGS)
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check gateway tests bench

@@ -1,0 +1,1 @@
+"""Toolgate against peer gateways, side by side (``make bench-peers``): ``run.py``."""
