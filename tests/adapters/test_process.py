@@ -1302,3 +1302,27 @@ def test_run_tests_writes_its_report_but_not_the_rest_of_toolgate_dir(
     assert result["data"]["junit"]["passed"] == 1, result["data"]
     assert not (workspace_root / ".toolgate" / "planted").exists()
     assert list((workspace_root / ".toolgate" / "reports").glob("*.xml"))
+
+
+async def test_a_program_that_lives_under_tmp_still_runs(layout: Layout, tmp_path: Path) -> None:
+    """The child's /tmp is a private tmpfs: a program (or the gateway's interpreter, a venv
+    in a checkout under /tmp, as a CI clone may be) that lives under the host's /tmp was
+    hidden by it, and every call failed to start. What the command runs on stays visible,
+    read-only; the rest of the host's /tmp stays out of sight."""
+    isolation_or_skip()
+    adapter = create(layout.settings, {}, NO_TOOLS)
+    home = Path(tempfile.mkdtemp(prefix="tg-prog-", dir="/tmp"))
+    try:
+        program = home / "hello.sh"
+        program.write_text(
+            '#!/bin/sh\necho ran from $(dirname $0)\ntouch "$0.new" || echo read-only\n'
+        )
+        program.chmod(0o755)
+        (home / "beside.txt").write_text("the host's")
+        tool = declare(tmp_path, command=[str(program)], env={"allow": ["PATH"]})
+        out, _ = await run(adapter, layout.ws, tool)
+        assert out.outcome is Outcome.SUCCEEDED, out.data
+        assert str(out.data["stdout"]).splitlines() == [f"ran from {home}", "read-only"]
+        assert not (home / "hello.sh.new").exists()
+    finally:
+        shutil.rmtree(home)

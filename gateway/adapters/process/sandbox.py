@@ -297,9 +297,11 @@ def _unshare_as_root(flags: int) -> None:
     _check(_unshare(flags), f"unshare({_flags(flags)})")
 
 
-def enter(v: View, c: Confinement = NOTHING) -> None:
+def enter(v: View, c: Confinement = NOTHING, keep: Iterable[str] = ()) -> None:
     """Make this process's filesystem view ``v`` (called in the child, before exec), in a
-    network namespace of its own if ``c`` says so, as ``c``'s user if it names one."""
+    network namespace of its own if ``c`` says so, as ``c``'s user if it names one; the
+    directories ``keep`` (what the command runs on) stay visible, read-only, also where a
+    private tmpfs would hide them."""
     uid, gid = os.geteuid(), os.getegid()
     net = CLONE_NEWNET if c.no_network else 0
     if uid != 0 and (c.uid is not None or c.gid is not None):
@@ -309,7 +311,7 @@ def enter(v: View, c: Confinement = NOTHING) -> None:
     else:
         _new_user_namespace(uid, gid, CLONE_NEWNS | net)
     _do_mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing leaks back to the host
-    _hide(v)
+    _hide(v, keep)
     if uid == 0 and (c.uid is not None or c.gid is not None):
         _switch_user(c, dumpable=True)
     if os.geteuid() == 0:
@@ -367,19 +369,28 @@ def limit(c: Confinement) -> None:
         _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
-def _hide(v: View) -> None:
+def _hide(v: View, keep: Iterable[str] = ()) -> None:
     binds = [v.workspace] if v.workspace is not None else []
     binds += [w for w in v.writable if w not in binds]
+    private = [
+        p
+        for p in dict.fromkeys(os.path.realpath(d) for d in PRIVATE_DIRS)
+        if os.path.isdir(p) and not any(inside(p, d) for d in v.hidden_dirs)
+    ]
+    # What the command runs on (the interpreter's prefix, the program's directory) but a
+    # private tmpfs would hide: bound back read-only, before the covers go on top of it.
+    kept = [
+        k
+        for k in dict.fromkeys(os.path.realpath(p) for p in keep)
+        if os.path.isdir(k) and any(inside(k, p) and k != p for p in private)
+    ]
     # Opened before anything covers them: a path under a cover is bound back from here.
-    sources = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in binds}
+    sources = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in dict.fromkeys(binds + kept)}
     try:
-        private = [
-            p
-            for p in dict.fromkeys(os.path.realpath(d) for d in PRIVATE_DIRS)
-            if os.path.isdir(p) and not any(inside(p, d) for d in v.hidden_dirs)
-        ]
         for path in private:
             _do_mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, PRIVATE_OPTIONS)
+        for path in kept:
+            _bind(sources[path], path, private)
         decoy = None
         for directory in v.hidden_dirs:
             if not _mount_point(directory, private, directory=True):
@@ -542,7 +553,8 @@ def main(args: list[str]) -> None:
         env["LC_CTYPE"] = lc_ctype
     try:
         if v is not None:
-            enter(v, c)
+            keep = (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(argv[0]))
+            enter(v, c, keep)
         else:
             confine(c)
         limit(c)
