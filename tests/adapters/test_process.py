@@ -1313,16 +1313,24 @@ async def test_a_program_that_lives_under_tmp_still_runs(layout: Layout, tmp_pat
     adapter = create(layout.settings, {}, NO_TOOLS)
     home = Path(tempfile.mkdtemp(prefix="tg-prog-", dir="/tmp"))
     try:
-        program = home / "hello.sh"
+        (home / "bin").mkdir()
+        (home / "lib").mkdir()
+        (home / "lib" / "data.txt").write_text("its own files\n")  # as a venv's packages
+        (home / "beside.txt").write_text("the host's")
+        program = home / "bin" / "hello.sh"
         program.write_text(
-            '#!/bin/sh\necho ran from $(dirname $0)\ntouch "$0.new" || echo read-only\n'
+            "#!/bin/sh\necho ran from $(dirname $0)\ncat $(dirname $0)/../lib/data.txt\n"
+            'touch "$0.new" || echo read-only\n'
+            "cat /tmp/$(basename $(dirname $(dirname $0)))/beside.txt 2>/dev/null || echo hidden\n"
         )
         program.chmod(0o755)
-        (home / "beside.txt").write_text("the host's")
         tool = declare(tmp_path, command=[str(program)], env={"allow": ["PATH"]})
         out, _ = await run(adapter, layout.ws, tool)
         assert out.outcome is Outcome.SUCCEEDED, out.data
-        assert str(out.data["stdout"]).splitlines() == [f"ran from {home}", "read-only"]
-        assert not (home / "hello.sh.new").exists()
+        lines = str(out.data["stdout"]).splitlines()
+        assert lines == [f"ran from {home}/bin", "its own files", "read-only", "the host's"], (
+            out.data
+        )
+        assert not (home / "bin" / "hello.sh.new").exists()
     finally:
         shutil.rmtree(home)

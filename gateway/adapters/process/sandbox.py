@@ -553,8 +553,7 @@ def main(args: list[str]) -> None:
         env["LC_CTYPE"] = lc_ctype
     try:
         if v is not None:
-            keep = (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(argv[0]))
-            enter(v, c, keep)
+            enter(v, c, _runs_on(argv[0]))
         else:
             confine(c)
         limit(c)
@@ -566,6 +565,15 @@ def main(args: list[str]) -> None:
         os.execve(argv[0], argv, env)
     except OSError as exc:
         _fail(status, "exec", exc.strerror or type(exc).__name__)
+
+
+def _runs_on(program: str) -> tuple[str, ...]:
+    """What a command runs on and must still see where a private tmpfs would hide it: this
+    interpreter's prefixes, and the program's prefix (``<prefix>/bin/<program>``: a virtual
+    environment's ``pyvenv.cfg`` and packages) or its directory."""
+    where = os.path.dirname(program)
+    prefix = os.path.dirname(where) if os.path.basename(where) == "bin" else where
+    return (sys.prefix, sys.base_prefix, sys.exec_prefix, prefix)
 
 
 def _fail(status: int, stage: str, reason: str) -> None:
