@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # The harness imports the gateway (the pipeline, the runtime, the store: about 0.4 s),
     # so it is imported once the arguments are known: --help and a bad option answer at once.
-    from harness import growth, http_phases, micro, page, report
+    from harness import growth, http_phases, kinds, micro, page, report
     from harness.plan import FULL, QUICK, loadavg, log
     from harness.wrk import Wrk, ensure_wrk, wrk_version
 
@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         if "s7" in only:
             log("HTTP scenario 7 (2 workers, SQLite)")
             http_phases.http_workers_phase(plan, wrk, work, size, results)
+        if "kinds" in only:
+            log("three kinds of call: RSS after warm-up, CPU per call (HTTP tool, PostgreSQL)")
+            kinds.kinds_phase(plan, work, results)
         if "events" in only:
             log("store growth (events)")
             growth.events_growth_phase(plan, wrk, work, results)
@@ -189,11 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-PHASES = ("micro", "store", "catalogue", "s1-4", "s5", "s5r", "s7", "events")
+PHASES = ("micro", "store", "catalogue", "s1-4", "s5", "s5r", "s7", "kinds", "events")
 """The phases in the order they run: policy, validation and the pipeline in-process; the
 store's transactions; the 1,000-tool catalogue; HTTP scenarios 1-4 (SQLite, with the open-loop
 latency and the profile); scenario 5 (PostgreSQL); scenario 5 on two replicas against one;
-scenario 7 (``serve --workers 2``); scenario 1 on a store of 1,000,000 events."""
+scenario 7 (``serve --workers 2``); the three kinds of call (REST, MCP, an HTTP tool: RSS
+after warm-up, CPU per call, and a read's CPU on PostgreSQL with its backends); scenario 1 on
+a store of 1,000,000 events."""
 
 
 def _phases(text: str) -> set[str]:
