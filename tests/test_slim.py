@@ -1,0 +1,71 @@
+"""What a default gateway does not import (issue 33): a start imports the libraries the
+configured tools and doors use, not every library the gateway could use. Checked on module
+presence in a fresh interpreter (never on bytes): the gateway of the shipped project, its
+lifespan entered, then ``sys.modules`` read."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway import slim
+from gateway.testing import make_project
+from tests.helpers import REPO
+
+NOT_AT_START = (
+    "rich",  # the CLI's progress bars, pulled in by httpx's command-line client
+    "pygments",  # rich's, the same way
+    "playwright",  # the browser adapter's engine: imported when a browser call runs
+    "opentelemetry",  # tracing, off by default
+    "mcp",  # the MCP SDK: imported by /mcp's first request (gateway/mcp/door.py)
+    "psycopg",  # PostgreSQL, not the configured store
+    "pymysql",  # MariaDB, no connection of the shipped project uses it
+    "langchain_core",  # the client kit's optional framework adapters
+    "agents",
+)
+
+START = """
+import asyncio, json, sys
+from pathlib import Path
+from gateway.server.app import create_app
+from gateway.settings import load_settings
+
+app = create_app(load_settings(Path(sys.argv[1])))
+
+async def main():
+    async with app.router.lifespan_context(app):
+        names = {name.split(".")[0] for name in sys.modules}
+        print(json.dumps(sorted(names & set(sys.argv[2:]))))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_default_start_imports_no_library_it_does_not_use(tmp_path: Path) -> None:
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    done = subprocess.run(
+        [sys.executable, "-c", START, str(config), *NOT_AT_START],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "RUST_LIB_BACKTRACE": "0", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+def test_httpx_is_the_one_its_cli_is_kept_out_of() -> None:
+    """``gateway/slim.py`` relies on httpx importing its CLI in a ``try`` that falls back on
+    ImportError; a new httpx must be checked before this pin moves."""
+    assert httpx.__version__.startswith("0.28.")
+    source = inspect.getsource(httpx)
+    assert "try:\n    from ._main import main\nexcept ImportError:" in source
+    assert slim.HTTPX_CLI == "httpx._main"
