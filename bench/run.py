@@ -33,8 +33,9 @@ What it measures, in one run on this machine (docs/performance.md explains each 
 ``<out>/<date>-only-<phases>.json`` instead.
 
 Writes ``<out>/<date>.json`` (default bench/results/), prints the table and PASS/MISS per
-goal (issues 6, 14, 17 and 19), and (unless --quick or --no-docs) rewrites docs/performance.md and
-docs/performance.png. Exit status 0 even when a target is missed (it is a measurement);
+goal (issues 6, 14, 17, 19 and 33; the peer's goal from the newest ``<out>/peers-*.json``
+of ``make bench-peers``), and (unless --quick or --no-docs) rewrites docs/performance.md
+and docs/performance.png. Exit status 0 even when a target is missed (it is a measurement);
 non-zero when the harness itself fails.
 
 This file is the command line; the phases live in bench/harness/ (its __init__ lists them).
@@ -171,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             log("store growth (events)")
             growth.events_growth_phase(plan, wrk, work, results)
     results["host"]["loadavg_end"] = loadavg()
-    results["targets"] = report.targets(results)
+    peers = report.newest_peers(args.out)
+    results["peers_file"] = peers[0] if peers else None
+    results["targets"] = report.targets(results, peers[1] if peers else None)
     # A partial run never replaces the day's full record.
     part = "" if args.only is None else "-only-" + "-".join(p for p in PHASES if p in only)
     out = args.out / f"{today}{part}.json"
