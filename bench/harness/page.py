@@ -122,6 +122,13 @@ ratios, measured in one run with A/B alternation, are what to compare.
   half the connections, so the total load is the same; the two runs alternate over the rounds
   and the ratio is the median of per-round two / one throughput. CPU per call is summed over
   both processes.
+- **Three kinds of call** (phase `kinds`, issue 33): one gateway, right after start and
+  after a warm-up of 660 calls of each kind from 4 client threads: `fs.read_file` over REST,
+  the same read as an MCP `tools/call`, and the HTTP tool `http.get_json` against the example
+  orders service (`examples/orders_service.py`, a process of its own); its RSS after start and
+  after the warm-up, and the CPU per call of each kind over the last 600 (from `/proc`). Then
+  the same read on a gateway on PostgreSQL: the CPU per call of the gateway plus the
+  PostgreSQL backends connected to its database, against the read on SQLite.
 - **Growth**: a catalogue of {tools} generated declarations (clones of the shipped ones under
   new names) loaded with `load_catalogue`; scenario 1 against a store preloaded with
   {events} events (bulk SQL into `events`) vs an empty store, alternated.
