@@ -11,10 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
+import yaml
 
 from gateway import slim
+from gateway.cli import main
+from gateway.errors import ConfigError
+from gateway.runtime.bootstrap import open_runtime
+from gateway.settings import load_settings
 from gateway.testing import make_project
 from tests.helpers import REPO
 
@@ -69,3 +75,24 @@ def test_httpx_is_the_one_its_cli_is_kept_out_of() -> None:
     source = inspect.getsource(httpx)
     assert "try:\n    from ._main import main\nexcept ImportError:" in source
     assert slim.HTTPX_CLI == "httpx._main"
+
+
+def test_a_connection_whose_driver_is_missing_is_refused_by_check_and_at_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A driver imported only when its engine is built is still asked for at check and at
+    start, not on the first call: the same clear message from both."""
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    data = yaml.safe_load(config.read_text())
+    url = "mysql+mysqldb://root@127.0.0.1:3306/orders"  # MySQLdb is not installed
+    data["adapters"]["database"]["connections"]["orders"] = {"url": url}
+    config.write_text(yaml.safe_dump(data))
+    message = (
+        "adapters.database.connections.orders.url: the driver 'mysql+mysqldb' is not "
+        "installed (pip install 'toolgate[mysql]')"
+    )
+    assert main(["--config", str(config), "check"]) == 2
+    assert message in capsys.readouterr().err
+    with pytest.raises(ConfigError) as refused:
+        anyio.run(open_runtime, load_settings(config))
+    assert refused.value.problems == [message]
