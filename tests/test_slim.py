@@ -5,18 +5,15 @@ lifespan entered, then ``sys.modules`` read."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 import yaml
 
-from gateway import slim
 from gateway.cli import main
 from gateway.errors import ConfigError
 from gateway.runtime.bootstrap import open_runtime
@@ -25,8 +22,6 @@ from gateway.testing import make_project
 from tests.helpers import REPO
 
 NOT_AT_START = (
-    "rich",  # the CLI's progress bars, pulled in by httpx's command-line client
-    "pygments",  # rich's, the same way
     "playwright",  # the browser adapter's engine: imported when a browser call runs
     "opentelemetry",  # tracing, off by default
     "mcp",  # the MCP SDK: imported by /mcp's first request (gateway/mcp/door.py)
@@ -66,15 +61,6 @@ def test_a_default_start_imports_no_library_it_does_not_use(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
-
-
-def test_httpx_is_the_one_its_cli_is_kept_out_of() -> None:
-    """``gateway/slim.py`` relies on httpx importing its CLI in a ``try`` that falls back on
-    ImportError; a new httpx must be checked before this pin moves."""
-    assert httpx.__version__.startswith("0.28.")
-    source = inspect.getsource(httpx)
-    assert "try:\n    from ._main import main\nexcept ImportError:" in source
-    assert slim.HTTPX_CLI == "httpx._main"
 
 
 def test_a_connection_whose_driver_is_missing_is_refused_by_check_and_at_load(
