@@ -227,7 +227,9 @@ class Pooled:
     """What both transactors share: ``transaction`` on the engine's pool, and the hooks that
     observe transactions (``timer``, which the pool shares) and group commits."""
 
-    def __init__(self, engine: Engine, dialect: Dialect, begin: tuple[str | None, str | None]):
+    def __init__(
+        self, engine: Engine, dialect: Dialect, begin: tuple[str | None, str | None]
+    ) -> None:
         self.engine, self.dialect = engine, dialect
         self._pool = Pool(engine, dialect, begin)
         self.timer: Timer | None = None
