@@ -328,6 +328,7 @@ ONE_HOME = (
     "_LRU",
     "_TimedLRU",
     "_Heads",
+    "_Frozen",  # gateway/settings.py; declaration parts build on declarations.model.Frozen
 )
 """Names that had a copy, each with its own value or behaviour, and now have one home."""
 

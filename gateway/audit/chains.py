@@ -18,7 +18,7 @@ recomputed from its columns. What was done shows in how the two disagree:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from gateway.events.chain import GENESIS, event_hash
 from gateway.store.audit import ChainRow
@@ -47,12 +47,7 @@ class Fault:
         return f"{self.what}: {place}: {self.detail}" if place else f"{self.what}: {self.detail}"
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "what": self.what,
-            "execution_id": self.execution_id,
-            "seq": self.seq,
-            "detail": self.detail,
-        }
+        return asdict(self)
 
 
 def row_hash(row: ChainRow, seq: int | None = None) -> str:

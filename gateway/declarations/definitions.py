@@ -14,12 +14,15 @@ def llm_name(tool: ToolDeclaration) -> str:
     return tool.name.replace(".", "__")
 
 
+def _described(
+    name: str, tool: ToolDeclaration, key: str, schema: dict[str, Any]
+) -> dict[str, Any]:
+    """The part every format shares: a name, the description, the input schema at ``key``."""
+    return {"name": name, "description": tool.description, key: _without_extensions(schema)}
+
+
 def llm_tool(tool: ToolDeclaration, schema: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": llm_name(tool),
-        "description": tool.description,
-        "parameters": _without_extensions(schema),
-    }
+    return _described(llm_name(tool), tool, "parameters", schema)
 
 
 def _openai(tool: ToolDeclaration, schema: dict[str, Any]) -> dict[str, Any]:
@@ -27,19 +30,11 @@ def _openai(tool: ToolDeclaration, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _anthropic(tool: ToolDeclaration, schema: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": llm_name(tool),
-        "description": tool.description,
-        "input_schema": _without_extensions(schema),
-    }
+    return _described(llm_name(tool), tool, "input_schema", schema)
 
 
 def _mcp(tool: ToolDeclaration, schema: dict[str, Any]) -> dict[str, Any]:
-    out = {
-        "name": tool.name,
-        "description": tool.description,
-        "inputSchema": _without_extensions(schema),
-    }
+    out = _described(tool.name, tool, "inputSchema", schema)
     output = output_schema(tool)
     if output is not None:
         out["outputSchema"] = _without_extensions(output)

@@ -58,11 +58,14 @@ Size = Annotated[
 ]
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
+    """A part of a declaration, or of an adapter's settings: frozen, unknown keys refused (the
+    adapters' option models build on it too)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 
-class LockDecl(_Frozen):
+class LockDecl(Frozen):
     """A resource lock taken before the adapter runs."""
 
     key: TemplateStr
@@ -109,14 +112,14 @@ class StateGuardDecl(_WithParams):
     actual: str = Field(min_length=1)
 
 
-class ApprovalDecl(_Frozen):
+class ApprovalDecl(Frozen):
     """What an approver may do besides approve or deny (``approval: {editable: [...]}``)."""
 
     editable: tuple[str, ...] = ()
     """Top-level arguments (keys of ``input``) the approver may change before approving."""
 
 
-class ToolDeclaration(_Frozen):
+class ToolDeclaration(Frozen):
     """One version of one tool."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$", max_length=128)

@@ -486,12 +486,16 @@ async def _status_tool(door: Door, arguments: Mapping[str, Any]) -> dict[str, An
     return results.pending_result(record, await _approval(door, record), door.base_url)
 
 
-async def _own_execution(door: Door, execution_id: str) -> ExecutionRecord:
-    """The caller's own execution behind a task: a task is its requester's alone."""
-    record = await executions.find_visible(door.services, door.principal, execution_id)
+async def _own_task(
+    ctx: ServerRequestContext[Any, Any], task_id: str
+) -> tuple[Door, ExecutionRecord]:
+    """The caller's door, and its own execution behind a task: a task is its requester's
+    alone."""
+    door = Door.of(ctx)
+    record = await executions.find_visible(door.services, door.principal, task_id)
     if record is None or record.principal != door.principal:
-        raise MCPError(code=INVALID_PARAMS, message=f"no task or execution {execution_id!r}")
-    return record
+        raise MCPError(code=INVALID_PARAMS, message=f"no task or execution {task_id!r}")
+    return door, record
 
 
 # -- tasks/* --------------------------------------------------------------------------------
@@ -501,8 +505,7 @@ async def get_task(
     ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams
 ) -> dict[str, Any]:
     """``tasks/get`` from the store (any replica). 2026-07-28 inlines the final result."""
-    door = Door.of(ctx)
-    record = await _own_execution(door, params.task_id)
+    door, record = await _own_task(ctx, params.task_id)
     out = results.task(record, await _approval(door, record), door.base_url)
     if _modern(ctx) and record.terminal:
         out["result"] = _terminal(door, record)
@@ -513,8 +516,7 @@ async def task_result(
     ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams
 ) -> dict[str, Any]:
     """2025-11-25's ``tasks/result``: the call's result once it has one (waits a while)."""
-    door = Door.of(ctx)
-    record = await _own_execution(door, params.task_id)
+    door, record = await _own_task(ctx, params.task_id)
     if not record.terminal:
         try:
             record = await executions.wait_for_end(
@@ -536,8 +538,7 @@ async def cancel_task(
     ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams
 ) -> dict[str, Any]:
     """``tasks/cancel``: a durable ``cancelling``, the tree killed, a truthful outcome."""
-    door = Door.of(ctx)
-    record = await _own_execution(door, params.task_id)
+    door, record = await _own_task(ctx, params.task_id)
     try:
         record = await calls.cancel(door.services, door.principal, record)
     except ToolgateError as exc:

@@ -51,34 +51,6 @@ class DecisionLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._owned = self._out = path.open("a", encoding="utf-8")
 
-    def event(
-        self,
-        document: Mapping[str, Any],
-        result: Mapping[str, Any],
-        seconds: float,
-        ids: Mapping[str, str],
-        revision: str | None = None,
-    ) -> dict[str, Any]:
-        """The event of one decision (``revision``: the policy revision that made it, when it
-        is not the one the log was opened with: a reload changed it)."""
-        revision = revision or self.revision
-        event: dict[str, Any] = {
-            "decision_id": str(uuid.uuid4()),
-            "path": DECISION_PATH,
-            "input": copy.deepcopy(dict(document)),
-            "result": dict(result),
-            "timestamp": _rfc3339_ns(time.time_ns()),
-            "labels": self.labels,
-            "bundles": {"toolgate": {"revision": revision}},
-            "revision": revision,
-            "metrics": {"timer_rego_query_eval_ns": int(seconds * 1e9)},
-            "toolgate": dict(ids),
-        }
-        erased = [path for path in self.mask if _erase(event, path)]
-        if erased:
-            event["erased"] = ["/" + "/".join(path) for path in erased]
-        return event
-
     def write(
         self,
         document: Mapping[str, Any],
@@ -87,10 +59,10 @@ class DecisionLog:
         ids: Mapping[str, str],
         revision: str | None = None,
     ) -> None:
-        line = json.dumps(self.event(document, result, seconds, ids, revision), default=str)
-        with self._lock:
-            self._out.write(line + "\n")
-            self._out.flush()
+        """The event of one decision (``revision``: the policy revision that made it, when it
+        is not the one the log was opened with: a reload changed it)."""
+        metrics = {"timer_rego_query_eval_ns": int(seconds * 1e9)}
+        self._write(self._event(revision or self.revision, document, result, ids, metrics))
 
     def write_shadow(
         self,
@@ -103,14 +75,43 @@ class DecisionLog:
     ) -> None:
         """The event of a difference between the enforced decision (of revision
         ``revisions[0]``) and the shadow policy's (of ``revisions[1]``)."""
-        event = self.event(document, enforced, 0.0, ids, revisions[0])
+        event = self._event(revisions[0], document, enforced, ids)
         event["path"] = SHADOW_PATH
-        del event["metrics"]
         event["shadow"] = {
             "result": dict(candidate),
             "revision": revisions[1],
             "difference": difference,
         }
+        self._write(event)
+
+    def _event(
+        self,
+        revision: str,
+        document: Mapping[str, Any],
+        result: Mapping[str, Any],
+        ids: Mapping[str, str],
+        metrics: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
+        """An event of policy ``revision`` as both kinds have it, its ``input`` masked."""
+        event: dict[str, Any] = {
+            "decision_id": str(uuid.uuid4()),
+            "path": DECISION_PATH,
+            "input": copy.deepcopy(dict(document)),
+            "result": dict(result),
+            "timestamp": _rfc3339_ns(time.time_ns()),
+            "labels": self.labels,
+            "bundles": {"toolgate": {"revision": revision}},
+            "revision": revision,
+        }
+        if metrics is not None:
+            event["metrics"] = metrics
+        event["toolgate"] = dict(ids)
+        erased = [path for path in self.mask if _erase(event, path)]
+        if erased:
+            event["erased"] = ["/" + "/".join(path) for path in erased]
+        return event
+
+    def _write(self, event: dict[str, Any]) -> None:
         line = json.dumps(event, default=str)
         with self._lock:
             self._out.write(line + "\n")

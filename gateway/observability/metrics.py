@@ -97,6 +97,20 @@ class _Counter:
         return family
 
 
+GAUGES = {
+    "approvals_pending": (
+        "toolgate_approvals_pending",
+        "Approvals waiting for a decision (read from the store at each scrape).",
+    ),
+    "in_flight": ("toolgate_executions_in_flight", "Executions this process is running now."),
+    "queued": (
+        "toolgate_executions_queued",
+        "Executions queued for a worker (read from the store at each scrape).",
+    ),
+}
+"""The gauges ``scrape`` sets before each exposition: key → (series, help)."""
+
+
 class Metrics:
     """Every series the gateway exposes; the methods are what the pipeline, the store, the
     policy backends and the lifecycle call."""
@@ -200,8 +214,28 @@ class Metrics:
         )
         self._tools: frozenset[str] = frozenset()
         """The values the ``tool`` label may take (``declare_tools``)."""
+        self._series = (
+            self.executions,
+            self.stages,
+            self.policy_seconds,
+            self.policy_cache,
+            self.policy_unavailable_calls,
+            self.approvals,
+            self.lock_waits,
+            self.lock_wait_seconds,
+            self.lock_timeouts,
+            self.recovery,
+            self.refusals,
+            self.reloads,
+            self.shadow_compared,
+            self.shadow_differences,
+            self.shadow_skipped,
+            self.notifications,
+        )
+        """What ``collect`` exposes as it stands; the store's series it reads under
+        ``_store_lock`` (the store's threads write them)."""
         self._store_lock = threading.Lock()
-        self._gauges = {"approvals_pending": 0, "queued": 0, "in_flight": 0}
+        self._gauges = dict.fromkeys(GAUGES, 0)
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(self)
 
@@ -282,40 +316,13 @@ class Metrics:
 
     def collect(self) -> Iterator[Metric]:
         """The ``prometheus_client`` collector: every series as it stands."""
-        yield self.executions.metric()
-        yield self.stages.metric()
-        yield self.policy_seconds.metric()
-        yield self.policy_cache.metric()
-        yield self.policy_unavailable_calls.metric()
-        yield self.approvals.metric()
-        yield _gauge(
-            "toolgate_approvals_pending",
-            "Approvals waiting for a decision (read from the store at each scrape).",
-            self._gauges["approvals_pending"],
-        )
-        yield self.lock_waits.metric()
-        yield self.lock_wait_seconds.metric()
-        yield self.lock_timeouts.metric()
+        for series in self._series:
+            yield series.metric()
         with self._store_lock:
             yield self.store_seconds.metric()
             yield self.group_commit.metric()
-        yield _gauge(
-            "toolgate_executions_in_flight",
-            "Executions this process is running now.",
-            self._gauges["in_flight"],
-        )
-        yield _gauge(
-            "toolgate_executions_queued",
-            "Executions queued for a worker (read from the store at each scrape).",
-            self._gauges["queued"],
-        )
-        yield self.recovery.metric()
-        yield self.refusals.metric()
-        yield self.reloads.metric()
-        yield self.shadow_compared.metric()
-        yield self.shadow_differences.metric()
-        yield self.shadow_skipped.metric()
-        yield self.notifications.metric()
+        for key, (name, doc) in GAUGES.items():
+            yield _gauge(name, doc, self._gauges[key])
 
     def kinds(self) -> list[tuple[str, str]]:
         """(name, type) of every series the registry exposes (a counter's name without its

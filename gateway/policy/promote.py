@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from gateway.errors import ConfigError
+from gateway.fsync import fsync
 from gateway.policy.loader import PolicySources, load_policy_sources
 
 _AT_FDCWD = -100
@@ -48,7 +49,7 @@ def _replace_dir(source: Path, target: Path) -> None:
         shutil.rmtree(staged)  # now the old files
     else:
         os.rename(staged, target)
-    _fsync(target.parent)
+    fsync(target.parent)
 
 
 def _exchange(a: Path, b: Path) -> None:
@@ -71,13 +72,5 @@ def _exchange(a: Path, b: Path) -> None:
 def _fsync_tree(root: Path) -> None:
     for path in sorted(root.rglob("*")):
         if path.is_file():
-            _fsync(path)
-    _fsync(root)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            fsync(path)
+    fsync(root)

@@ -35,17 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect, LockWait
-from gateway.store.transactor import (
-    Committed,
-    Finished,
-    Observer,
-    Outcome,
-    Pool,
-    Timer,
-    quietly,
-    timer,
-    unavailable,
-)
+from gateway.store.transactor import Committed, Finished, Outcome, Pooled, quietly, unavailable
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -222,40 +212,29 @@ def _settle(settled: list[tuple[Any, Finished]]) -> None:
             future.set_result(outcome)
 
 
-class PostgresTransactor:
+class PostgresTransactor(Pooled):
     """Group commit on a writer lane, reads on reader lanes; see the module's docstring."""
 
     def __init__(self, url: str) -> None:
         # The engine's pool serves only ``transaction`` (schema set-up, tools), and the
         # lanes' first connections; no pre-ping: a lane's connection found dead is replaced
         # and its work retried once (see _Lane._read and _run_writes).
-        self.engine = sa.create_engine(url, pool_size=2, max_overflow=8)
-        self.dialect = Dialect.of(
+        engine = sa.create_engine(url, pool_size=2, max_overflow=8)
+        dialect = Dialect.of(
             "postgresql",
-            self.engine.dialect.loaded_dbapi,
+            engine.dialect.loaded_dbapi,
             paramstyle="format",
             advisory_lock="SELECT pg_advisory_xact_lock(%s)",
             try_advisory_lock="SELECT pg_try_advisory_xact_lock(%s)",
             skip_locked=" FOR UPDATE SKIP LOCKED",
             writing_ctes=True,
         )
-        self._pool = Pool(self.engine, self.dialect, begin=(None, None))
-        self.timer: Timer | None = None
-        self._batch_observer: Callable[[int], None] | None = None
+        super().__init__(engine, dialect, begin=(None, None))
         self._writes: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lanes: list[_Lane] = []
         self._started = threading.Lock()
         self._closed = False
-
-    def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
-        self.timer = self._pool.timer = timer(hook, thread_cpu)
-
-    def observe_batches(self, hook: Callable[[int], None] | None) -> None:
-        self._batch_observer = hook
-
-    def transaction(self, fn: Callable[[Db, *Ts], T], write: bool, *args: *Ts) -> T:
-        return self._pool.transaction(fn, write, *args)
 
     async def write(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
         """``fn(db, *args)`` in the writer lane's next group commit. The caller learns the

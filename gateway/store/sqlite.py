@@ -23,17 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect
-from gateway.store.transactor import (
-    Committed,
-    Finished,
-    Observer,
-    Outcome,
-    Pool,
-    Timer,
-    quietly,
-    timer,
-    unavailable,
-)
+from gateway.store.transactor import Committed, Finished, Outcome, Pooled, quietly, unavailable
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -93,17 +83,15 @@ def _sqlite_begin(conn: Connection) -> None:
 _Write = tuple[Callable[..., Any], tuple[Any, ...], Committed]
 
 
-class SqliteTransactor:
+class SqliteTransactor(Pooled):
     """Group commit on the loop's thread; reads and contended writes on worker threads."""
 
     def __init__(self, url: str) -> None:
-        self.engine = make_engine(url)
-        self.dialect = Dialect.of("sqlite", self.engine.dialect.loaded_dbapi, paramstyle="qmark")
+        engine = make_engine(url)
+        dialect = Dialect.of("sqlite", engine.dialect.loaded_dbapi, paramstyle="qmark")
+        super().__init__(engine, dialect, begin=("BEGIN DEFERRED", "BEGIN IMMEDIATE"))
         self._driver_error = self.dialect.driver_error
         self._integrity_error = self.dialect.integrity_error
-        self._pool = Pool(self.engine, self.dialect, begin=("BEGIN DEFERRED", "BEGIN IMMEDIATE"))
-        self._timer: Timer | None = None
-        self._batch_observer: Callable[[int], None] | None = None
         # SQLite has one writer at a time. Threads of this process that race for its lock
         # fall into SQLite's busy handler, which sleeps in whole milliseconds: so this
         # process queues its own write transactions and only other processes contend.
@@ -121,15 +109,6 @@ class SqliteTransactor:
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpoint_gate: anyio.Event | None = None
         self._checkpoint_conn: Any = None
-
-    def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
-        self._timer = self._pool.timer = timer(hook, thread_cpu)
-
-    def observe_batches(self, hook: Callable[[int], None] | None) -> None:
-        self._batch_observer = hook
-
-    def transaction(self, fn: Callable[[Db, *Ts], T], write: bool, *args: *Ts) -> T:
-        return self._pool.transaction(fn, write, *args)
 
     async def write(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
         """Run ``fn(db, *args)`` in a write transaction.
@@ -168,7 +147,7 @@ class SqliteTransactor:
         rolls back alone: _run_batch). Every queued caller learns its outcome only after
         the COMMIT."""
         batch, self._batch = self._batch, []
-        timed = self._timer
+        timed = self.timer
         if timed is None:
             outcomes = self._run_batch(batch)
         else:
@@ -259,7 +238,7 @@ class SqliteTransactor:
         if self._inline_lock.acquire(blocking=False):
             try:
                 db = self._inline_connection()
-                timed = self._timer
+                timed = self.timer
                 return fn(db, *args) if timed is None else timed(fn, fn, db, *args)
             except (StoreError, self._driver_error):
                 pass  # busy or broken: the pooled path reports what is really wrong

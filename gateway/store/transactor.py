@@ -6,7 +6,8 @@ the transactor: ``write`` (a read-write transaction), ``read``, or ``read_quick`
 few index rows, which a backend may run without a thread hop). A backend is one transactor
 and its :class:`~gateway.store.sql.Dialect` (``sqlite.py``, ``postgresql.py``).
 :class:`Pool` is the plumbing both share: one transaction on a pooled connection, on the
-calling (worker) thread, retried once on a connection found dead; :class:`Committed` is the
+calling (worker) thread, retried once on a connection found dead, and :class:`Pooled`, what
+both transactors build on (``transaction`` and the observers); :class:`Committed` is the
 future a queued write of a group commit is answered on, with a :data:`Finished`.
 """
 
@@ -220,3 +221,25 @@ class Pool:
             quietly(raw.rollback)
             raise _CommitFailed(exc) from exc
         return result
+
+
+class Pooled:
+    """What both transactors share: ``transaction`` on the engine's pool, and the hooks that
+    observe transactions (``timer``, which the pool shares) and group commits."""
+
+    def __init__(
+        self, engine: Engine, dialect: Dialect, begin: tuple[str | None, str | None]
+    ) -> None:
+        self.engine, self.dialect = engine, dialect
+        self._pool = Pool(engine, dialect, begin)
+        self.timer: Timer | None = None
+        self._batch_observer: Callable[[int], None] | None = None
+
+    def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
+        self.timer = self._pool.timer = timer(hook, thread_cpu)
+
+    def observe_batches(self, hook: Callable[[int], None] | None) -> None:
+        self._batch_observer = hook
+
+    def transaction(self, fn: Callable[[Db, *Ts], T], write: bool, *args: *Ts) -> T:
+        return self._pool.transaction(fn, write, *args)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from gateway.adapters.shared.egress import EgressDecl
 from gateway.declarations.located import Faults
-from gateway.declarations.model import Duration, TemplateStr
+from gateway.declarations.model import Duration, Frozen, TemplateStr
 from gateway.declarations.spec import AdapterSpec
 from gateway.declarations.templates import Template, compile_template
 
@@ -38,10 +38,10 @@ SPEC_OPERATIONS: Mapping[str, frozenset[str]] = {
 # --- declaration keys ---------------------------------------------------------------------
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", arbitrary_types_allowed=True, populate_by_name=True
-    )
+class _Aliased(Frozen):
+    """Keys given by their alias (``as``) or their field name."""
+
+    model_config = ConfigDict(populate_by_name=True)
 
 
 _MODIFIERS: Mapping[str, frozenset[str]] = {
@@ -59,7 +59,7 @@ _REQUIRED: Mapping[str, frozenset[str]] = {
 }
 
 
-class StepDecl(_Frozen):
+class StepDecl(_Aliased):
     """One browser action: exactly one action key (its target) plus that action's modifiers.
 
     The target of ``open`` is a URL; of ``screenshot`` the word ``page`` or a selector; of
@@ -123,7 +123,7 @@ class StepDecl(_Frozen):
                 yield key, template
 
 
-class BrowserOptions(_Frozen):
+class BrowserOptions(_Aliased):
     """The browser adapter's declaration keys (beside the common ones)."""
 
     session: TemplateStr = Field(default_factory=lambda: compile_template("default"))

@@ -30,7 +30,6 @@ from gateway.adapters.shared.fileio import (
     Watch,
     atomic_write,
     file_sha256,
-    fsync_dir,
     head_of,
     open_regular,
     os_error,
@@ -40,6 +39,7 @@ from gateway.adapters.shared.fileio import (
 )
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
+from gateway.fsync import fsync
 from gateway.settings import Settings
 from gateway.types import JSON, Outcome
 from gateway.workspace import ResolvedPath, confine
@@ -473,7 +473,7 @@ def _delete(call: AdapterCall) -> AdapterOutcome:
     watch.check()
     try:
         target.absolute.unlink()
-        fsync_dir(target.absolute.parent)
+        fsync(target.absolute.parent)
     except OSError as exc:
         raise os_error(exc, f"cannot delete {target.relative}") from exc
     return AdapterOutcome(

@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     WithJsonSchema,
     field_validator,
@@ -28,7 +26,7 @@ from pydantic import (
 
 from gateway.adapters.shared.egress import EgressDecl, Networks
 from gateway.declarations.located import Faults
-from gateway.declarations.model import TemplateStr
+from gateway.declarations.model import Frozen, TemplateStr
 from gateway.declarations.templates import Template, TemplateError, compile_template
 
 Loc = tuple[str | int, ...]
@@ -61,10 +59,6 @@ def parse_json_path(value: Any) -> tuple[str, ...]:
     return tuple(match.group(1).split(".")) if match.group(1) else ()
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-
 def _header_name(value: Any) -> str:
     if not isinstance(value, str) or not _HEADER_NAME.match(value):
         raise ValueError(f"{value!r} is not an HTTP header name")
@@ -95,7 +89,7 @@ JsonPath = Annotated[
 SecretName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=128)]
 
 
-class Credential(_Frozen):
+class Credential(Frozen):
     """A header whose value is a secret, read per call from the environment or a file."""
 
     header: HeaderName
@@ -120,14 +114,14 @@ class Credential(_Frozen):
         return f"environment variable {self.env}" if self.env else f"secrets file {self.file}"
 
 
-class IdempotencyHeader(_Frozen):
+class IdempotencyHeader(Frozen):
     """Where the request's idempotency key goes, and in what form."""
 
     name: HeaderName
     value: TemplateStr = compile_template("{request.idempotency_key}")
 
 
-class ResponseId(_Frozen):
+class ResponseId(Frozen):
     """Where the provider's id of this response (or of what it created) is."""
 
     header: HeaderName | None = None
@@ -156,7 +150,7 @@ def _compile_tree(value: Any, where: str = "json") -> Any:
     raise ValueError(f"{where}: {type(value).__name__} is not JSON (quote it)")
 
 
-class Body(_Frozen):
+class Body(Frozen):
     """``json`` (any JSON skeleton of templates) or ``form`` (url-encoded fields)."""
 
     json_: Annotated[Any, BeforeValidator(_compile_tree), WithJsonSchema({})] = Field(
@@ -187,7 +181,7 @@ def _tree_templates(node: Any, loc: Loc) -> Iterator[tuple[Loc, Template]]:
             yield from _tree_templates(value, (*loc, i))
 
 
-class HttpOptions(_Frozen):
+class HttpOptions(Frozen):
     """The keys an ``adapter: http`` declaration adds (see docs/adapters/http.md)."""
 
     method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -323,7 +317,7 @@ def _host(url: str) -> str:
     return httpx.URL(url).host
 
 
-class ServiceConfig(_Frozen):
+class ServiceConfig(Frozen):
     """A named upstream that tools reach with ``service: NAME``."""
 
     base_url: str
@@ -335,7 +329,7 @@ class ServiceConfig(_Frozen):
         return check_base_url(value)
 
 
-class HttpConfig(_Frozen):
+class HttpConfig(Frozen):
     """``adapters.http`` in toolgate.yaml."""
 
     services: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")], ServiceConfig] = Field(

@@ -18,9 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     WithJsonSchema,
     field_validator,
@@ -28,7 +26,7 @@ from pydantic import (
 )
 
 from gateway.declarations.located import Faults
-from gateway.declarations.model import Duration, Size, TemplateStr
+from gateway.declarations.model import Duration, Frozen, Size, TemplateStr
 from gateway.declarations.spec import AdapterSpec
 from gateway.declarations.templates import Template, compile_template
 
@@ -38,11 +36,7 @@ MARKER_ENV = "TOOLGATE_EXECUTION_ID"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-
-class EnvOptions(_Frozen):
+class EnvOptions(Frozen):
     """The child's whole environment: nothing is inherited unless listed in ``allow``."""
 
     allow: tuple[str, ...] = ()
@@ -66,7 +60,7 @@ class EnvOptions(_Frozen):
         return self
 
 
-class CommandArg(_Frozen):
+class CommandArg(Frozen):
     """One argv element: a template, written as a string, or as ``{arg: TEMPLATE, optional:
     true}`` for an element left out of argv when one of its holes has no value (an optional
     argument the call did not send and that has no default, or null)."""
@@ -125,7 +119,7 @@ def _between(low: int, high: int, unit: str = "") -> AfterValidator:
 MIB = 1024 * 1024
 
 
-class LimitOptions(_Frozen):
+class LimitOptions(Frozen):
     """Kernel limits set in the child before ``exec`` (``setrlimit``); each is per process
     and inherited by the child's descendants. None: the gateway's own limit stays."""
 
@@ -186,7 +180,7 @@ def _writable_path(value: str) -> str:
     return normal
 
 
-class ProcessOptions(_Frozen):
+class ProcessOptions(Frozen):
     """The declaration keys of ``adapter: process`` (documented in docs/adapters/process.md)."""
 
     command: tuple[Element, ...] = Field(min_length=1)
@@ -241,7 +235,7 @@ class ProcessOptions(_Frozen):
             yield ("junit",), self.junit
 
 
-class ProcessSettings(_Frozen):
+class ProcessSettings(Frozen):
     """The ``adapters.process`` section of the gateway configuration."""
 
     executables: dict[str, str] = Field(default_factory=dict)

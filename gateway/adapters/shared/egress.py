@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
-from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema, field_validator
+from pydantic import BeforeValidator, WithJsonSchema, field_validator
 
+from gateway.declarations.model import Frozen
 from gateway.errors import ExecutionError
 
 if TYPE_CHECKING:
@@ -265,11 +266,9 @@ async def check_url(
     return Destination(parsed, host, port, await resolve(host, port, policy, lookup))
 
 
-class EgressDecl(BaseModel):
+class EgressDecl(Frozen):
     """Where a tool's requests may go beyond its own base URL (the ``egress:`` key of the
     http and browser adapters; checked after DNS, for every request)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     allow_hosts: tuple[str, ...] = ()
     """More hosts: ``api.example.com``, ``*.example.com`` (subdomains), ``*`` (any); for a

@@ -33,6 +33,7 @@ import anyio
 import anyio.from_thread
 
 from gateway.errors import CallError, ExecutionError, ValidationError
+from gateway.fsync import fsync
 
 CHUNK = 1 << 20
 """Bytes read (and hashed) between two looks at the watch."""
@@ -300,7 +301,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    fsync(path.parent)
 
 
 def _default_mode() -> int:
@@ -311,11 +312,3 @@ def _default_mode() -> int:
 
 
 NEW_FILE_MODE = _default_mode()  # read once: os.umask is process-wide, not thread-safe
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
