@@ -201,6 +201,20 @@ def _doomed(gw: Gw) -> str:
     return name
 
 
+def _delete_body(run_id: str, call_id: str, key: str, path: str) -> dict[str, Any]:
+    """A REST request to delete ``path`` (fs.delete_file: it takes a key, and waits for an
+    approver)."""
+    return {
+        "run_id": run_id,
+        "call_id": call_id,
+        "tool": {"name": "fs.delete_file"},
+        "arguments": {"path": path},
+        "actor": {"agent_id": "parity"},
+        "workspace": {"id": "demo"},
+        "idempotency_key": key,
+    }
+
+
 def test_every_answer_about_a_parked_call_names_its_approval_and_page(gw: Gw) -> None:
     pages: dict[str, tuple[str, str]] = {}
 
@@ -209,15 +223,7 @@ def test_every_answer_about_a_parked_call_names_its_approval_and_page(gw: Gw) ->
         return approval_id, f"/ui/approvals/{approval_id}"
 
     call_id = f"p-{uuid.uuid4().hex[:8]}"
-    body = {
-        "run_id": "parity",
-        "call_id": call_id,
-        "tool": {"name": "fs.delete_file"},
-        "arguments": {"path": _doomed(gw)},
-        "actor": {"agent_id": "parity"},
-        "workspace": {"id": "demo"},
-        "idempotency_key": call_id,
-    }
+    body = _delete_body("parity", call_id, call_id, _doomed(gw))
     with gw.rest(ALICE) as rest:
         parked = rest.post("/v1/executions", json=body).json()
         execution_id = parked["id"]
@@ -261,15 +267,7 @@ def test_every_answer_about_a_parked_call_names_its_approval_and_page(gw: Gw) ->
 def test_every_door_finds_a_parked_call_s_approval_by_its_run_and_call(gw: Gw) -> None:
     # an agent whose framework was interrupted knows its run and call ids, not the approval's
     call_id = f"h-{uuid.uuid4().hex[:8]}"
-    body = {
-        "run_id": "parity-h",
-        "call_id": call_id,
-        "tool": {"name": "fs.delete_file"},
-        "arguments": {"path": _doomed(gw)},
-        "actor": {"agent_id": "parity"},
-        "workspace": {"id": "demo"},
-        "idempotency_key": call_id,
-    }
+    body = _delete_body("parity-h", call_id, call_id, _doomed(gw))
     with gw.rest(ALICE) as rest:
         parked = rest.post("/v1/executions", json=body).json()
     expected = {(parked["approval"]["id"], "parity-h", call_id)}
@@ -305,15 +303,7 @@ def test_a_keyed_tool_is_one_call_per_call_through_every_door(gw: Gw) -> None:
         return first == again, other not in (first, again), status
 
     def rest_call(call_id: str, path: str) -> dict[str, Any]:
-        body = {
-            "run_id": "parity-k",
-            "call_id": call_id,
-            "tool": {"name": "fs.delete_file"},
-            "arguments": {"path": path},
-            "actor": {"agent_id": "parity"},
-            "workspace": {"id": "demo"},
-            "idempotency_key": f"parity-k/{call_id}",
-        }
+        body = _delete_body("parity-k", call_id, f"parity-k/{call_id}", path)
         with gw.rest(ALICE) as rest:
             return dict(rest.post("/v1/executions", json=body).json())
 
