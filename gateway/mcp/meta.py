@@ -105,7 +105,7 @@ def execution_body(
             body[key] = value
     if "run_id" not in body:
         body["run_id"] = _default_run_id(origin, meta)
-    named = "call_id" in body or origin.session_id is not None
+    named = "call_id" in body or bool(origin.session_id)  # as the defaults below judge
     if "call_id" not in body:
         body["call_id"] = _default_call_id(origin, name, args, meta)
     if named and "idempotency_key" not in body:
