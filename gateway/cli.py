@@ -409,8 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     approvals = sub.add_parser("approvals", help="list, show and decide approvals")
     asub = approvals.add_subparsers(dest="approvals_command", required=True)
-    alist = asub.add_parser("list", help="approvals, optionally by --status")
+    alist = asub.add_parser(
+        "list", help="approvals (approvers), or those of a call you may see by --run-id/--call-id"
+    )
     alist.add_argument("--status", choices=[s.value for s in ApprovalStatus])
+    alist.add_argument("--run-id", help="only this run's (anyone: the approvals they may see)")
+    alist.add_argument("--call-id", help="only this call id's")
     alist.add_argument("--json", action="store_true", help="the API's JSON, for scripts")
     ashow = asub.add_parser("show", help="one approval: tool, arguments, preview, reasons")
     ashow.add_argument("id")

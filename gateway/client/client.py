@@ -170,8 +170,9 @@ class _Requests:
         return _Request("GET", f"/v1/tools/{name}", {"version": version} if version else None)
 
     @staticmethod
-    def approvals(status: str | None) -> _Request:
-        return _Request("GET", "/v1/approvals", {"status": status} if status else None)
+    def approvals(status: str | None, run_id: str | None, call_id: str | None) -> _Request:
+        given = (("status", status), ("run_id", run_id), ("call_id", call_id))
+        return _Request("GET", "/v1/approvals", {k: v for k, v in given if v is not None})
 
     @staticmethod
     def approval(approval_id: str) -> _Request:
@@ -320,8 +321,12 @@ class Client:
     def tool(self, name: str, version: str | None = None) -> dict[str, Any]:
         return dict(self._send(_Requests.tool(name, version)))
 
-    def approvals(self, status: str | None = None) -> list[dict[str, Any]]:
-        return list(self._send(_Requests.approvals(status))["items"])
+    def approvals(
+        self, status: str | None = None, *, run_id: str | None = None, call_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """``GET /v1/approvals``: the inbox (approvers only), or, by ``run_id`` and
+        ``call_id``, the approvals of that call the caller may see (its requester too)."""
+        return list(self._send(_Requests.approvals(status, run_id, call_id))["items"])
 
     def approval(self, approval_id: str) -> dict[str, Any]:
         return dict(self._send(_Requests.approval(approval_id)))
@@ -426,8 +431,11 @@ class AsyncClient:
     async def tool(self, name: str, version: str | None = None) -> dict[str, Any]:
         return dict(await self._send(_Requests.tool(name, version)))
 
-    async def approvals(self, status: str | None = None) -> list[dict[str, Any]]:
-        return list((await self._send(_Requests.approvals(status)))["items"])
+    async def approvals(
+        self, status: str | None = None, *, run_id: str | None = None, call_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        request = _Requests.approvals(status, run_id, call_id)
+        return list((await self._send(request))["items"])
 
     async def approval(self, approval_id: str) -> dict[str, Any]:
         return dict(await self._send(_Requests.approval(approval_id)))

@@ -33,8 +33,8 @@ from gateway.commands.tables import approvals_table, executions_table
 def cmd_approvals(args: argparse.Namespace) -> int:
     action = args.approvals_command
     if action == "list":
-        query = f"?status={args.status}" if args.status else ""
-        return request(args, "GET", f"/v1/approvals{query}", render=approvals_table)
+        found = _query(status=args.status, run_id=args.run_id, call_id=args.call_id)
+        return request(args, "GET", f"/v1/approvals{found}", render=approvals_table)
     if action == "show":
         return request(args, "GET", f"/v1/approvals/{args.id}")
     body: dict[str, Any] = {"comment": args.comment} if args.comment else {}
@@ -45,14 +45,18 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     return request(args, "POST", f"/v1/approvals/{args.id}/{action}", body)
 
 
+def _query(**params: str | None) -> str:
+    """``?k=v&...`` of the options given (an empty one too: the gateway says what is wrong
+    with it), or nothing."""
+    given = {k: v for k, v in params.items() if v is not None}
+    return f"?{urlencode(given)}" if given else ""
+
+
 def cmd_executions(args: argparse.Namespace) -> int:
     action = args.executions_command
     if action == "list":
-        query = urlencode(
-            {k: v for k, v in (("run_id", args.run_id), ("call_id", args.call_id)) if v}
-        )
-        path = "/v1/executions" + (f"?{query}" if query else "")
-        return request(args, "GET", path, render=executions_table)
+        found = _query(run_id=args.run_id, call_id=args.call_id)
+        return request(args, "GET", f"/v1/executions{found}", render=executions_table)
     if action == "show":
         return request(args, "GET", f"/v1/executions/{args.id}")
     if action == "events":

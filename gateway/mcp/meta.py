@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import jsontext
-from gateway.errors import MalformedRequest
+from gateway.errors import MalformedRequest, ToolgateError
+from gateway.pipeline.request import MAX_ID_LENGTH
 
 PREFIX = "io.toolgate/"
 RUN_ID = PREFIX + "run_id"
@@ -104,8 +105,11 @@ def execution_body(
             body[key] = value
     if "run_id" not in body:
         body["run_id"] = _default_run_id(origin, meta)
+    named = "call_id" in body or bool(origin.session_id)  # as the defaults below judge
     if "call_id" not in body:
         body["call_id"] = _default_call_id(origin, name, args, meta)
+    if named and "idempotency_key" not in body:
+        body["idempotency_key"] = call_key(body["run_id"], body["call_id"])
     body["tool"] = {"name": name}
     if meta.get(REQUESTED_VERSION) is not None:
         body["tool"]["requested_version"] = meta[REQUESTED_VERSION]
@@ -120,6 +124,39 @@ def execution_body(
         )
     body["workspace"] = {"id": workspace}
     return body
+
+
+def call_key(run_id: Any, call_id: Any) -> str:
+    """The idempotency key of a call named stably (its ``io.toolgate/call_id``, or a
+    2025-11-25 session's request): ``<run_id>/<call_id>``, as the kit derives one from a
+    framework's tool call id (gateway/client/toolkit.py), so a retry of the same call is the
+    same keyed call. A call nothing names gets none: a tool with ``idempotency: required``
+    refuses it (``UNNAMED_CALL``). Ids too long to make a key together (past
+    ``MAX_ID_LENGTH``) make it of their digest."""
+    key = f"{run_id}/{call_id}"
+    if len(key) <= MAX_ID_LENGTH:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+UNNAMED_CALL = (
+    "this tool requires an idempotency key, and nothing names this call (2026-07-28 without "
+    f"_meta[{CALL_ID!r}]): name it with _meta[{CALL_ID!r}] (and {RUN_ID!r} if you like), "
+    "whose key is then <run_id>/<call_id> so that a retry with the same ids is the same "
+    f"call, or send a key of your own in _meta[{IDEMPOTENCY_KEY!r}]; nothing was run"
+)
+"""The refusal (``idempotency_key_required``) of a keyed tool's call that names no call."""
+
+
+def phrased(exc: ToolgateError) -> ToolgateError:
+    """``exc`` as the MCP door words it: a missing idempotency key says how to name the
+    call over MCP (the pipeline's message names REST's field and header)."""
+    if exc.code != KEY_REQUIRED:
+        return exc
+    return MalformedRequest(UNNAMED_CALL, code=KEY_REQUIRED, details=exc.details)
+
+
+KEY_REQUIRED = "idempotency_key_required"
 
 
 def dry_run(meta: Mapping[str, Any]) -> bool:

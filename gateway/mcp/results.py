@@ -149,7 +149,9 @@ def plan_result(plan: Plan) -> dict[str, Any]:
 
 
 def refused(exc: ToolgateError) -> dict[str, Any]:
-    """A request refused before it became an execution (400/403/409/422 at the REST door)."""
+    """A request refused before it became an execution (400/403/409/422 at the REST door),
+    worded for MCP (``meta.phrased``)."""
+    exc = meta.phrased(exc)
     return {
         "content": [_text(f"refused ({exc.code}): {exc.message}")],
         "isError": True,

@@ -319,4 +319,6 @@ def _approval(services: Services, call: Call, decision: Decision, preview: JSON)
         requested_ms=now,
         expires_ms=expires_ms,
         approver_roles=named_approvers(decision),
+        run_id=req.run_id,
+        call_id=req.call_id,
     )

@@ -148,9 +148,15 @@ def parse_request(
     )
 
 
+def is_id(text: str) -> bool:
+    """Whether ``text`` is what an ``Id`` field of the body takes: 1 to ``MAX_ID_LENGTH``
+    characters, none a control character."""
+    return 1 <= len(text) <= MAX_ID_LENGTH and _CONTROL.search(text) is None
+
+
 def _check_header_key(key: str) -> None:
     """The header carries what the body field may: 1 to 256 characters, none a control."""
-    if not 1 <= len(key) <= MAX_ID_LENGTH or _CONTROL.search(key) is not None:
+    if not is_id(key):
         raise MalformedRequest(
             f"the Idempotency-Key header must be 1 to {MAX_ID_LENGTH} characters with no "
             f"control characters (got {len(key)})",

@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway import __version__
 from gateway.declarations.definitions import TOOL_FORMATS
-from gateway.pipeline.request import ExecutionRequestBody
+from gateway.pipeline.request import MAX_ID_LENGTH, ExecutionRequestBody
 from gateway.server.schemas import Schema, ref, schemas
 from gateway.types import ApprovalStatus
 
@@ -31,6 +31,8 @@ UNDESCRIBED = ("/mcp", "/ui/")
 
 _PROBLEM_JSON = "application/problem+json"
 _STR: Schema = {"type": "string"}
+_CALL_ID: Schema = {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH}
+"""A run or call id as a query parameter (as the request body takes it)."""
 
 
 def _header(name: str) -> Schema:
@@ -306,11 +308,14 @@ def _execution_paths() -> dict[str, Any]:
                     "200": _json(
                         "at most 100 executions, each as getExecution gives it", "ExecutionList"
                     ),
-                    "400": _problem("a query parameter this route does not take (invalid_query)"),
+                    "400": _problem(
+                        "a query parameter this route does not take, given twice, or not an "
+                        "id (invalid_query)"
+                    ),
                 },
                 parameters=[
-                    _query("run_id", "only this run's", {"type": "string"}),
-                    _query("call_id", "only this call's", {"type": "string"}),
+                    _query("run_id", "only this run's", _CALL_ID),
+                    _query("call_id", "only this call's", _CALL_ID),
                 ],
             ),
         },
@@ -485,18 +490,29 @@ def _approval_paths() -> dict[str, Any]:
             "get": _operation(
                 "listApprovals",
                 "approvals",
-                "Approvals, at most 100 (approvers only); ?status=pending is the inbox",
+                "Approvals, newest first, at most 100: the inbox (approvers only; "
+                "?status=pending), or by run_id and call_id those of a call the caller may "
+                "see (its requester, and whoever may decide it)",
                 {
                     "200": _json("the approvals", "ApprovalList"),
-                    "400": _problem("status is not an approval state (invalid_status)"),
-                    "403": _problem("the caller holds no approver role (not_an_approver)"),
+                    "400": _problem(
+                        "status is not an approval state (invalid_status), or a query "
+                        "parameter this route does not take, given twice, or not an id "
+                        "(invalid_query)"
+                    ),
+                    "403": _problem(
+                        "without run_id or call_id: the caller holds no approver role "
+                        "(not_an_approver)"
+                    ),
                 },
                 parameters=[
                     _query(
                         "status",
                         "only the approvals in this state",
                         {"type": "string", "enum": [s.value for s in ApprovalStatus]},
-                    )
+                    ),
+                    _query("run_id", "only the approvals of this run's calls", _CALL_ID),
+                    _query("call_id", "only the approvals of calls with this call id", _CALL_ID),
                 ],
             )
         },

@@ -24,7 +24,7 @@ from gateway.http.bodies import decode_json, read_body
 from gateway.http.heads import Heads, Wanted
 from gateway.observability.metrics import CONTENT_TYPE
 from gateway.pipeline.records import ToolExecutionRequest
-from gateway.pipeline.request import parse_request
+from gateway.pipeline.request import MAX_ID_LENGTH, is_id, parse_request
 from gateway.policy import bundle as bundles
 from gateway.runtime.container import Runtime
 from gateway.server import render
@@ -174,10 +174,8 @@ def _wait_seconds(raw: str | None) -> float:
 async def list_executions(request: Request) -> Response:
     """The caller's executions of a run (and call), each as ``GET /v1/executions/{id}``
     gives it."""
-    query = _query(request, "run_id", "call_id")
-    found = await executions.find(
-        services_of(request), principal_of(request), query.get("run_id"), query.get("call_id")
-    )
+    run_id, call_id = _call_ids(_query(request, "run_id", "call_id"))
+    found = await executions.find(services_of(request), principal_of(request), run_id, call_id)
     items = [render.execution(record, approval) for record, approval in found]
     return JSONResponse({"items": items, "count": len(items)})
 
@@ -278,6 +276,25 @@ def _query(request: Request, *known: str) -> QueryParams:
     return params
 
 
+def _call_ids(query: QueryParams) -> tuple[str | None, str | None]:
+    """``?run_id=`` and ``?call_id=`` as a request body holds them (1 to ``MAX_ID_LENGTH``
+    characters, no control character), each given once; else 400 ``invalid_query``: an id
+    no call can have must not be answered as an empty list."""
+    found: list[str | None] = []
+    for name in ("run_id", "call_id"):
+        values = query.getlist(name)
+        if len(values) > 1:
+            raise MalformedRequest(f"{name} is given more than once", code="invalid_query")
+        value = values[0] if values else None
+        if value is not None and not is_id(value):
+            raise MalformedRequest(
+                f"{name} is 1 to {MAX_ID_LENGTH} characters with no control character",
+                code="invalid_query",
+            )
+        found.append(value)
+    return found[0], found[1]
+
+
 APPROVAL_STATES = tuple(s.value for s in ApprovalStatus)
 
 
@@ -285,13 +302,19 @@ APPROVERS_ONLY = "only approvers may see and decide approvals"
 
 
 async def list_approvals(request: Request) -> Response:
+    """Approvals: the inbox (approvers only), or by ``?run_id=`` / ``?call_id=`` those of a
+    call the caller may see (``service/approvals.listing``)."""
     services = services_of(request)
-    status = _query(request, "status").get("status")
+    query = _query(request, "status", "run_id", "call_id")
+    status = query.get("status")
     if status is not None and status not in APPROVAL_STATES:
         raise MalformedRequest(
             f"status must be one of {', '.join(APPROVAL_STATES)}", code="invalid_status"
         )
-    items = await service_approvals.listing(services, principal_of(request), status, APPROVERS_ONLY)
+    run_id, call_id = _call_ids(query)
+    items = await service_approvals.listing(
+        services, principal_of(request), status, APPROVERS_ONLY, run_id=run_id, call_id=call_id
+    )
     return JSONResponse({"items": [a.to_json() for a in items], "count": len(items)})
 
 

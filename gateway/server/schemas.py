@@ -382,6 +382,8 @@ def _approval() -> Schema:
         {
             "id": _STR,
             "execution_id": _STR,
+            "run_id": _STR_OR_NULL,
+            "call_id": _STR_OR_NULL,
             "status": _enum(ApprovalStatus),
             "tool": _object({"name": _STR, "version": _STR}, "name", "version"),
             "arguments_sha256": _STR,
@@ -399,6 +401,8 @@ def _approval() -> Schema:
         },
         "id",
         "execution_id",
+        "run_id",
+        "call_id",
         "status",
         "tool",
         "arguments_sha256",

@@ -49,14 +49,37 @@ def require_approver(services: Runtime, principal: str, message: str) -> None:
         raise Forbidden(message, code="not_an_approver")
 
 
+LIST_LIMIT = 100
+"""The most approvals one listing answers (the newest)."""
+
+
 async def listing(
-    services: Runtime, principal: str, status: str | None, message: str
+    services: Runtime,
+    principal: str,
+    status: str | None,
+    message: str,
+    *,
+    run_id: str | None = None,
+    call_id: str | None = None,
 ) -> list[ApprovalRecord]:
-    """Every approval in ``status`` (None: any), expired ones closed first; for approvers
-    only (``message`` says so to anybody else)."""
-    require_approver(services, principal, message)
+    """Every approval in ``status`` (None: any), expired ones closed first, newest first (at
+    most ``LIST_LIMIT``); for approvers only (``message`` says so to anybody else).
+
+    Given ``run_id`` or ``call_id``, the approvals of the calls they name that
+    ``principal`` may see (``may_see``: the requester, and whoever may decide): how an agent
+    whose call was parked, knowing only its run and call ids, finds its approval."""
+    if run_id is None and call_id is None:
+        require_approver(services, principal, message)
     await approvals.sweep(services)
-    return await services.store.list_approvals(status)
+    everyone = services.policy_data.may_list_approvals(principal)
+    found = await services.store.list_approvals(
+        status,
+        LIST_LIMIT,
+        run_id=run_id,
+        call_id=call_id,
+        seen_by=None if everyone else principal,
+    )
+    return [approval for approval in found if may_see(services, principal, approval)]
 
 
 def may_see(services: Runtime, principal: str, approval: ApprovalRecord) -> bool:

@@ -23,7 +23,7 @@ from gateway.store.sql import Abort, Db, Sql, now_ms
 INSERT_APPROVAL = Sql(
     f"INSERT INTO approvals ({rows.APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 17)})"
 )
-APPROVAL_BY_ID = Sql(f"{rows.SELECT_APPROVAL} WHERE id = ?")
+APPROVAL_BY_ID = Sql(f"{rows.SELECT_APPROVAL} WHERE a.id = ?")
 PARK_EXECUTION = Sql(
     "UPDATE executions SET status = 'awaiting_approval', approval_id = ?, updated_ms = ? "
     "WHERE id = ?"
@@ -58,10 +58,10 @@ REPARK_RESUMED = Sql(
     "WHERE id = ? AND approval_id = ? AND status = 'running' AND COALESCE(owner, '') = ?"
 )
 STARTED = Sql("SELECT 1 FROM events WHERE execution_id = ? AND type = 'tool.started' LIMIT 1")
-EXPIRED_APPROVALS = Sql(f"{rows.SELECT_APPROVAL} WHERE status = 'pending' AND expires_ms <= ?")
+EXPIRED_APPROVALS = Sql(f"{rows.SELECT_APPROVAL} WHERE a.status = 'pending' AND a.expires_ms <= ?")
 UNRESUMED = Sql(
-    f"{rows.SELECT_APPROVAL} WHERE status = 'approved' AND decided_ms < ? AND id IN "
-    "(SELECT approval_id FROM executions WHERE status = 'awaiting_approval')"
+    f"{rows.SELECT_APPROVAL} WHERE a.status = 'approved' AND a.decided_ms < ? AND a.id IN "
+    "(SELECT x.approval_id FROM executions x WHERE x.status = 'awaiting_approval')"
 )
 
 
@@ -183,7 +183,26 @@ def get_approval(db: Db, approval_id: str) -> ApprovalRecord | None:
     return rows.approval(row) if row else None
 
 
-def list_approvals(db: Db, status: str | None, limit: int) -> list[ApprovalRecord]:
-    where, params = ("", ()) if status is None else (" WHERE status = ?", (status,))
-    sql = f"{rows.SELECT_APPROVAL}{where} ORDER BY requested_ms DESC LIMIT ?"
+def list_approvals(
+    db: Db,
+    status: str | None,
+    limit: int,
+    run_id: str | None = None,
+    call_id: str | None = None,
+    seen_by: str | None = None,
+) -> list[ApprovalRecord]:
+    """The newest approvals (at most ``limit``) in ``status``, of the calls ``run_id`` and
+    ``call_id`` name (None: any). ``seen_by``: only those this principal may be shown as the
+    requester or as one of the approver roles the decision named (the caller checks the
+    roles); None: everyone's."""
+    where, params = [], []
+    for column, value in (("a.status", status), ("e.run_id", run_id), ("e.call_id", call_id)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if seen_by is not None:
+        where.append("(a.principal = ? OR a.approver_roles_json IS NOT NULL)")
+        params.append(seen_by)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    sql = f"{rows.SELECT_APPROVAL}{clause} ORDER BY a.requested_ms DESC LIMIT ?"
     return [rows.approval(row) for row in db.all(sql, (*params, int(limit)))]

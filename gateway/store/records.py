@@ -114,11 +114,17 @@ class ApprovalRecord:
     """Who may decide, as the policy's decision named them (its ``approver_roles``); ``None``
     when the decision named none (or the approval predates schema version 3): then policy
     data's ``approvers`` for the tool's risk decide (``runtime/approvals.check_approver``)."""
+    run_id: str | None = None
+    call_id: str | None = None
+    """The run and call of the parked execution (read with it: ``rows.SELECT_APPROVAL``), by
+    which an agent that knows only its call finds the approval (docs/api.md)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "execution_id": self.execution_id,
+            "run_id": self.run_id,
+            "call_id": self.call_id,
             "status": self.status,
             "tool": {"name": self.tool_name, "version": self.tool_version},
             "arguments_sha256": self.arguments_sha256,

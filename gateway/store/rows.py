@@ -23,7 +23,12 @@ EVENT_COLUMNS = "id, execution_id, seq, type, version, at_ms, data_json"
 CHAINED_EVENT_COLUMNS = f"{EVENT_COLUMNS}, prev, hash"
 """An event's columns with its link in the audit chain (written on every insert)."""
 SELECT_EXECUTION = f"SELECT {EX_COLS} FROM executions"
-SELECT_APPROVAL = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
+SELECT_APPROVAL = (
+    f"SELECT {', '.join('a.' + c.strip() for c in APPROVAL_COLUMNS.split(','))}, "
+    "e.run_id, e.call_id FROM approvals a LEFT JOIN executions e ON e.id = a.execution_id"
+)
+"""An approval with its call's run and call ids (kept on its execution: one copy); every
+column of ``approvals`` as ``a.<column>``."""
 
 _STATUS_AT = EXECUTION_COLUMNS.index("status")
 
@@ -96,7 +101,7 @@ def approval_row(approval: ApprovalRecord) -> tuple[Any, ...]:
 def approval(row: Sequence[Any]) -> ApprovalRecord:
     (id_, execution_id, status, tool_name, tool_version, arguments_sha256, principal,
      workspace_id, reasons_json, arguments_json, preview_json, requested_ms, expires_ms,
-     decided_by, decided_ms, comment, approver_roles_json) = row  # fmt: skip
+     decided_by, decided_ms, comment, approver_roles_json, run_id, call_id) = row  # fmt: skip
     return ApprovalRecord(
         id=id_,
         execution_id=execution_id,
@@ -117,4 +122,6 @@ def approval(row: Sequence[Any]) -> ApprovalRecord:
         approver_roles=(
             None if approver_roles_json is None else tuple(json.loads(approver_roles_json))
         ),
+        run_id=run_id,
+        call_id=call_id,
     )

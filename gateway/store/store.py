@@ -409,8 +409,17 @@ class Store:
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         return await self._read(approvals.get_approval, approval_id)
 
-    async def list_approvals(self, status: str | None, limit: int = 100) -> list[ApprovalRecord]:
-        return await self._read(approvals.list_approvals, status, limit)
+    async def list_approvals(
+        self,
+        status: str | None,
+        limit: int = 100,
+        *,
+        run_id: str | None = None,
+        call_id: str | None = None,
+        seen_by: str | None = None,
+    ) -> list[ApprovalRecord]:
+        """``approvals.list_approvals``: the newest approvals by state, run and call."""
+        return await self._read(approvals.list_approvals, status, limit, run_id, call_id, seen_by)
 
     # -- approval notifications -----------------------------------------------------------
 

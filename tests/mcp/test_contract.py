@@ -237,6 +237,44 @@ def test_a_legacy_retry_is_the_same_call_and_another_request_is_not(
     assert other["structuredContent"]["content"] == "two"
 
 
+@pytest.mark.parametrize("era", ERAS)
+def test_a_named_call_of_a_keyed_tool_is_keyed_by_its_run_and_call(
+    served: Served, era: str
+) -> None:
+    """fs.delete_file requires an idempotency key. A call named stably (its
+    ``io.toolgate/call_id`` in 2026-07-28; any request of a 2025-11-25 session) needs none of
+    the client's: its key is ``<run_id>/<call_id>``, as the kit's, and the same call sent again
+    is the same keyed call."""
+    path = f"keyed-{uuid.uuid4().hex[:6]}.txt"
+    (served.workspace / path).write_text("bye")
+    named = {meta.CALL_ID: f"c-{uuid.uuid4().hex}"} if era == MODERN else {}
+    with Rpc(served.url, era) as rpc:
+        first = _result(rpc.call("fs.delete_file", {"path": path}, named, request_id=51))
+        again = _result(rpc.call("fs.delete_file", {"path": path}, named, request_id=51))
+    assert not first["isError"], first
+    execution_id = first["_meta"][meta.EXECUTION_ID]
+    assert again["_meta"][meta.EXECUTION_ID] == execution_id
+    stored = served.request_json(execution_id)
+    assert stored["idempotency_key"] == f"{stored['run_id']}/{stored['call_id']}"
+
+
+def test_an_unnamed_call_of_a_keyed_tool_is_refused_saying_how_to_name_it(
+    served: Served,
+) -> None:
+    """2026-07-28 without ``io.toolgate/call_id``: nothing tells a retry from a new call, so a
+    tool that requires a key refuses it, and says how to name the call over MCP."""
+    path = f"unnamed-{uuid.uuid4().hex[:6]}.txt"
+    (served.workspace / path).write_text("bye")
+    with Rpc(served.url, MODERN) as rpc:
+        out = _result(rpc.call("fs.delete_file", {"path": path}))
+    assert out["isError"], out
+    error = out["_meta"][meta.ERROR]
+    assert error["type"] == "idempotency_key_required"
+    assert meta.CALL_ID in error["message"] and meta.IDEMPOTENCY_KEY in error["message"]
+    assert "Idempotency-Key header" not in out["content"][0]["text"]
+    assert (served.workspace / path).exists()
+
+
 # -- 2. input refused up front, never an exception's text ----------------------------------
 
 

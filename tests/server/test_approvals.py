@@ -454,3 +454,71 @@ def test_a_parked_call_found_by_run_and_call_id_carries_its_approval(
     assert found["items"][0] == by_id
     assert by_id["approval"]["id"] == parked["approval"]["id"]
     assert by_id["approval"]["status"] == "pending"
+
+
+def _lookup(client: TestClient, key: str, **query: str) -> list[dict[str, Any]]:
+    found = client.get("/v1/approvals", params=query, headers=auth(key))
+    assert found.status_code == 200, found.text
+    return list(found.json()["items"])
+
+
+def test_an_approval_is_found_by_its_run_and_call_by_whoever_may_see_it(
+    client: TestClient, doomed: Path
+) -> None:
+    """An agent whose call was parked (a framework's interruption) knows its run and call
+    ids only: it finds the approval by them, as do those who may decide it; nobody else."""
+    parked = _delete(client, run_id="hitl-1", call_id="c-hitl")
+    carols = _delete(client, CAROL, run_id="hitl-1", call_id="c-hitl", idempotency_key="del-2")
+    mine = parked["approval"]["id"]
+    ids = {"run_id": "hitl-1", "call_id": "c-hitl"}
+    found = _lookup(client, ALICE, **ids)  # the requester, no approver
+    assert [a["id"] for a in found] == [mine]
+    assert found[0]["run_id"] == "hitl-1" and found[0]["call_id"] == "c-hitl"
+    assert found[0]["execution_id"] == parked["id"]
+    both = {a["id"] for a in _lookup(client, BOB, **ids)}  # an approver: everyone's
+    assert both == {mine, carols["approval"]["id"]}
+    assert [a["id"] for a in _lookup(client, ALICE, run_id="hitl-1", status="pending")] == [mine]
+    assert _lookup(client, ALICE, run_id="hitl-1", call_id="other") == []
+    assert _lookup(client, ALICE, run_id="hitl-1", status="denied") == []
+    # without an id it is the inbox, still for approvers only
+    inbox = client.get("/v1/approvals", headers=auth(ALICE))
+    assert inbox.status_code == 403 and inbox.json()["code"] == "not_an_approver"
+    shown = client.get(f"/v1/approvals/{mine}", headers=auth()).json()
+    assert (shown["run_id"], shown["call_id"]) == ("hitl-1", "c-hitl")
+    decided = client.post(f"/v1/approvals/{mine}/deny", headers=auth(BOB)).json()
+    assert (decided["run_id"], decided["call_id"]) == ("hitl-1", "c-hitl")
+    assert doomed.exists()
+
+
+def test_the_approvals_lookup_is_bounded(
+    client: TestClient, doomed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.service import approvals as service_approvals
+
+    monkeypatch.setattr(service_approvals, "LIST_LIMIT", 2)
+    made = [
+        _delete(client, run_id="many", call_id=f"c-{i}", idempotency_key=f"many-{i}")
+        for i in range(3)
+    ]
+    found = {a["id"] for a in _lookup(client, ALICE, run_id="many")}
+    assert len(found) == 2 and found < {p["approval"]["id"] for p in made}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "run_id=",
+        "call_id=",
+        f"run_id={'r' * 257}",
+        "run_id=a%0Ab",
+        "run_id=a&run_id=b",
+        "run_id=a&tool=fs.delete_file",
+    ],
+)
+def test_a_malformed_or_unknown_query_is_refused(client: TestClient, query: str) -> None:
+    """An id no call can have, one given twice, or a parameter the route does not take is
+    400 invalid_query, not an empty list: on the approvals lookup as on the executions one."""
+    for route in ("/v1/approvals", "/v1/executions"):
+        response = client.get(f"{route}?{query}", headers=auth(BOB))
+        assert response.status_code == 400, (route, query, response.text)
+        assert response.json()["code"] == "invalid_query", (route, query)

@@ -175,6 +175,17 @@ def test_the_headers_a_route_reads_are_parameters(method: str, path: str, header
     ).items(), [p["name"] for p in parameters]
 
 
+@pytest.mark.parametrize(
+    ("path", "names"),
+    [("/v1/approvals", {"status", "run_id", "call_id"}), ("/v1/executions", {"run_id", "call_id"})],
+)
+def test_the_query_parameters_a_listing_takes_are_parameters(path: str, names: set[str]) -> None:
+    """What the route's handler takes (``routes._query``), no more, no less: a generated
+    client offers exactly the filters the route answers to."""
+    operation = build_openapi()["paths"][path]["get"]
+    assert {p["name"] for p in operation["parameters"] if p.get("in") == "query"} == names
+
+
 def test_refusals_that_say_when_to_retry_document_retry_after() -> None:
     document = build_openapi()
     operations = _operations(document)

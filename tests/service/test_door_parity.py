@@ -26,7 +26,7 @@ import pytest
 
 from gateway.client import AsyncClient, CallOptions, Client
 from gateway.client.errors import ApiError
-from gateway.client.toolkit import answer, catalogue
+from gateway.client.toolkit import answer, catalogue, with_call_id
 from gateway.testing import gateway, make_project
 from tests.helpers import ALICE, BOB
 from tests.mcp.helpers import ERAS, connect
@@ -201,6 +201,20 @@ def _doomed(gw: Gw) -> str:
     return name
 
 
+def _delete_body(run_id: str, call_id: str, key: str, path: str) -> dict[str, Any]:
+    """A REST request to delete ``path`` (fs.delete_file: it takes a key, and waits for an
+    approver)."""
+    return {
+        "run_id": run_id,
+        "call_id": call_id,
+        "tool": {"name": "fs.delete_file"},
+        "arguments": {"path": path},
+        "actor": {"agent_id": "parity"},
+        "workspace": {"id": "demo"},
+        "idempotency_key": key,
+    }
+
+
 def test_every_answer_about_a_parked_call_names_its_approval_and_page(gw: Gw) -> None:
     pages: dict[str, tuple[str, str]] = {}
 
@@ -209,15 +223,7 @@ def test_every_answer_about_a_parked_call_names_its_approval_and_page(gw: Gw) ->
         return approval_id, f"/ui/approvals/{approval_id}"
 
     call_id = f"p-{uuid.uuid4().hex[:8]}"
-    body = {
-        "run_id": "parity",
-        "call_id": call_id,
-        "tool": {"name": "fs.delete_file"},
-        "arguments": {"path": _doomed(gw)},
-        "actor": {"agent_id": "parity"},
-        "workspace": {"id": "demo"},
-        "idempotency_key": call_id,
-    }
+    body = _delete_body("parity", call_id, call_id, _doomed(gw))
     with gw.rest(ALICE) as rest:
         parked = rest.post("/v1/executions", json=body).json()
         execution_id = parked["id"]
@@ -253,6 +259,80 @@ def test_every_answer_about_a_parked_call_names_its_approval_and_page(gw: Gw) ->
         kit = answer(client.get(execution_id))
     pages["kit"] = page_of(kit["approval_id"], kit["approval_page"])
     assert set(pages.values()) == {(approval_id, f"/ui/approvals/{approval_id}")}, pages
+
+
+# -- a parked call's approval found by its run and call -----------------------------------------
+
+
+def test_every_door_finds_a_parked_call_s_approval_by_its_run_and_call(gw: Gw) -> None:
+    # an agent whose framework was interrupted knows its run and call ids, not the approval's
+    call_id = f"h-{uuid.uuid4().hex[:8]}"
+    body = _delete_body("parity-h", call_id, call_id, _doomed(gw))
+    with gw.rest(ALICE) as rest:
+        parked = rest.post("/v1/executions", json=body).json()
+    expected = {(parked["approval"]["id"], "parity-h", call_id)}
+    found: dict[str, set[tuple[str, str, str]]] = {}
+
+    def named(items: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {(a["id"], a["run_id"], a["call_id"]) for a in items}
+
+    for who, key in (("requester", ALICE), ("approver", BOB)):
+        with gw.rest(key) as rest:
+            listed = rest.get("/v1/approvals", params={"run_id": "parity-h", "call_id": call_id})
+        found[f"rest {who}"] = named(listed.json()["items"])
+        cli = gw.cli(
+            key, "approvals", "list", "--json", "--run-id", "parity-h", "--call-id", call_id
+        )
+        assert cli.returncode == 0, cli.stderr
+        found[f"cli {who}"] = named(json.loads(cli.stdout)["items"])
+        with Client(gw.url, key) as client:
+            found[f"kit {who}"] = named(client.approvals(run_id="parity-h", call_id=call_id))
+    assert all(ids == expected for ids in found.values()), found
+
+
+# -- per-call idempotency of a keyed tool ------------------------------------------------------
+
+
+def test_a_keyed_tool_is_one_call_per_call_through_every_door(gw: Gw) -> None:
+    # fs.delete_file requires an idempotency key: REST sends its own; MCP (both eras) and the
+    # kit derive it from the call's run and call ids. Through each, the same call sent again
+    # is the same keyed call and another call is another
+    seen: dict[str, tuple[bool, bool, str]] = {}
+
+    def outcome(first: str, again: str, other: str, status: str) -> tuple[bool, bool, str]:
+        return first == again, other not in (first, again), status
+
+    def rest_call(call_id: str, path: str) -> dict[str, Any]:
+        body = _delete_body("parity-k", call_id, f"parity-k/{call_id}", path)
+        with gw.rest(ALICE) as rest:
+            return dict(rest.post("/v1/executions", json=body).json())
+
+    path = _doomed(gw)
+    first, again = (rest_call("k-rest", path) for _ in range(2))
+    other = rest_call("k-rest-2", _doomed(gw))
+    seen["rest"] = outcome(first["id"], again["id"], other["id"], first["status"])
+    for era in ERAS:
+
+        def mcp_call(call_id: str, path: str, era: str = era) -> dict[str, Any]:
+            named = {"io.toolgate/run_id": "parity-k", "io.toolgate/call_id": call_id}
+            return structured(mcp(gw, era, ALICE, "fs.delete_file", {"path": path}, **named))
+
+        path = _doomed(gw)
+        first, again = (mcp_call(f"k-{era}", path) for _ in range(2))
+        other = mcp_call(f"k-{era}-2", _doomed(gw))
+        ids = (first["execution_id"], again["execution_id"], other["execution_id"])
+        seen[f"mcp {era}"] = outcome(*ids, first["status"])
+    with Client(gw.url, ALICE) as client:
+
+        def kit_call(call_id: str, path: str) -> Any:
+            options = with_call_id(CallOptions(run_id="parity-k"), call_id)
+            return client.execute("fs.delete_file", {"path": path}, options)
+
+        path = _doomed(gw)
+        first, again = (kit_call("k-kit", path) for _ in range(2))
+        other = kit_call("k-kit-2", _doomed(gw))
+        seen["kit"] = outcome(first.id, again.id, other.id, first.status)
+    assert set(seen.values()) == {(True, True, "awaiting_approval")}, seen
 
 
 # -- per-call idempotency ----------------------------------------------------------------------
