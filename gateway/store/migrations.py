@@ -66,12 +66,20 @@ def _notifications(db: Db) -> None:
     gateway would change approvals without writing their notifications: it refuses the store."""
 
 
+def _run_and_call_indexes(db: Db) -> None:
+    """Version 7: executions are found by run and by call without their principal (an
+    approver's lookup, a run's events): two indexes, where each was a scan of the table."""
+    db.run("CREATE INDEX IF NOT EXISTS ix_executions_run ON executions (run_id, call_id)")
+    db.run("CREATE INDEX IF NOT EXISTS ix_executions_call ON executions (call_id)")
+
+
 STEPS: dict[int, Callable[[Db], None]] = {
     2: _chain_events,
     3: _approver_roles,
     4: _ended_sessions,
     5: _shadow_differences,
     6: _notifications,
+    7: _run_and_call_indexes,
 }
 """The step that brings a store to each version from the one before."""
 

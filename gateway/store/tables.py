@@ -8,14 +8,17 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """1: the first schema. 2: events carry ``prev`` and ``hash`` (the audit trail's chain), and
 ``audit_checkpoints`` (``migrations.py`` upgrades a version 1 store in place). 3: approvals
 keep their approver roles. 4: ``ended_sessions`` (a page session signed out ends on every
 replica; an older gateway, which would not read it, refuses the store). 5:
 ``shadow_differences`` (what a shadow policy decided otherwise, read by every replica's
 ``toolgate policy shadow report``). 6: ``notifications``
-(the outbox of approval notifications, written with the approval change it tells of)."""
+(the outbox of approval notifications, written with the approval change it tells of). 7: the
+indexes ``ix_executions_run`` and ``ix_executions_call`` (an approver's lookup by run or call,
+and a run's events, read other principals' executions: ``uq_execution_call`` starts with the
+principal and served none of them)."""
 
 
 class ExecutionRow(SQLModel, table=True):
@@ -24,6 +27,8 @@ class ExecutionRow(SQLModel, table=True):
         UniqueConstraint("principal", "run_id", "call_id", name="uq_execution_call"),
         Index("ix_executions_status", "status"),
         Index("ix_executions_quota", "principal", "workspace_id", "risk", "created_ms"),
+        Index("ix_executions_run", "run_id", "call_id"),
+        Index("ix_executions_call", "call_id"),
     )
 
     id: str = Field(primary_key=True, max_length=64)

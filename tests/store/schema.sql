@@ -1,4 +1,4 @@
--- schema version 6
+-- schema version 7
 -- sqlite
 CREATE TABLE executions (
 	id VARCHAR(64) NOT NULL, 
@@ -27,8 +27,10 @@ CREATE TABLE executions (
 	PRIMARY KEY (id), 
 	CONSTRAINT uq_execution_call UNIQUE (principal, run_id, call_id)
 );
+CREATE INDEX ix_executions_call ON executions (call_id);
 CREATE INDEX ix_executions_cancellation_token ON executions (cancellation_token);
 CREATE INDEX ix_executions_quota ON executions (principal, workspace_id, risk, created_ms);
+CREATE INDEX ix_executions_run ON executions (run_id, call_id);
 CREATE INDEX ix_executions_status ON executions (status);
 CREATE TABLE events (
 	id VARCHAR(64) NOT NULL, 
@@ -188,8 +190,10 @@ CREATE TABLE executions (
 	PRIMARY KEY (id), 
 	CONSTRAINT uq_execution_call UNIQUE (principal, run_id, call_id)
 );
+CREATE INDEX ix_executions_call ON executions (call_id);
 CREATE INDEX ix_executions_cancellation_token ON executions (cancellation_token);
 CREATE INDEX ix_executions_quota ON executions (principal, workspace_id, risk, created_ms);
+CREATE INDEX ix_executions_run ON executions (run_id, call_id);
 CREATE INDEX ix_executions_status ON executions (status);
 CREATE TABLE events (
 	id VARCHAR(64) NOT NULL, 

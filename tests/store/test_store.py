@@ -756,3 +756,58 @@ async def test_a_version_3_store_gains_ended_sessions_kept_until_they_expire(
         assert not await second.session_ended("other")
     finally:
         await second.aclose()
+
+
+def _execution_indexes(db: Db) -> set[str]:
+    if db.dialect.name == "sqlite":
+        rows = db.all(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", ("executions",)
+        )
+    else:
+        rows = db.all("SELECT indexname FROM pg_indexes WHERE tablename = ?", ("executions",))
+    return {row[0] for row in rows}
+
+
+async def test_a_version_6_store_gains_the_run_and_call_indexes(database_url: str) -> None:
+    first = Store(database_url)
+    await first.open()
+
+    def to_version_6(db: Db) -> None:  # what a version 6 store looks like
+        db.run("DROP INDEX ix_executions_run")
+        db.run("DROP INDEX ix_executions_call")
+        db.run("UPDATE schema_version SET version = 6")
+
+    await first._write(to_version_6)
+    assert not {"ix_executions_run", "ix_executions_call"} & await first._write(_execution_indexes)
+    await first.aclose()
+    second = Store(database_url)
+    await second.open()
+    try:
+        assert await second.schema_version() == SCHEMA_VERSION == 7
+        assert {"ix_executions_run", "ix_executions_call"} <= await second._write(
+            _execution_indexes
+        )
+    finally:
+        await second.aclose()
+
+
+async def test_executions_are_found_by_run_or_call_through_an_index(tmp_path: Path) -> None:
+    """An approver's lookup by run or by call, and a run's events, name no principal: each
+    was a scan of every execution (``uq_execution_call`` starts with the principal)."""
+    store = Store(f"sqlite:///{tmp_path / 'plan.db'}")
+    await store.open()
+
+    def plans(db: Db) -> list[str]:
+        found = []
+        for where, params in (("run_id = ?", ("r",)), ("call_id = ?", ("c",))):
+            query = f"SELECT id FROM executions WHERE {where} ORDER BY created_ms DESC LIMIT 5"
+            sql = f"EXPLAIN QUERY PLAN {query}"
+            found.append(" ".join(str(row[-1]) for row in db.all(sql, params)))
+        return found
+
+    try:
+        by_run, by_call = await store._write(plans)
+    finally:
+        await store.aclose()
+    assert "USING INDEX ix_executions_run" in by_run
+    assert "USING INDEX ix_executions_call" in by_call
