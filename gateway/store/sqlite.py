@@ -2,8 +2,11 @@
 
 SQLite runs in WAL mode and starts write transactions with ``BEGIN IMMEDIATE`` so two writers
 never deadlock on a lock upgrade. Its writes run on the event loop's thread and the writes of
-one turn of the loop commit together (:meth:`SqliteTransactor.write`); its WAL is checkpointed
-in the background (:meth:`SqliteTransactor._start_checkpoint`). Reads run on worker threads.
+one turn of the loop commit together (:meth:`SqliteTransactor.write`), each group under the
+writer lock the gateway's processes on one database share (``writerlock.py``: a process that
+waits for another's commit waits in the kernel, not in SQLite's sleeping busy handler); its
+WAL is checkpointed in the background (:meth:`SqliteTransactor._start_checkpoint`). Reads run
+on worker threads.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from gateway.errors import StoreError
 from gateway.store.sql import Abort, Db, Dialect
 from gateway.store.transactor import Committed, Finished, Outcome, Pooled, quietly, unavailable
+from gateway.store.writerlock import WriterLock
 
 log = logging.getLogger("toolgate.store")
 T = TypeVar("T")
@@ -102,12 +106,15 @@ class SqliteTransactor(Pooled):
         self._inline_db: Db | None = None
         self._inline_lock = threading.Lock()
         self._batch: list[_Write] = []
+        # ... under the writer lock shared with the other processes on this database; while
+        # another holds it, a thread waits for it and the writes queue (_flush).
+        self._writer = WriterLock(self.engine.url.database)
+        self._waiting: asyncio.Future[None] | None = None
         self._careful = 0  # group commits left to run with savepoints (_run_batch)
         # ... and their WAL is checkpointed on a thread of its own, not by the commit that
         # crosses SQLite's threshold (copying pages back and an fsync, on the loop).
         self._commits_since_checkpoint = 0
         self._checkpoint_task: asyncio.Task[None] | None = None
-        self._checkpoint_gate: anyio.Event | None = None
         self._checkpoint_conn: Any = None
 
     async def write(self, fn: Callable[[Db, *Ts], T], *args: *Ts) -> T:
@@ -117,16 +124,16 @@ class SqliteTransactor(Pooled):
         and grouped: the writes queued during one turn of the loop commit together (_flush).
         A thread hop costs about 0.1 ms of CPU, more than a whole short transaction, and
         writes are serial anyway (one writer per database, and the GIL). When another
-        connection holds the lock (another process, or a transaction of this one on a worker
-        thread), the transaction goes to a worker thread that waits for it.
+        connection holds the writer lock (another process's group commit, this one's WAL
+        restart), the writes queue until a thread that waits for the lock hands it over
+        (_flush); when a connection outside that lock holds SQLite's (a tool, a transaction
+        of this process on a worker thread), the transaction goes to a worker thread that
+        waits for it.
         """
-        gate = self._checkpoint_gate
-        if gate is not None:
-            await gate.wait()  # our checkpoint has the write lock for a moment
         loop = asyncio.get_running_loop()
         future = Committed(loop=loop)
         self._batch.append((fn, args, future))
-        if len(self._batch) == 1:
+        if len(self._batch) == 1 and self._waiting is None:
             loop.call_soon(self._flush)
         kind, value = await future  # uncancellable: it commits, awaited or not
         if kind is Outcome.OK:
@@ -145,18 +152,38 @@ class SqliteTransactor(Pooled):
         """Group commit: run the write transactions queued during this turn of the event
         loop as one SQLite transaction and commit them together (one that fails or aborts
         rolls back alone: _run_batch). Every queued caller learns its outcome only after
-        the COMMIT."""
-        batch, self._batch = self._batch, []
-        timed = self.timer
-        if timed is None:
-            outcomes = self._run_batch(batch)
-        else:
-            outcomes = timed(batch[0][0], self._run_batch, batch)
+        the COMMIT.
+
+        Under the writer lock: when another holder has it, a thread waits for it
+        (_wait_for_writer) and this flush runs when it is ours, with every write queued
+        meanwhile."""
+        if not self._writer.try_acquire():
+            loop = asyncio.get_running_loop()
+            self._waiting = loop.run_in_executor(None, self._wait_for_writer, loop)
+            return
+        self._waiting = None
+        try:
+            batch, self._batch = self._batch, []
+            timed = self.timer
+            if timed is None:
+                outcomes = self._run_batch(batch)
+            else:
+                outcomes = timed(batch[0][0], self._run_batch, batch)
+        finally:
+            self._writer.release()
         if (sizes := self._batch_observer) is not None:
             sizes(len(batch))
         for (_, _, future), outcome in zip(batch, outcomes, strict=True):
             if not future.done():
                 future.set_result(outcome)
+
+    def _wait_for_writer(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On a worker thread: wait until the writer lock is ours, then flush on the loop
+        (whose ``try_acquire`` finds it held already: a lock belongs to the open file)."""
+        try:
+            self._writer.acquire()
+        finally:
+            loop.call_soon_threadsafe(self._flush)
 
     def _run_batch(self, batch: list[_Write]) -> list[Finished]:
         """First without savepoints (two statements a write, and the pages each write
@@ -275,9 +302,9 @@ class SqliteTransactor(Pooled):
         PASSIVE, on a worker thread, alongside the writes: it copies almost every frame.
         That alone never lets the log be reused under steady writes (frames keep arriving
         behind it), so once the log holds RESTART_FRAMES frames, also RESTART, which takes
-        the write lock to copy the few frames left and start the log over: while it runs,
-        this process's writes wait on an event (no thread hop, no busy-handler sleeps) and
-        go on inline after it."""
+        the write lock to copy the few frames left and start the log over: it holds the
+        writer lock meanwhile, so the writes of this process and of the others queue behind
+        it (no busy-handler sleeps) and go on inline after it."""
         if self._checkpoint_task is not None and not self._checkpoint_task.done():
             return
         self._commits_since_checkpoint = 0
@@ -291,14 +318,19 @@ class SqliteTransactor(Pooled):
             # Once more without stopping anyone: what arrived during the first pass, so that
             # the restart, while writes wait, has only a few frames left to copy.
             await anyio.to_thread.run_sync(self._run_checkpoint, "PASSIVE")
-            gate = self._checkpoint_gate = anyio.Event()
-            try:
-                await anyio.to_thread.run_sync(self._run_checkpoint, "RESTART")
-            finally:
-                self._checkpoint_gate = None
-                gate.set()
+            await anyio.to_thread.run_sync(self._restart)
         except Exception as exc:  # the next one will try again
             log.warning("WAL checkpoint failed: %s", exc)
+
+    def _restart(self) -> None:
+        """RESTART under the writer lock, held on a file of its own (so this process's
+        inline writes queue behind it as another process's would)."""
+        lock = WriterLock(self.engine.url.database)
+        try:
+            lock.acquire()
+            self._run_checkpoint("RESTART")
+        finally:
+            lock.close()
 
     def _run_checkpoint(self, mode: str) -> int:
         """Run one checkpoint; the number of frames in the log (SQLite's answer)."""
@@ -314,6 +346,9 @@ class SqliteTransactor(Pooled):
         return int(row[1]) if row and row[1] is not None else 0
 
     async def aclose(self) -> None:
+        if self._waiting is not None:  # the writes queued behind another holder commit first
+            await self._waiting
+            await asyncio.sleep(0)  # the flush it scheduled
         with self._inline_lock:
             self._drop_inline()
         if self._checkpoint_task is not None:
@@ -321,4 +356,5 @@ class SqliteTransactor(Pooled):
         if self._checkpoint_conn is not None:
             quietly(self._checkpoint_conn.close)
             self._checkpoint_conn = None
+        self._writer.close()
         await anyio.to_thread.run_sync(self.engine.dispose)
