@@ -25,6 +25,7 @@ from gateway.store.sql import Abort, Db
 from gateway.store.store import Store
 from gateway.store.tables import SCHEMA_VERSION
 from gateway.types import LockMode, Status
+from tests.helpers import until
 
 pytestmark = pytest.mark.anyio
 
@@ -340,6 +341,48 @@ async def test_the_wal_is_checkpointed_off_the_writing_thread(
     with sqlite3.connect(path) as check:  # everything written is in the database
         (count,) = check.execute("SELECT count(*) FROM executions").fetchone()
     assert count == store_module.CHECKPOINT_EVERY * 3
+
+
+async def test_writes_queued_behind_another_process_commit_together_when_it_has_committed(
+    tmp_path: Path,
+) -> None:
+    """Gateway processes on one SQLite file queue for its one writer on the lock file beside
+    it (gateway/store/writerlock.py): while another holds it, this store's writes, arriving
+    over several turns of the loop, wait (none runs a transaction of its own, none sleeps in
+    SQLite's busy handler) and commit together in one group commit once it has committed."""
+    import sqlite3
+
+    from gateway.store.writerlock import WriterLock
+
+    path = tmp_path / "toolgate.db"
+    store = Store(f"sqlite:///{path}")
+    await store.open()
+    transactions: list[str] = []
+    store.transactor.observe(lambda name, wall, cpu: transactions.append(name))
+    other_lock = WriterLock(str(path))  # another gateway process, in its group commit
+    other_lock.acquire()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    outcomes: dict[int, object] = {}
+
+    async def reserve(i: int) -> None:
+        outcomes[i] = await store.reserve(record(f"ex{i}", call_id=f"c{i}"), [], None)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(reserve, i)
+            await anyio.sleep(0)  # each in a turn of the loop of its own
+        await until(lambda: len(store.transactor._batch) == 5, "five writes queued", limit=10)
+        assert transactions == [] and outcomes == {}
+        other.execute("COMMIT")
+        other_lock.release()
+    other.close()
+    other_lock.close()
+    assert len(transactions) == 1  # one group commit, no write on a thread of its own
+    assert all(isinstance(outcomes[i], Reserved) for i in range(5))
+    for i in range(5):
+        assert await store.get_execution(f"ex{i}") is not None
+    await store.aclose()
 
 
 async def test_writes_of_one_loop_turn_commit_together_and_fail_alone(tmp_path: Path) -> None:
