@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import anyio
@@ -12,7 +11,7 @@ from gateway.settings import Settings
 from gateway.store.records import LockBusy, LockRequest
 from gateway.store.store import Store
 from gateway.types import LockMode
-from tests.helpers import BOB
+from tests.helpers import BOB, wait_until
 from tests.server.helpers import auth, body
 
 HOLDER = "ex_lock_holder"
@@ -34,11 +33,10 @@ def lock_as(url: str, holder: str, key: str) -> dict[str, int] | LockBusy:
 
 
 def wait_for_status(client: TestClient, url: str, status: str) -> None:
-    for _ in range(200):
-        if client.get(url, headers=auth()).json()["status"] == status:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{url} never became {status}")
+    def reached() -> bool:
+        return bool(client.get(url, headers=auth()).json()["status"] == status)
+
+    wait_until(reached, f"{url} to become {status}", limit=30)
 
 
 def test_respond_async_then_long_poll(client: TestClient, workspace_root: Path) -> None:
