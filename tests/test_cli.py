@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ import pytest
 from gateway.settings import RELOADABLE
 from gateway.testing import free_port, gateway, make_project, wait_healthy
 from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
-from tests.helpers import ALICE, BOB, REVIEWED_TOOL
+from tests.helpers import ALICE, BOB, REVIEWED_TOOL, wait_until
 
 pytestmark = pytest.mark.slow  # every test runs the toolgate command as a process
 
@@ -514,14 +513,11 @@ def test_call_ids_agent_and_idempotency_key(tmp_path: Path) -> None:
 
 
 def _pending_approval(config: Path, url: str) -> str:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def pending() -> list[dict[str, object]]:
         listed = _approvals(config, url, "list", "--status", "pending", "--json")
-        items = json.loads(listed.stdout)["items"]
-        if items:
-            return str(items[0]["id"])
-        time.sleep(0.2)
-    raise AssertionError("no approval became pending")
+        return list(json.loads(listed.stdout)["items"])
+
+    return str(wait_until(pending, "an approval to become pending", every=0.2)[0]["id"])
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from gateway.errors import ToolgateError
+from gateway.errors import StoreError, ToolgateError
 from gateway.events.model import Event, make_event
 from gateway.store.store import Store
 
@@ -60,13 +60,22 @@ class OutputSink:
             self._pending.append((stream, text))
 
     async def checkpoint(self, state: Mapping[str, Any]) -> None:
-        """Append a durable ``state.checkpointed`` event with adapter state (not batched)."""
+        """Append a durable ``state.checkpointed`` event with adapter state (not batched).
+
+        A store that cannot take it is logged, not raised into the adapter: the work it
+        began goes on and its result is recorded once the store is back for the commit
+        (docs/failures.md, store unavailable). Raised, it failed the call with the store's
+        error after the adapter had stopped what it began. Recovery does without the state
+        (the process adapter finds a tree by its marker)."""
         await self.flush()
         event = make_event(
             self._execution_id, self._seq, "state.checkpointed", {"adapter": dict(state)}
         )
         self._seq += 1
-        await self._store.append(self._execution_id, [event])
+        try:
+            await self._store.append(self._execution_id, [event])
+        except StoreError as exc:
+            log.warning("could not checkpoint the adapter of %s: %s", self._execution_id, exc)
 
     async def run(self, elapsed: float = 0.0) -> None:
         """Flush periodically until cancelled (``elapsed``: seconds the call has run)."""

@@ -40,7 +40,11 @@ async def cancel(runtime: Runtime, record: ExecutionRecord, by: str) -> Executio
         effect = SideEffectReport(False, False, "nothing was attempted")
         return await close_execution(runtime, taken, Outcome.CANCELLED, error, effect)
     if await runtime.store.set_status(record.id, [Status.RUNNING], Status.CANCELLING, [note]):
+        # read before the signal: the answer is the call as marked (202 cancelling), not
+        # whatever its flow, woken by the signal, has made of it by the time of the read
+        marked = await runtime.store.get_execution(record.id) or record
         runtime.cancellations.signal(record.id)
+        return marked
     return await runtime.store.get_execution(record.id) or record
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from gateway.mcp import meta
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE, BOB, CAROL, starts_processes
+from tests.helpers import ALICE, BOB, CAROL, starts_processes, wait_until
 from tests.mcp.helpers import connect, meta_of
 
 LIMITS: dict[str, Any] = {
@@ -109,13 +109,6 @@ def _refused(response: httpx.Response, status: int, code: str) -> dict[str, Any]
     return body
 
 
-def _until(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _running(client: httpx.Client, run_id: str) -> int:
     items = client.get("/v1/executions", params={"run_id": run_id}).json()["items"]
     return sum(1 for item in items if item["status"] == "running")
@@ -143,7 +136,7 @@ def test_a_flood_of_slow_calls_from_one_principal_does_not_starve_another(gw: Gw
     ):
         flood = [pool.submit(alice.post, "/v1/executions", json=_slow(5, "alice", "flood"))]
         flood.append(pool.submit(alice.post, "/v1/executions", json=_slow(5, "alice", "flood")))
-        _until(lambda: _running(alice, "flood") == 2, "alice's two slow calls to run")
+        wait_until(lambda: _running(alice, "flood") == 2, "alice's two slow calls to run")
 
         # alice is at her share: every further call is refused at once, and runs nothing
         for _ in range(3):
@@ -166,7 +159,7 @@ def test_a_flood_of_slow_calls_from_one_principal_does_not_starve_another(gw: Gw
 
         # one slow call of carol's fills the total (3): the next call of anyone is a 503
         held = pool.submit(carol.post, "/v1/executions", json=_slow(4, "carol", "held"))
-        _until(lambda: _running(carol, "held") == 1, "carol's slow call to run")
+        wait_until(lambda: _running(carol, "held") == 1, "carol's slow call to run")
         _refused(carol.post("/v1/executions", json=_write("carol")), 503, "overloaded")
         read = _body("fs.read_file", {"path": "slow.py"}, "bob", "load")
         _refused(bob.post("/v1/executions", json=read), 503, "overloaded")
@@ -196,7 +189,7 @@ def test_the_queue_is_bounded_and_workers_serve_another_principal_first(gw: Gw) 
             sent = alice.post("/v1/executions", json=_slow(seconds, "alice", "q"), headers=prefer)
             assert sent.status_code == 202, sent.text
             queued.append(sent.json()["id"])
-        _until(lambda: _running(alice, "q") == 2, "the workers to take alice's first two calls")
+        wait_until(lambda: _running(alice, "q") == 2, "the workers to take alice's first two calls")
         _refused(
             alice.post("/v1/executions", json=_slow(0.1, "alice", "q"), headers=prefer),
             429,
@@ -247,7 +240,7 @@ def _refused_while(
             found.append(_refused(answer, status, code))
         return bool(found)
 
-    _until(refused, what)
+    wait_until(refused, what)
     return found[0]
 
 
@@ -302,7 +295,7 @@ def test_event_streams_are_bounded_in_total(gw: Gw, parked: dict[str, dict[str, 
                 statuses.append(again.status_code)
             return statuses[-1] == 200
 
-        _until(carol_streams, "the stream slot to be given back")
+        wait_until(carol_streams, "the stream slot to be given back")
 
 
 def _pending(gw: Gw, user: str) -> list[dict[str, Any]]:

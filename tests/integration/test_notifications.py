@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from gateway.testing import free_port, gateway, make_project
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, wait_until
 from tests.server.helpers import body as call_body
 
 pytestmark = pytest.mark.slow
@@ -133,14 +133,6 @@ def park(url: str) -> dict[str, Any]:
     return dict(parked["approval"])
 
 
-def until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never: {what}")
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     found = Receiver(answers={"/hook": [500]})
@@ -215,7 +207,7 @@ def test_an_approval_is_notified_signed_retried_and_without_its_secret(
         assert all(LEAKED not in raw.decode() for _, _, raw in seen)
 
         log = next(tmp_path.glob("gateway-*.log"))
-        until(lambda: b"egress control refused" in log.read_bytes(), "the refusal logged")
+        wait_until(lambda: b"egress control refused" in log.read_bytes(), "the refusal logged")
         assert refused.requests == []  # never contacted
 
         def scraped() -> str:
@@ -223,7 +215,7 @@ def test_an_approval_is_notified_signed_retried_and_without_its_secret(
             return httpx.get(f"{url}/metrics", headers=auth).text
 
         # both events to the refused endpoint, dead at once; 3 delivered after 1 retry
-        until(lambda: 'notifications_total{outcome="refused"} 2.0' in scraped(), "2 refused")
+        wait_until(lambda: 'notifications_total{outcome="refused"} 2.0' in scraped(), "2 refused")
         metrics = scraped()
         assert 'toolgate_notifications_total{outcome="delivered"} 3.0' in metrics
         assert 'toolgate_notifications_total{outcome="retry"} 1.0' in metrics
@@ -246,7 +238,7 @@ def test_a_pending_delivery_survives_a_restart(tmp_path: Path) -> None:
     with gateway(config, env={"WH": SECRET}) as url:
         approval = park(url)
         log = next(tmp_path.glob("gateway-*.log"))
-        until(lambda: b"will retry" in log.read_bytes(), "a failed attempt")
+        wait_until(lambda: b"will retry" in log.read_bytes(), "a failed attempt")
     with sqlite3.connect(tmp_path / "toolgate.db") as db:
         ((msg_id, status),) = db.execute("SELECT id, status FROM notifications").fetchall()
     assert status == "pending"

@@ -16,8 +16,7 @@ import json
 import signal
 import sqlite3
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from gateway.testing import (
     stop,
     wait_healthy,
 )
-from tests.helpers import ALICE, CAROL
+from tests.helpers import ALICE, CAROL, wait_until
 
 pytestmark = [pytest.mark.slow]
 ALICE_H = {"Authorization": f"Bearer {ALICE}"}
@@ -95,16 +94,6 @@ async def _create_schema(database_url: str) -> None:
     await store.aclose()
 
 
-def _until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _revisions(url: str) -> dict[str, str]:
     revisions: dict[str, str] = httpx.get(url + "/readyz", timeout=5).json()["revisions"]
     return revisions
@@ -140,10 +129,10 @@ def test_sighup_reloads_while_a_call_in_flight_keeps_its_generation(
             items = client.get(f"/v1/executions/{slow}/events", headers=ALICE_H).json()["items"]
             return any(e["type"] == "tool.started" for e in items)
 
-        _until(running, "the slow call to start")
+        wait_until(running, "the slow call to start")
         _change(tmp_path)
         proc.send_signal(signal.SIGHUP)
-        after = _until(lambda: (r := _revisions(url)) != before and r, "the reload")
+        after = wait_until(lambda: (r := _revisions(url)) != before and r, "the reload")
         assert after["catalogue"] != before["catalogue"] and after["policy"] != before["policy"]
 
         gone = client.post(
@@ -169,7 +158,7 @@ def test_sighup_reloads_while_a_call_in_flight_keeps_its_generation(
 
         (tmp_path / "tools.d" / "fs.broken.yaml").write_text("name: [fs.broken\n")
         proc.send_signal(signal.SIGHUP)
-        _until(lambda: b"refused" in log.read_bytes(), "the refusal in the log")
+        wait_until(lambda: b"refused" in log.read_bytes(), "the refusal in the log")
         assert b"fs.broken.yaml" in log.read_bytes()
         assert _revisions(url) == after
         (tmp_path / "tools.d" / "fs.broken.yaml").unlink()
@@ -208,7 +197,7 @@ def test_two_replicas_reloading_converge_on_the_same_revisions(tmp_path: Path, p
         assert answer.json()["status"] == "applied"
         after = answer.json()["revisions"]
         assert after != before
-        _until(lambda: _revisions(first) == after, "the first replica to converge")
+        wait_until(lambda: _revisions(first) == after, "the first replica to converge")
         assert _revisions(second) == after
 
 
@@ -242,7 +231,7 @@ def test_a_database_connection_added_to_toolgate_yaml_is_reloaded(tmp_path: Path
         config.write_text(yaml.safe_dump(settings))
         (tmp_path / "tools.d" / "db.kb_count.yaml").write_text(KB_TOOL)
         proc.send_signal(signal.SIGHUP)
-        _until(lambda: client.get("/readyz").json()["generation"] > before, "the reload")
+        wait_until(lambda: client.get("/readyz").json()["generation"] > before, "the reload")
         done = client.post("/v1/executions", json=_call("db.kb_count", {}, "kb"), headers=ALICE_H)
         assert done.json()["result"]["outcome"] == "succeeded", done.text
         assert done.json()["result"]["data"]["rows"] == [{"n": 1}]

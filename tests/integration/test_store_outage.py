@@ -1,6 +1,6 @@
 """The store's connections go away mid-flight (PostgreSQL backends killed with
-pg_terminate_backend while a call's adapter runs): the call ends truthfully (never a made-up
-success), the gateway stays up, and it works again at once."""
+pg_terminate_backend while a call's adapter runs): the call runs on and its result is
+recorded once the store is back, the gateway stays up, and it works again at once."""
 
 from __future__ import annotations
 
@@ -64,11 +64,11 @@ def test_postgres_connections_killed_mid_flight(tmp_path: Path, pg_url: str) -> 
             return answer.json() if done else None
 
         execution = wait_until(completed, "the call to complete", limit=120)
-        # Mostly "succeeded" (the store is back for the commit); 2 runs in about 100, under heavy
-        # load, ended "failed": not yet diagnosed, so the one outcome is not asserted yet.
-        assert execution["result"]["outcome"] in ("succeeded", "unknown", "failed"), execution
-        if execution["result"]["outcome"] != "succeeded":
-            assert execution["result"]["error"]["message"], (execution["result"], events())
+        # The store is back for the commit: the result is recorded (docs/failures.md, store
+        # unavailable). A kill that met the script's pid checkpoint once ended it "failed",
+        # the tree stopped (tests/adapters/test_process.py, ..._checkpoint_the_store_...).
+        assert execution["result"]["outcome"] == "succeeded", (execution["result"], events())
+        assert execution["result"]["data"]["stdout"] == "done\n"
         assert events().count("tool.completed") == 1
         assert client.get(url + "/readyz").status_code == 200
         again = client.post(url + "/v1/executions", json=dict(body, call_id="c2")).json()

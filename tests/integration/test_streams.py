@@ -5,7 +5,6 @@ resumes without gaps or duplicates; the stream ends at the terminal event."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 import yaml
 
 from gateway.testing import gateway, make_project
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, wait_until
 
 pytestmark = [pytest.mark.slow]
 STREAM = {"Accept": "text/event-stream"}
@@ -140,12 +139,10 @@ def test_streams_are_bounded_and_checked(tmp_path: Path, database_url: str) -> N
             assert held.status_code == 200
             second = httpx.get(events_url, headers={**_auth(), **STREAM})
             assert second.status_code == 429 and second.json()["code"] == "too_many_streams"
+
         # the slot is given back once the first stream is closed
-        statuses = []
-        for _ in range(100):
+        def opened() -> bool:
             with httpx.stream("GET", events_url, headers={**_auth(), **STREAM}) as third:
-                statuses.append(third.status_code)
-            if statuses[-1] == 200:
-                break
-            time.sleep(0.05)
-        assert statuses[-1] == 200, statuses
+                return third.status_code == 200
+
+        wait_until(opened, "a third stream to be admitted", limit=10)

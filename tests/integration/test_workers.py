@@ -34,7 +34,7 @@ from gateway.testing import (
     serve,
     wait_healthy,
 )
-from tests.helpers import ALICE, starts_processes
+from tests.helpers import ALICE, starts_processes, wait_until
 from tests.server.helpers import body as _body
 
 pytestmark = pytest.mark.slow
@@ -132,31 +132,32 @@ def test_a_killed_worker_is_replaced_its_execution_settled_and_sigterm_stops_all
     started = served.post(body, Prefer="respond-async")
     assert started.status_code == 202, started.text
     execution = started.json()["id"]
-    deadline = time.monotonic() + 30
-    while True:
+
+    def running() -> tuple[str, str] | None:
         with sqlite3.connect(served.root / "toolgate.db") as db:
             row = db.execute(
                 "SELECT owner, status FROM executions WHERE id = ?", (execution,)
             ).fetchone()
-        if row and row[1] == "running" and _script_runs(served):
-            break
-        assert time.monotonic() < deadline, row
-        time.sleep(0.2)
+        return row if row and row[1] == "running" and _script_runs(served) else None
+
+    row = wait_until(running, "the script to run", limit=30)
     victim = int(row[0].split(":")[1])
     before = {w.pid for w in served.workers()}
     assert victim in before
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 90
-    while True:
+
+    def settled_and_replaced() -> dict[str, Any] | None:
         answer = httpx.get(f"{served.url}/v1/executions/{execution}", headers=HEADERS, timeout=30)
-        assert answer.status_code in (200, 202), answer.text  # answered throughout
-        workers = {w.pid for w in served.workers()}
-        if answer.json()["status"] == "completed" and len(workers) == 2:
-            break
-        assert time.monotonic() < deadline, (answer.json(), workers)
-        time.sleep(0.3)
-    assert victim not in workers  # replaced by a new worker
-    assert answer.json()["result"]["outcome"] in ("unknown", "failed"), answer.json()
+        completed = answer.json()["status"] == "completed"
+        assert answer.status_code == (200 if completed else 202), answer.text  # answered throughout
+        return answer.json() if completed and len(served.workers()) == 2 else None
+
+    settled = wait_until(settled_and_replaced, "the call settled, the worker replaced", limit=90)
+    assert victim not in {w.pid for w in served.workers()}  # replaced by a new worker
+    # Started, then its gateway died; proc.python has no reconcile probe (docs/failures.md,
+    # gateway crash): unknown, interrupted.
+    result = settled["result"]
+    assert (result["outcome"], result["error"]["type"]) == ("unknown", "interrupted"), result
     assert not _script_runs(served)  # the leftover tree was stopped
     last = served.workers()
     served.proc.send_signal(signal.SIGTERM)

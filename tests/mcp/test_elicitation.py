@@ -85,7 +85,7 @@ def test_the_approval_is_asked_through_the_protocol_and_the_call_goes_on(
     assert asked.mode == "url"
     assert asked.url.startswith(f"{gw.url}/ui/approvals/ap")
     approval = _approval(gw, asked.url.rsplit("/", 1)[-1])
-    assert approval["status"] in ("approved", "used") and approval["decided_by"] == "bob"
+    assert approval["status"] == "used" and approval["decided_by"] == "bob"  # spent by the call
     assert path in asked.message and approval["arguments_sha256"] in asked.message
     assert all(reason in asked.message for reason in approval["reasons"])
     assert "You may not decide it yourself" in asked.message  # alice is no approver

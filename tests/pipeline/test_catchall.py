@@ -40,6 +40,18 @@ HI = hashlib.sha256(b"hi").hexdigest()
 SECRET = "raw-exception-text-must-not-show"
 BEFORE_THE_ADAPTER = ("resolve", "normalise", "validate", "policy", "reserve", "lock", "execute")
 
+RAISED_AT = {
+    "after_reserve": ("failed", False),
+    "before_adapter": ("failed", False),
+    # The adapter ran; its result was lost: the reconcile probe finds the content.
+    "after_side_effect": ("succeeded", True),
+    "during_verify": ("unknown", True),
+    "before_commit": ("unknown", True),
+    "after_commit": ("succeeded", True),  # committed before the fault: it stands
+}
+"""Fault point → the (outcome, attempted) a ``raise`` there ends a reconcilable write with
+(docs/failures.md, chaos testing: ``raise``)."""
+
 
 class Boom(RuntimeError):
     """What a gateway bug raises."""
@@ -126,15 +138,7 @@ async def test_a_raise_at_every_fault_point_ends_the_call_truthfully(
     )
     faulty = replace(services, faults=Faults.parse(f"{point}:raise"))
     record = await run_call(faulty, request())
-    expected = {
-        "after_reserve": ("failed", False),
-        "before_adapter": ("failed", False),
-        # The adapter ran; its result was lost: the reconcile probe finds the content.
-        "after_side_effect": ("succeeded", True),
-        "during_verify": ("unknown", True),
-        "before_commit": ("unknown", True),
-        "after_commit": ("succeeded", True),  # committed before the fault: it stands
-    }[point]
+    expected = RAISED_AT[point]
     await assert_settled(store, record, *expected)
     assert len(adapter.calls) == (0 if point in ("after_reserve", "before_adapter") else 1)
     assert_observed(telemetry, spans, expected[0])
@@ -238,7 +242,9 @@ def test_the_http_answer_is_never_5xx_and_the_execution_terminal(
         assert first.status_code == 200, first.text
         execution = first.json()
         assert execution["status"] == "completed", execution
-        assert execution["result"]["outcome"] in ("failed", "unknown", "succeeded")
+        outcome, attempted = RAISED_AT[point]
+        assert execution["result"]["outcome"] == outcome, execution["result"]
+        assert execution["result"]["side_effect"]["attempted"] is attempted
         assert SECRET not in first.text and "Traceback" not in first.text
         replay = client.post("/v1/executions", json=payload, headers=auth())
         assert replay.status_code == 200 and replay.json()["id"] == execution["id"]

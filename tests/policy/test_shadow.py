@@ -26,7 +26,7 @@ from gateway.policy.loader import load_policy_sources
 from gateway.server.app import create_app
 from gateway.settings import load_settings
 from gateway.testing import gateway, make_project
-from tests.helpers import ALICE
+from tests.helpers import ALICE, wait_until
 from tests.policy.helpers import toolgate
 from tests.policy.opa_helpers import Hanging, standin
 
@@ -91,15 +91,6 @@ def series(metrics: str, name: str, labels: str = "") -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def until(check: Any, what: str, seconds: float = 60) -> Any:
-    """Poll ``check()`` until it returns something true."""
-    deadline = time.monotonic() + seconds
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
-
-
 def report(root: Path, *args: str) -> dict[str, Any]:
     done = toolgate("policy", "shadow", "report", "--json", *args, cwd=root)
     assert done.returncode == 0, done.stderr
@@ -145,7 +136,7 @@ def test_differences_under_load_are_counted_exactly_across_replicas(
             )
             return total == len(calls)
 
-        until(compared, "the shadow to compare every decision")
+        wait_until(compared, "the shadow to compare every decision")
         scraped = [httpx.get(f"{u}/metrics", timeout=10).text for u in urls]
     kinds = ("allow_to_deny", "deny_to_allow")
     counted = {
@@ -350,7 +341,7 @@ def test_reload_switches_the_candidate_and_promote_enforces_it(tmp_path: Path) -
             return outcome(answer)
 
         def differences(expected: int) -> dict[str, Any]:
-            return until(  # type: ignore[no-any-return]
+            return wait_until(
                 lambda: (r := report(tmp_path, "--limit", "100"))["differences"] == expected and r,
                 f"{expected} differences",
             )
