@@ -56,6 +56,7 @@ def _complete(events: int) -> Sql:
         "SELECT count(*) FROM inserted"
     )
 
+
 EXECUTION_BY_ID = Sql(f"{rows.SELECT_EXECUTION} WHERE id = ?")
 EXECUTION_BY_CALL = Sql(
     f"{rows.SELECT_EXECUTION} WHERE principal = ? AND run_id = ? AND call_id = ?"
