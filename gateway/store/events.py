@@ -15,10 +15,28 @@ from gateway.events.model import Event
 from gateway.store import rows
 from gateway.store.sql import Db, Sql, placeholders
 
-INSERT_EVENT = Sql(
-    f"INSERT INTO events ({rows.CHAINED_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (id) DO NOTHING"
-)
+ROWS_PER_INSERT = 64
+"""Events one INSERT writes at most (nine parameters each: within every backend's bound)."""
+EVENT_ROW = f"({placeholders(9)})"
+
+
+@cache
+def _insert_events(count: int) -> Sql:
+    """One statement for ``count`` events (a round trip on PostgreSQL, where a statement per
+    event cost a bind and an execution each on both sides)."""
+    return Sql(
+        f"INSERT INTO events ({rows.CHAINED_EVENT_COLUMNS}) "
+        f"VALUES {', '.join([EVENT_ROW] * count)} ON CONFLICT (id) DO NOTHING"
+    )
+
+
+def insert_rows(db: Db, chained: Sequence[Sequence[object]]) -> None:
+    """Write chained event rows (``rows.chained_rows``), ROWS_PER_INSERT to a statement."""
+    for start in range(0, len(chained), ROWS_PER_INSERT):
+        chunk = chained[start : start + ROWS_PER_INSERT]
+        db.run(_insert_events(len(chunk)), [value for row in chunk for value in row])
+
+
 CHAIN_HEAD = Sql("SELECT seq, hash FROM events WHERE execution_id = ? ORDER BY seq DESC LIMIT 1")
 EVENTS_AFTER = Sql(
     f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE execution_id = ? AND seq > ? ORDER BY seq"
@@ -39,7 +57,7 @@ def insert(db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool
         if e.execution_id != execution_id:
             raise ValueError("one append is for one execution")
     if fresh:
-        db.many(INSERT_EVENT, rows.chained_rows(events, 0, GENESIS))
+        insert_rows(db, rows.chained_rows(events, 0, GENESIS))
         return
     db.advisory_lock("ev:" + execution_id)
     # Under the execution's lock (one writer at a time on SQLite) the head cannot move.
@@ -56,7 +74,7 @@ def insert(db: Db, events: Iterable[Event], *, fresh: bool = False, unseen: bool
             return
         head = max(found, default=None, key=lambda row: row[0])
     seq, prev = (0, GENESIS) if head is None else (head[0] + 1, head[1] or GENESIS)
-    db.many(INSERT_EVENT, rows.chained_rows(events, seq, prev))
+    insert_rows(db, rows.chained_rows(events, seq, prev))
 
 
 @cache

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 
 from gateway.errors import StoreError
+from gateway.events.chain import GENESIS
 from gateway.events.model import Event
 from gateway.store import events as event_log
 from gateway.store import idempotency, rows
@@ -33,10 +34,29 @@ INSERT_EXECUTION_IF_NEW = Sql(
     f"{INSERT_EXECUTION.qmark} ON CONFLICT (principal, run_id, call_id) DO NOTHING"
 )
 """Nothing inserted (no row changed) when the call (principal, run_id, call_id) is stored."""
-RELEASE_AND_INSERT_IF_NEW = Sql(
-    f"WITH released AS ({RELEASE_LOCKS.qmark}) {INSERT_EXECUTION_IF_NEW.qmark}"
-)
-"""The same, releasing the locks of its holder (the execution's id) in the same statement."""
+
+
+@cache
+def _complete(events: int) -> Sql:
+    """Where a WITH may write (PostgreSQL): a completed call's whole record in one statement,
+    one round trip: the release of its holder's locks (the execution's id), the execution
+    if its call (principal, run_id, call_id) is new, and then only its first ``events``
+    events. Its one row counts the executions inserted (0: the call is stored)."""
+    logged = ""
+    if events:
+        values = ", ".join([event_log.EVENT_ROW] * events)
+        logged = (
+            f", logged AS (INSERT INTO events ({rows.CHAINED_EVENT_COLUMNS}) "
+            f"SELECT * FROM (VALUES {values}) AS e WHERE EXISTS (SELECT 1 FROM inserted) "
+            "ON CONFLICT (id) DO NOTHING)"
+        )
+    return Sql(
+        f"WITH released AS ({RELEASE_LOCKS.qmark}), "
+        f"inserted AS ({INSERT_EXECUTION_IF_NEW.qmark} RETURNING id){logged} "
+        "SELECT count(*) FROM inserted"
+    )
+
+
 EXECUTION_BY_ID = Sql(f"{rows.SELECT_EXECUTION} WHERE id = ?")
 EXECUTION_BY_CALL = Sql(
     f"{rows.SELECT_EXECUTION} WHERE principal = ? AND run_id = ? AND call_id = ?"
@@ -121,21 +141,23 @@ def same_call(
 def insert_completed(db: Db, record: ExecutionRecord, events: Sequence[Event]) -> ReserveResult:
     # The insert first: the same call already stored is the rare case, and a statement (a
     # round trip on PostgreSQL) is saved in the common one; where a WITH may write, the
-    # release of the call's locks goes with it.
+    # release of the call's locks and the events go with it, in one statement.
     row = rows.execution_row(record)
     if db.dialect.writing_ctes:
-        inserted = db.run(RELEASE_AND_INSERT_IF_NEW, (record.id, *row))
+        chained = rows.chained_rows(events, 0, GENESIS)
+        first, rest = chained[: event_log.ROWS_PER_INSERT], chained[event_log.ROWS_PER_INSERT :]
+        params = (record.id, *row, *(value for event in first for value in event))
+        inserted = db.one(_complete(len(first)), params)[0]
     else:
         inserted = db.run(INSERT_EXECUTION_IF_NEW, row)
         release_locks(db, record.id)
-    existing = None
+        rest = rows.chained_rows(events, 0, GENESIS)
     if not inserted:
         existing = same_call(db, *call_identity(record))
         if existing is None:
             raise StoreError("the execution conflicted with its call but none was found")
-    if existing is not None:
         return existing
-    event_log.insert(db, events, fresh=True)
+    event_log.insert_rows(db, rest)
     return Reserved()
 
 

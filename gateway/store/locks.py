@@ -38,26 +38,38 @@ FIRST_BLOCKER_EXCLUSIVE = Sql(f"{_BLOCKER} ORDER BY lease_until_ms LIMIT 1")
 FIRST_BLOCKER_SHARED = Sql(
     f"{_BLOCKER} AND (mode = 'exclusive' OR lease_until_ms < ?) ORDER BY lease_until_ms LIMIT 1"
 )
-# Where a WITH may write (Dialect.writing_ctes: PostgreSQL), a grant is two statements after
-# its advisory lock instead of four, each a round trip: the expiry with the conflict check
-# (the SELECT sees the rows as they were before the DELETE, so it leaves out the expired ones
-# itself), and the next fence with the grant (the grant takes the fence's RETURNING).
-_CONFLICT_AFTER_EXPIRY = (
-    'WITH expired AS (DELETE FROM locks WHERE "key" = ? AND lease_until_ms < ?) '
-    'SELECT holder, holder_call_id FROM locks WHERE "key" = ? AND holder <> ? '
-    "AND lease_until_ms >= ?"
-)
-EXPIRE_AND_CONFLICT_EXCLUSIVE = Sql(f"{_CONFLICT_AFTER_EXPIRY} LIMIT 1")
-EXPIRE_AND_CONFLICT_SHARED = Sql(f"{_CONFLICT_AFTER_EXPIRY} AND mode = 'exclusive' LIMIT 1")
-FENCE_AND_GRANT = Sql(
-    'WITH fence AS (INSERT INTO lock_fences ("key", last_token) VALUES (?, 1) '
-    'ON CONFLICT ("key") DO UPDATE SET last_token = lock_fences.last_token + 1 '
-    "RETURNING last_token) "
-    'INSERT INTO locks ("key", holder, holder_call_id, mode, token, lease_until_ms) '
-    'SELECT ?, ?, ?, ?, last_token, ? FROM fence ON CONFLICT ("key", holder) DO UPDATE SET '
-    "holder_call_id = excluded.holder_call_id, mode = excluded.mode, "
-    "token = excluded.token, lease_until_ms = excluded.lease_until_ms RETURNING token"
-)
+
+
+# Where a WITH may write (Dialect.writing_ctes: PostgreSQL), a grant is one statement after
+# its advisory lock instead of four, each a round trip: the expiry of the others' leases that
+# ran out, the conflict check (the SELECT sees the rows as they were before the DELETE, so
+# it leaves out the expired ones itself), and, only when nothing is in the way, the next
+# fence with the grant (the grant takes the fence's RETURNING). The holder's own row is
+# renewed by the grant, never deleted by the same statement (a row is changed once in one).
+# The advisory lock stays a statement of its own: a statement's snapshot is taken before
+# anything in it runs, and the check must see every grant committed before the lock was had.
+def _grant(shared: bool) -> Sql:
+    mode = " AND mode = 'exclusive'" if shared else ""
+    return Sql(
+        'WITH expired AS (DELETE FROM locks WHERE "key" = ? AND lease_until_ms < ? '
+        "AND holder <> ?), "
+        'busy AS (SELECT holder, holder_call_id FROM locks WHERE "key" = ? AND holder <> ? '
+        f"AND lease_until_ms >= ?{mode} LIMIT 1), "
+        'fence AS (INSERT INTO lock_fences ("key", last_token) SELECT ?, 1 '
+        "WHERE NOT EXISTS (SELECT 1 FROM busy) "
+        'ON CONFLICT ("key") DO UPDATE SET last_token = lock_fences.last_token + 1 '
+        "RETURNING last_token), "
+        'granted AS (INSERT INTO locks ("key", holder, holder_call_id, mode, token, '
+        "lease_until_ms) SELECT ?, ?, ?, ?, last_token, ? FROM fence "
+        'ON CONFLICT ("key", holder) DO UPDATE SET '
+        "holder_call_id = excluded.holder_call_id, mode = excluded.mode, "
+        "token = excluded.token, lease_until_ms = excluded.lease_until_ms RETURNING token) "
+        "SELECT busy.holder, busy.holder_call_id, (SELECT token FROM granted) "
+        "FROM (SELECT 1) AS one LEFT JOIN busy ON true"
+    )
+
+
+GRANT_SHARED, GRANT_EXCLUSIVE = _grant(True), _grant(False)
 WAITER_CANCELLED = Sql("SELECT 1 FROM executions WHERE id = ? AND status = 'cancelling'")
 RENEW_LOCKS = Sql("UPDATE locks SET lease_until_ms = ? WHERE holder = ?")
 RELEASE_LOCKS = Sql("DELETE FROM locks WHERE holder = ?")
@@ -74,9 +86,13 @@ def try_acquire(
     for req in ordered:
         key, shared = req.key, req.mode is LockMode.SHARED
         db.advisory_lock("lock:" + key)
+        grant = (key, holder, holder_call_id, req.mode.value)
         if merged:
-            conflict = EXPIRE_AND_CONFLICT_SHARED if shared else EXPIRE_AND_CONFLICT_EXCLUSIVE
-            busy = db.one(conflict, (key, now, key, holder, now))
+            params = (key, now, holder, key, holder, now, key, *grant, lease_until)
+            busy_holder, busy_call, token = db.one(
+                GRANT_SHARED if shared else GRANT_EXCLUSIVE, params
+            )
+            busy = None if busy_holder is None else (busy_holder, busy_call)
         else:
             if shared:
                 busy = db.one(FIRST_BLOCKER_SHARED, (key, holder, now))
@@ -91,13 +107,10 @@ def try_acquire(
             # A cancel from any process is seen here: the waiter polls anyway.
             cancelled = db.one(WAITER_CANCELLED, (holder,)) is not None
             raise Abort(LockBusy(key, busy[0], busy[1], cancelled))  # roll back
-        grant = (key, holder, holder_call_id, req.mode.value)
-        if merged:
-            token = int(db.one(FENCE_AND_GRANT, (key, *grant, lease_until))[0])
-        else:
-            token = int(db.one(NEXT_FENCE, (key,))[0])
+        if not merged:
+            token = db.one(NEXT_FENCE, (key,))[0]
             db.run(UPSERT_LOCK, (*grant, token, lease_until))
-        tokens[key] = token
+        tokens[key] = int(token)
     return tokens
 
 

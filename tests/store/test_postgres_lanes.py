@@ -4,6 +4,9 @@ while holding the others' is put off and runs alone once the lock is free."""
 
 from __future__ import annotations
 
+import itertools
+import random
+import threading
 import time
 from collections.abc import Iterator
 
@@ -17,6 +20,7 @@ from gateway.store.store import Store
 from tests.store.test_store import record
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+ROUNDS = 10
 
 
 @pytest.fixture
@@ -131,3 +135,42 @@ async def test_a_write_that_would_wait_holding_other_writes_locks_is_put_off(
     rows = await store._read(lambda db: db.all("SELECT id FROM schema_version ORDER BY id"))
     assert rows == [(1,), (3,)]
     await store.aclose()
+
+
+async def test_one_process_commits_one_batch_at_a_time(pg_url: str) -> None:
+    """Scenario 1's writes, 16 calls at a time on one file: no two write transactions of one
+    process are open at once. (Two writer lanes each had a batch open: every read of one file
+    takes its shared lock, so a batch's write kept finding the key's advisory lock held by the
+    other lane's batch, was put off, and the lane's next batches ran with savepoints.)"""
+    from gateway.store.records import LockRequest
+    from gateway.types import LockMode
+
+    store = Store(pg_url)
+    await store.open()
+    spans: list[tuple[float, float]] = []
+
+    def seen(name: str, wall_s: float, cpu_s: float | None) -> None:
+        if threading.current_thread().name.startswith("toolgate-pg-writer"):
+            end = time.perf_counter()
+            spans.append((end - wall_s, end))
+
+    store.observe(seen)
+    shared = [LockRequest("ws:demo:file:one-kib.txt", LockMode.SHARED)]
+
+    async def read(k: int) -> None:
+        for i in range(ROUNDS):
+            ex = f"ex_{k}_{i}"
+            assert await store.try_acquire(ex, f"c_{k}_{i}", shared, 30)
+            await anyio.sleep(random.random() / 1000)  # the file's read: the calls drift apart
+            done = record(ex, call_id=f"c_{k}_{i}")
+            assert isinstance(await store.insert_completed(done, []), Reserved)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for k in range(16):
+                tg.start_soon(read, k)
+    finally:
+        await store.aclose()
+    spans.sort()
+    overlaps = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    assert len(spans) >= 2 and overlaps == []

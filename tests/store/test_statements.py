@@ -10,6 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.audit.chains import check_chain
+from gateway.events.model import make_event
+from gateway.store import events as event_log
 from gateway.store import executions, locks
 from gateway.store.records import Existing, LockBusy, LockRequest, Reserved
 from gateway.store.sql import Db
@@ -45,18 +48,20 @@ def counted(fn: Callable[..., Any], into: list[Counting]) -> Callable[..., Any]:
     return run
 
 
-async def test_a_grant_takes_three_statements(store: Store) -> None:
-    """PostgreSQL: the advisory lock, the expiry with the conflict check, the fence with the
-    grant. SQLite (serial, no advisory lock, no writing WITHs): the first row in the way, the
-    fence, the grant; the expiry only when a lease in the way ran out."""
+async def test_a_grant_takes_two_statements_on_postgresql(store: Store) -> None:
+    """PostgreSQL: the advisory lock, then the expiry, the conflict check and (with nothing
+    in the way) the fence with the grant, in one statement. SQLite (serial, no advisory
+    lock, no writing WITHs): the first row in the way, the fence, the grant; the expiry only
+    when a lease in the way ran out."""
     seen: list[Counting] = []
     grant = counted(locks.try_acquire, seen)
     shared = [LockRequest("k", LockMode.SHARED)]
     exclusive = [LockRequest("k", LockMode.EXCLUSIVE)]
+    statements = 2 if store.dialect.writing_ctes else 3
     assert await store._write(grant, "ex1", "c1", shared, 1.0) == {"k": 1}
-    assert len(seen[-1].statements) == 3
+    assert len(seen[-1].statements) == statements
     assert await store._write(grant, "ex2", "c2", shared, 30) == {"k": 2}  # shared: together
-    assert len(seen[-1].statements) == 3
+    assert len(seen[-1].statements) == statements
     busy = await store._write(grant, "ex3", "c3", exclusive, 30)
     assert isinstance(busy, LockBusy) and busy.holder in {"ex1", "ex2"}
     await store.release_locks("ex2")
@@ -66,6 +71,11 @@ async def test_a_grant_takes_three_statements(store: Store) -> None:
     assert [r[0] for r in rows] == ["ex3"]
     again = await store._write(grant, "ex3", "c3", exclusive, 30)  # the holder renews its grant
     assert again == {"k": 4}
+    assert await store._write(grant, "ex3", "c3", exclusive, 0.5) == {"k": 5}
+    await anyio.sleep(0.6)  # its own lease ran out: renewed, never removed by its own grant
+    assert await store._write(grant, "ex3", "c3", exclusive, 30) == {"k": 6}
+    rows = await store._read(lambda db: db.all('SELECT holder FROM locks WHERE "key" = ?', ("k",)))
+    assert [r[0] for r in rows] == ["ex3"]
 
 
 async def test_an_expired_lease_in_the_way_is_removed_for_either_mode(store: Store) -> None:
@@ -109,3 +119,28 @@ async def test_a_completed_call_is_inserted_first_and_answers_as_before(store: S
     other = await store._write(insert, record("ex3", payload="p2"), [])
     assert isinstance(other, Existing) and not other.same_payload
     assert await store.get_execution("ex2") is None
+
+
+async def test_a_completed_read_is_recorded_in_one_statement(store: Store) -> None:
+    """A read's one write (scenario 1: its execution and seven events) is one statement on
+    PostgreSQL: the release of its locks, the execution, its events. On SQLite: the insert,
+    the release, the events in one statement. A call already stored writes no events; more
+    events than one statement takes are all written, chained in order."""
+    seen: list[Counting] = []
+    insert = counted(executions.insert_completed, seen)
+    types = ("tool.requested", "tool.resolved", "policy.decided", "lock.acquired")
+    types += ("tool.started", "tool.side_effect_observed", "tool.completed")
+    read = [make_event("ex1", 0, t, {"n": i}) for i, t in enumerate(types)]
+    assert isinstance(await store._write(insert, record("ex1"), read), Reserved)
+    assert len(seen[-1].statements) == (1 if store.dialect.writing_ctes else 3)
+    stored = await store.events("ex1")
+    assert [(e.seq, e.type) for e in stored] == list(enumerate(types))
+    assert check_chain(await store.audit_chain("ex1")) == []
+    again = [make_event("ex2", 0, t, {}) for t in types]
+    assert isinstance(await store._write(insert, record("ex2"), again), Existing)
+    assert await store.events("ex2") == []
+    many = event_log.ROWS_PER_INSERT + 3
+    output = [make_event("ex3", 0, "tool.output", {"i": i}) for i in range(many)]
+    assert isinstance(await store._write(insert, record("ex3", call_id="c3"), output), Reserved)
+    assert [e.data["i"] for e in await store.events("ex3")] == list(range(many))
+    assert check_chain(await store.audit_chain("ex3")) == []
