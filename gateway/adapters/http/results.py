@@ -59,7 +59,8 @@ class Exchange:
     method: str
     url: httpx.URL
     status: int
-    headers: httpx.Headers
+    headers: Mapping[str, str]
+    """Case-insensitive, as the client gives them."""
     body: bytes
     truncated: bool
     body_error: str | None = None
