@@ -268,6 +268,7 @@ class HttpAdapter:
     def __init__(self, config: HttpConfig) -> None:
         self.config = config
         self._client: Client | None = None  # made on the first request (its SSL context ~50 ms)
+        self._policies: dict[tuple[Any, ...], EgressPolicy] = {}
 
     async def execute(self, call: AdapterCall) -> AdapterOutcome:
         if call.cancelled.is_set():
@@ -393,14 +394,7 @@ class HttpAdapter:
         """Everything but the sending: URL, egress policy, credentials, trace context."""
         base, networks = self._upstream(opts)
         url = _target(base, url_text, query)
-        policy = EgressPolicy.build(
-            (
-                *opts.egress.allow_hosts,
-                *opts.implied_hosts,
-                *([httpx.URL(base).host] if base else []),
-            ),
-            (*opts.egress.allow_networks, *networks),
-        )
+        policy = self._policy(opts, base, networks)
         secrets, credentials = await credential_headers(opts.credentials, self.config.secrets_dir)
         all_headers = [*headers, *credentials]
         if call.traceparent:
@@ -419,6 +413,22 @@ class HttpAdapter:
             budget=call.output_budget,
             floor=floor,
         )
+
+    def _policy(
+        self, opts: HttpOptions, base: str | None, networks: tuple[IPNetwork, ...]
+    ) -> EgressPolicy:
+        """The egress policy of a declaration with its service's base and networks: built
+        once for each (their hosts and networks parsed), not on every call (issue 33)."""
+        key = (opts.egress, opts.implied_hosts, base, networks)
+        policy = self._policies.get(key)
+        if policy is None:
+            hosts = (*opts.egress.allow_hosts, *opts.implied_hosts)
+            policy = EgressPolicy.build(
+                (*hosts, *([httpx.URL(base).host] if base else [])),
+                (*opts.egress.allow_networks, *networks),
+            )
+            self._policies[key] = policy
+        return policy
 
     def _upstream(self, opts: HttpOptions) -> tuple[str | None, tuple[IPNetwork, ...]]:
         """The base URL and the extra allowed networks of the tool's service."""

@@ -181,7 +181,7 @@ def outcome_of(plan: Plan, ex: Exchange, opts: HttpOptions) -> AdapterOutcome:
         evidence.append(found)
     ok = _is_success(ex.status, opts.success_status)
     writes = plan.method not in SAFE_METHODS
-    summary = f"{plan.method} {red.text(str(plan.url.copy_with(query=None)))} -> {ex.status}"
+    summary = f"{plan.method} {red.text(str(plan.url).partition('?')[0])} -> {ex.status}"
     return AdapterOutcome(
         Outcome.SUCCEEDED if ok else Outcome.FAILED,
         data=data,
