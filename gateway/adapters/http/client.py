@@ -107,14 +107,16 @@ class Client:
         (truncated, problem). Raises ``Unreachable``, ``Lost``, ``EgressRefused``, the
         resolver's ``ExecutionError`` or ``ValueError`` (a request aiohttp refuses)."""
         token = _ATTEMPT.set(attempt)
+        target = URL(url, encoded=True)
         try:
             response = await self._session(networks).request(
-                method,
-                URL(url, encoded=True),
-                headers=headers,
-                data=content,
-                allow_redirects=False,
+                method, target, headers=headers, data=content, allow_redirects=False
             )
+        except aiohttp.InvalidUrlClientError:
+            # aiohttp refuses a legacy numeric IPv4 host ("0", "127.1") before any resolver:
+            # egress control judges it first, as the system would resolve it.
+            await resolve(target.raw_host or "", target.port or 0, EgressPolicy(networks=networks))
+            raise
         finally:
             _ATTEMPT.reset(token)
         async with response:
