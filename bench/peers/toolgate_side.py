@@ -28,7 +28,7 @@ MCP_HEADERS = {
 PER_CALL = (
     "API-key check, argument validation against the declaration, the policy decision, a "
     "durable execution and a hash-chained event log committed to SQLite before the answer, "
-    "egress control on the upstream address, and the request on a pooled keep-alive httpx "
+    "egress control on the upstream address, and the request on a pooled keep-alive aiohttp "
     "client."
 )
 

@@ -32,6 +32,7 @@ from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.testing import adapter_call, catalogue_of, load_catalogue, load_declaration
 from gateway.types import Outcome
+from tests.adapters.helpers import HTTP_HEAD
 from tests.helpers import REPO
 from tests.server.helpers import auth, body
 
@@ -39,14 +40,7 @@ pytestmark = pytest.mark.anyio
 CATALOGUE = load_catalogue(REPO / "tools.d")
 TOKEN = "s3cr3t-orders-token-0042"
 LOOPBACK = ["127.0.0.1/32"]
-HEAD = """\
-name: t.http
-version: 1.0.0
-description: A test tool.
-adapter: http
-operation: request
-risk: low
-"""
+HEAD = HTTP_HEAD
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,11 @@
-"""The HTTP adapter: one declared request per tool, sent with httpx behind egress control.
+"""The HTTP adapter: one declared request per tool, sent behind egress control.
 
 A tool declares its method, URL, query, headers, body, credentials and egress allowlist
 (``gateway.adapters.http.options``; every key in ``docs/adapters/http.md``); the request is
 filled from the call context (``request``), sent here, and read back into an outcome
-(``results``). Every connection goes through ``gateway.adapters.shared.egress``: the host
-is checked per request and per redirect hop, the resolved address at every connect.
+(``results``). The client (``client``, aiohttp) connects only through
+``gateway.adapters.shared.egress``: the host is checked here per request and per redirect
+hop, the resolved address at every connect.
 
 Failures are translated at this edge, and whether anything left decides how:
 
@@ -16,24 +17,25 @@ Failures are translated at this edge, and whether anything left decides how:
 
 The pipeline reconciles the three uncertain codes of a write with the tool's ``reconcile``
 probes and otherwise reports ``unknown``; ``retryable`` is true for them only when a repeat
-cannot duplicate the effect. Nothing is ever retried here.
+cannot duplicate the effect. Nothing is retried here; the client sends a request again
+only where a kept-alive connection was closed under it and repeating is safe (``client``).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, ClassVar, TypeVar
 
 import anyio
+import certifi
 import httpx
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome
+from gateway.adapters.http.client import Attempt, Client, Lost, Unreachable
 from gateway.adapters.http.options import HttpConfig, HttpOptions, parse_json_path
 from gateway.adapters.http.request import (
     REDACTED,
@@ -61,7 +63,6 @@ from gateway.adapters.shared.egress import (
     IPNetwork,
     check_host,
 )
-from gateway.adapters.shared.transport import guarded_transport
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.templates import TemplateError
@@ -71,12 +72,6 @@ from gateway.types import JSON
 from gateway.yamlsrc import Lines
 
 T = TypeVar("T")
-# httpcore's DEBUG trace logs every request and response header, credentials included: the
-# gateway never lets it through, whatever level the root logger is at. httpx's INFO line
-# ("HTTP Request: GET <url> ...") is held back too: a record built, masked and written on
-# every call, which the execution's events already record (issue 33). Its warnings pass.
-logging.getLogger("httpcore").setLevel(logging.INFO)
-logging.getLogger("httpx").setLevel(logging.WARNING)
 
 RESPONSE_LOST = "interrupted"
 """The code of "sent, and the connection died before the response": one the pipeline
@@ -154,20 +149,6 @@ def _probe_problems(tool: ToolDeclaration, lines: Lines) -> Iterator[str]:
                     yield f"{where}: {exc}"
 
 
-_LOCATION = "toolgate.location"
-
-
-async def _hide_location(response: httpx.Response) -> None:
-    """Keep httpx from reading ``Location``: even with redirects off it builds the next
-    request from it, and a Location it cannot parse (``javascript:alert(1)``) would fail
-    the exchange as if nothing had been sent. ``_exchange`` puts the header back, and
-    ``_send`` checks each hop itself."""
-    location = response.headers.get("location")
-    if location is not None:
-        response.extensions[_LOCATION] = location
-        del response.headers["location"]
-
-
 def _redirect_target(url: httpx.URL, location: str) -> httpx.URL:
     """Where a redirect from ``url`` points; a Location that is not a URL is refused like
     any other hop egress control does not allow (``check_host`` checks the rest)."""
@@ -179,17 +160,6 @@ def _redirect_target(url: httpx.URL, location: str) -> httpx.URL:
             f"the redirect from {url.copy_with(query=None)} points to {shown!r}, "
             "which is not an http(s) URL"
         ) from exc
-
-
-class _Progress:
-    """Whether the request has started to leave (httpcore's trace extension tells)."""
-
-    def __init__(self) -> None:
-        self.sent = False
-
-    async def trace(self, event: str, info: Mapping[str, Any]) -> None:
-        if event.endswith("send_request_headers.started"):
-            self.sent = True
 
 
 class _StoppedSafely(Exception):
@@ -237,35 +207,10 @@ def _budget(call: AdapterCall, floor: float) -> float:
     return max(call.seconds_left() - _MARGIN, floor, 0.001)
 
 
-async def _read_body(
-    response: httpx.Response, limit: int, buf: bytearray
-) -> tuple[bool, str | None]:
-    """Read at most ``limit`` bytes into ``buf``: (truncated, problem)."""
-    try:
-        async for chunk in response.aiter_bytes():
-            room = limit - len(buf)
-            if len(chunk) > room:
-                buf += chunk[:room]
-                return True, None
-            buf += chunk
-    except httpx.DecodingError:
-        return True, "the body could not be decoded (bad content-encoding)"
-    except httpx.TransportError:
-        return True, "the connection failed while the body was being read"
-    return False, None
-
-
 def _os_reason(exc: BaseException) -> str:
     """A short reason from the OSError behind ``exc``, never the raw exception text."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno:
-            return os.strerror(seen.errno).lower()
-        seen = seen.__cause__ or seen.__context__
-    text = str(exc).lower()
-    for known in ("connection refused", "network is unreachable", "no route to host"):
-        if known in text:
-            return known
+    if isinstance(exc, Unreachable) and exc.errno:
+        return os.strerror(exc.errno).lower()
     return "the connection could not be made"
 
 
@@ -278,17 +223,17 @@ def _send_error(
 ) -> ToolgateError:
     """A transport failure as the project's error: was anything sent, may it be retried?"""
     target = f"{plan.method} {url.copy_with(query=None)}"
-    if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol | httpx.InvalidURL):
+    if not isinstance(exc, Lost | Unreachable | TimeoutError):
         return ExecutionError(
             f"{target} could not be sent: invalid request", code="invalid_request"
         )
-    if not sent or isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
-        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+    if not sent or isinstance(exc, Unreachable):
+        if isinstance(exc, TimeoutError):
             why = f"no connection to {_where(url)} within {seconds:.1f} s"
         else:
             why = f"could not connect to {_where(url)}: {_os_reason(exc)}"
         return ExecutionError(f"{why}; nothing was sent", code="http_unreachable", retryable=True)
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+    if isinstance(exc, TimeoutError):
         return ExecutionError(
             f"{target} got no response within {seconds:.1f} s; the server may have processed it",
             code="timeout",
@@ -322,13 +267,8 @@ class HttpAdapter:
 
     def __init__(self, config: HttpConfig) -> None:
         self.config = config
-        self._clients: dict[tuple[IPNetwork, ...], httpx.AsyncClient] = {}
-        self._ssl: ssl.SSLContext | None = None  # made with the first client (~50 ms)
-        self._limits = httpx.Limits(
-            max_connections=config.max_connections,
-            max_keepalive_connections=min(config.max_connections, 20),
-            keepalive_expiry=5.0,
-        )
+        self._client: Client | None = None  # made on the first request (its SSL context ~50 ms)
+        self._policies: dict[tuple[Any, ...], EgressPolicy] = {}
 
     async def execute(self, call: AdapterCall) -> AdapterOutcome:
         if call.cancelled.is_set():
@@ -404,8 +344,8 @@ class HttpAdapter:
         }
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
+        client, self._client = self._client, None
+        if client is not None:
             await client.aclose()
 
     # -- planning --------------------------------------------------------------------
@@ -454,14 +394,7 @@ class HttpAdapter:
         """Everything but the sending: URL, egress policy, credentials, trace context."""
         base, networks = self._upstream(opts)
         url = _target(base, url_text, query)
-        policy = EgressPolicy.build(
-            (
-                *opts.egress.allow_hosts,
-                *opts.implied_hosts,
-                *([httpx.URL(base).host] if base else []),
-            ),
-            (*opts.egress.allow_networks, *networks),
-        )
+        policy = self._policy(opts, base, networks)
         secrets, credentials = await credential_headers(opts.credentials, self.config.secrets_dir)
         all_headers = [*headers, *credentials]
         if call.traceparent:
@@ -481,6 +414,22 @@ class HttpAdapter:
             floor=floor,
         )
 
+    def _policy(
+        self, opts: HttpOptions, base: str | None, networks: tuple[IPNetwork, ...]
+    ) -> EgressPolicy:
+        """The egress policy of a declaration with its service's base and networks: built
+        once for each (their hosts and networks parsed), not on every call (issue 33)."""
+        key = (opts.egress, opts.implied_hosts, base, networks)
+        policy = self._policies.get(key)
+        if policy is None:
+            hosts = (*opts.egress.allow_hosts, *opts.implied_hosts)
+            policy = EgressPolicy.build(
+                (*hosts, *([httpx.URL(base).host] if base else [])),
+                (*opts.egress.allow_networks, *networks),
+            )
+            self._policies[key] = policy
+        return policy
+
     def _upstream(self, opts: HttpOptions) -> tuple[str | None, tuple[IPNetwork, ...]]:
         """The base URL and the extra allowed networks of the tool's service."""
         if opts.service is None:
@@ -497,37 +446,16 @@ class HttpAdapter:
 
     # -- sending ---------------------------------------------------------------------
 
-    def _client(self, policy: EgressPolicy) -> httpx.AsyncClient:
-        """One client (and pool) per set of allowed networks: a pooled connection is only
-        reused under the policy that checked it."""
-        client = self._clients.get(policy.networks)
-        if client is None:
-            transport = guarded_transport(
-                EgressPolicy(networks=policy.networks),
-                ssl_context=self._ssl_context(),
-                limits=self._limits,
-            )
-            client = httpx.AsyncClient(
-                transport=transport,
-                trust_env=False,
-                follow_redirects=False,
-                headers={"User-Agent": self.config.user_agent},
-                # One client serves every actor: it must never remember a cookie.
-                cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-                event_hooks={"response": [_hide_location]},
-            )
-            self._clients[policy.networks] = client
-        return client
-
-    def _ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
+    def _open(self) -> Client:
+        if self._client is None:
             cafile = self.config.ca_bundle
-            self._ssl = (
-                ssl.create_default_context(cafile=str(cafile))
-                if cafile is not None
-                else httpx.create_ssl_context(trust_env=False)
+            context = ssl.create_default_context(cafile=str(cafile or certifi.where()))
+            self._client = Client(
+                ssl_context=context,
+                limit=self.config.max_connections,
+                user_agent=self.config.user_agent,
             )
-        return self._ssl
+        return self._client
 
     async def _send(self, plan: Plan, call: AdapterCall) -> Exchange:
         """Send, following at most ``plan.redirects`` redirects, each hop checked again."""
@@ -558,46 +486,47 @@ class HttpAdapter:
         headers: list[tuple[str, str]],
         content: bytes | None,
     ) -> Exchange:
-        progress = _Progress()
+        """One request and its body within the call's budget; whatever stops it (an error,
+        the deadline, a cancellation) is judged by how far it got (``Attempt``)."""
+        attempt = Attempt(retry_safe=plan.retry_safe)
         seconds = _budget(call, plan.floor)
-        client = self._client(plan.policy)
-        request = client.build_request(
-            method,
-            url,
-            headers=headers,
-            content=content,
-            timeout=httpx.Timeout(seconds),
-            extensions={"trace": progress.trace},
-        )
+        client, networks = self._open(), plan.policy.networks
+
+        async def send() -> tuple[bool, str | None]:
+            return await client.send(
+                attempt, networks, method, str(url), headers, content, budget=plan.budget
+            )
+
         try:
-            response = await _run_bounded(call, seconds, lambda: client.send(request, stream=True))
-        except _Cancelled as exc:
-            if not progress.sent:
-                raise _StoppedSafely("before the request was sent") from exc
-            if method in SAFE_METHODS:
-                raise _StoppedSafely(f"while waiting for the response to {method}") from exc
-            raise ExecutionError(
-                f"cancelled after {method} {url.copy_with(query=None)} was sent; "
-                "the server may have processed it",
-                code="cancelled",
-                retryable=plan.retry_safe,
-                details={"reason": "cancelled_in_flight"},
-            ) from exc
+            truncated, problem = await _run_bounded(call, seconds, send)
+        except (TimeoutError, _Cancelled) as exc:
+            if attempt.status is None:
+                raise self._stopped(exc, plan, method, url, attempt.sent, seconds) from exc
+            truncated, problem = True, "the deadline or a cancellation cut the body short"
         except ToolgateError:
             raise
         except Exception as exc:
-            raise _send_error(exc, plan, url, progress.sent, seconds) from exc
-        hidden = response.extensions.get(_LOCATION)
-        if isinstance(hidden, str):
-            response.headers["location"] = hidden
-        buf = bytearray()
-        try:
-            read = lambda: _read_body(response, plan.budget, buf)  # noqa: E731
-            truncated, problem = await _run_bounded(call, _budget(call, plan.floor), read)
-        except (TimeoutError, _Cancelled):
-            truncated, problem = True, "the deadline or a cancellation cut the body short"
-        finally:
-            await response.aclose()
+            raise _send_error(exc, plan, url, attempt.sent, seconds) from exc
+        assert attempt.status is not None
         return Exchange(
-            method, url, response.status_code, response.headers, bytes(buf), truncated, problem
+            method, url, attempt.status, attempt.headers, bytes(attempt.body), truncated, problem
+        )
+
+    @staticmethod
+    def _stopped(
+        exc: Exception, plan: Plan, method: str, url: httpx.URL, sent: bool, seconds: float
+    ) -> Exception:
+        """The deadline or a cancellation before the response: safe, or uncertain."""
+        if isinstance(exc, TimeoutError):
+            return _send_error(exc, plan, url, sent, seconds)
+        if not sent:
+            return _StoppedSafely("before the request was sent")
+        if method in SAFE_METHODS:
+            return _StoppedSafely(f"while waiting for the response to {method}")
+        return ExecutionError(
+            f"cancelled after {method} {url.copy_with(query=None)} was sent; "
+            "the server may have processed it",
+            code="cancelled",
+            retryable=plan.retry_safe,
+            details={"reason": "cancelled_in_flight"},
         )

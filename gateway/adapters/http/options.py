@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -256,7 +257,7 @@ class HttpOptions(Frozen):
         faults.raise_any("HttpOptions")
         return self
 
-    @property
+    @cached_property
     def implied_hosts(self) -> tuple[str, ...]:
         """The hosts this declaration names itself (base_url, a literal url)."""
         hosts = [_host(self.base_url)] if self.base_url else []

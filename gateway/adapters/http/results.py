@@ -59,7 +59,8 @@ class Exchange:
     method: str
     url: httpx.URL
     status: int
-    headers: httpx.Headers
+    headers: Mapping[str, str]
+    """Case-insensitive, as the client gives them."""
     body: bytes
     truncated: bool
     body_error: str | None = None
@@ -180,7 +181,7 @@ def outcome_of(plan: Plan, ex: Exchange, opts: HttpOptions) -> AdapterOutcome:
         evidence.append(found)
     ok = _is_success(ex.status, opts.success_status)
     writes = plan.method not in SAFE_METHODS
-    summary = f"{plan.method} {red.text(str(plan.url.copy_with(query=None)))} -> {ex.status}"
+    summary = f"{plan.method} {red.text(str(plan.url).partition('?')[0])} -> {ex.status}"
     return AdapterOutcome(
         Outcome.SUCCEEDED if ok else Outcome.FAILED,
         data=data,

@@ -20,9 +20,9 @@ to the checked address; nothing else needs to be trusted (it lives in
 ``gateway.adapters.shared.transport``, with ``guarded_transport``).
 
 Public surface: ``EgressDecl`` (the ``egress:`` key of a declaration), ``EgressPolicy``,
-``EgressRefused``, ``parse_network``, ``check_host``,
-``resolve``, ``check_url`` and ``refusal``. This module imports no HTTP library (httpx is
-imported by ``check_url`` when it is first called), so declaration specs may use it.
+``EgressRefused``, ``parse_network``, ``check_host``, ``resolve``, ``check_address``,
+``check_url`` and ``refusal``. This module imports no HTTP library (httpx is imported by
+``check_url`` when it is first called), so declaration specs may use it.
 """
 
 from __future__ import annotations
@@ -225,14 +225,19 @@ async def resolve(
         local = bare == "localhost" or bare.endswith(".localhost")
         addresses = await (lookup or _lookup)("localhost" if local else name, port)
     for ip in addresses:
-        kind = refusal(ip, policy)
-        if kind is not None:
-            shown = name if name == str(ip) else f"{name} ({ip})"
-            raise EgressRefused(
-                f"refused to connect to {shown}: a {kind} address, which this tool does not "
-                "allow (declare it in allow_networks to permit it)"
-            )
+        check_address(name, ip, policy)
     return addresses
+
+
+def check_address(name: str, ip: IPAddress, policy: EgressPolicy) -> None:
+    """Refuse ``ip`` (an address of ``name``) unless ``policy`` allows it."""
+    kind = refusal(ip, policy)
+    if kind is not None:
+        shown = name if name == str(ip) else f"{name} ({ip})"
+        raise EgressRefused(
+            f"refused to connect to {shown}: a {kind} address, which this tool does not "
+            "allow (declare it in allow_networks to permit it)"
+        )
 
 
 async def _lookup(name: str, port: int) -> tuple[IPAddress, ...]:

@@ -7,6 +7,7 @@ a checked address: DNS rebinding cannot slip a refused address in between.
 
 from __future__ import annotations
 
+import logging
 import select
 import socket
 import ssl
@@ -18,6 +19,13 @@ import httpcore
 import httpx
 
 from gateway.adapters.shared.egress import EgressPolicy, EgressRefused, IPAddress, resolve
+
+# httpcore's DEBUG trace logs every request and response header, credentials included: the
+# gateway never lets it through, whatever level the root logger is at. httpx's INFO line
+# ("HTTP Request: POST <url> ...") is held back too: a record built, masked and written per
+# request, which the caller's own records already hold (issue 33). Its warnings pass.
+logging.getLogger("httpcore").setLevel(logging.INFO)
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def guarded_transport(

@@ -1,0 +1,261 @@
+"""The HTTP adapter's client: aiohttp behind egress control, one pool per set of networks.
+
+Why aiohttp (issue 33): its pool finds an idle connection by key in constant work, its
+timers are the event loop's, and it parses in C; httpx over httpcore scanned every pooled
+connection for each queued request and wrapped each socket read and write in a cancel
+scope. The adapter's deadline and cancellation stay the adapter's (``_run_bounded``):
+aiohttp's own timeout is off.
+
+What egress control asks of a client (``gateway.adapters.shared.egress``), and where:
+
+- every name is resolved once per connection, by ``_EgressResolver`` (``egress.resolve``:
+  every address checked), with aiohttp's DNS cache off;
+- every socket is made by ``_checked_socket`` for the one address it connects to, IP
+  literals included (aiohttp does not resolve those): the connection is made to a checked
+  address, so DNS rebinding cannot slip a refused one in;
+- no proxy from the environment (``trust_env=False``), no cookie remembered
+  (``DummyCookieJar``: one client serves every actor), no redirect followed (the adapter
+  follows the declared ones itself, each hop checked).
+
+Idle connections are kept ``IDLE_SECONDS``, less than the keep-alive of the usual servers
+(uvicorn, Node.js, Apache: 5 s), so the server is not the one closing a connection just as
+a request is sent on it. When that race happens anyway (a server with a shorter keep-alive,
+one that restarts), the request is sent again once, on a new connection, only if all hold:
+the connection was a reused idle one, it ended before any response came, and the request
+is safe to repeat (``retry_safe``: an idempotent method or a provider idempotency key). A
+request that may have been processed is never sent again otherwise: aiohttp's own retry
+is off (``_resend_once`` turns its errors into ``Lost``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+import socket
+import ssl
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
+
+from gateway.adapters.shared.egress import EgressPolicy, IPNetwork, check_address, resolve
+
+IDLE_SECONDS = 2.0
+"""How long an idle connection is kept: under the usual servers' 5 s keep-alive."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """What became of one request, filled in as it goes (the adapter reads it whatever
+    ended the request: an error, the deadline, a cancellation)."""
+
+    retry_safe: bool = False
+    """Repeating it cannot duplicate a side effect (the plan's ``retry_safe``)."""
+    sent: bool = False
+    """A connection was handed to the request: from then on it may have left."""
+    reused: bool = False
+    """That connection had served a request before."""
+    resent: bool = False
+    status: int | None = None
+    """Set once the response's head arrived."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytearray = field(default_factory=bytearray)
+
+
+class Lost(Exception):
+    """The connection failed after the request may have left, before the whole response
+    head arrived: the server may have processed it."""
+
+
+class Unreachable(Exception):
+    """No connection could be made; nothing was sent. ``errno`` of the cause, if any."""
+
+    def __init__(self, errno: int | None) -> None:
+        super().__init__(errno)
+        self.errno = errno
+
+
+_ATTEMPT: contextvars.ContextVar[Attempt] = contextvars.ContextVar("toolgate_http_attempt")
+
+
+class Client:
+    """Declared requests through one aiohttp session (and pool) per set of allowed
+    networks: a pooled connection is only reused under the policy that checked it."""
+
+    def __init__(self, *, ssl_context: ssl.SSLContext, limit: int, user_agent: str) -> None:
+        self._ssl = ssl_context
+        self._limit = limit
+        self._user_agent = user_agent
+        self._sessions: dict[tuple[IPNetwork, ...], aiohttp.ClientSession] = {}
+
+    async def send(
+        self,
+        attempt: Attempt,
+        networks: tuple[IPNetwork, ...],
+        method: str,
+        url: str,
+        headers: Sequence[tuple[str, str]],
+        content: bytes | None,
+        *,
+        budget: int,
+    ) -> tuple[bool, str | None]:
+        """Send one request and read at most ``budget`` bytes of its body into ``attempt``:
+        (truncated, problem). Raises ``Unreachable``, ``Lost``, ``EgressRefused``, the
+        resolver's ``ExecutionError`` or ``ValueError`` (a request aiohttp refuses)."""
+        token = _ATTEMPT.set(attempt)
+        target = URL(url, encoded=True)
+        try:
+            response = await self._session(networks).request(
+                method, target, headers=headers, data=content, allow_redirects=False
+            )
+        except aiohttp.InvalidUrlClientError:
+            # aiohttp refuses a legacy numeric IPv4 host ("0", "127.1") before any resolver:
+            # egress control judges it first, as the system would resolve it.
+            await resolve(target.raw_host or "", target.port or 0, EgressPolicy(networks=networks))
+            raise
+        finally:
+            _ATTEMPT.reset(token)
+        async with response:
+            attempt.status, attempt.headers = response.status, response.headers
+            return await _read_body(response, budget, attempt.body)
+
+    def _session(self, networks: tuple[IPNetwork, ...]) -> aiohttp.ClientSession:
+        session = self._sessions.get(networks)
+        if session is None:
+            connector = _GuardedConnector(
+                EgressPolicy(networks=networks), ssl_context=self._ssl, limit=self._limit
+            )
+            session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=None),
+                headers={"User-Agent": self._user_agent},
+                skip_auto_headers=("Content-Type",),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+                middlewares=(_resend_once,),
+            )
+            self._sessions[networks] = session
+        return session
+
+    async def aclose(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
+
+
+async def _resend_once(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    """The one retry there is (module docstring), and every failure after the connection was
+    made turned into ``Lost``, which aiohttp does not retry."""
+    attempt = _ATTEMPT.get()
+    try:
+        return await handler(request)
+    except aiohttp.ClientConnectorError as exc:
+        raise Unreachable(_errno(exc)) from exc
+    except (aiohttp.ClientConnectionError, aiohttp.ClientResponseError) as exc:
+        if not (attempt.reused and attempt.retry_safe and not attempt.resent):
+            raise Lost from exc
+    attempt.resent = True
+    try:
+        return await handler(request)
+    except aiohttp.ClientConnectorError as exc:
+        raise Unreachable(_errno(exc)) from exc
+    except (aiohttp.ClientConnectionError, aiohttp.ClientResponseError) as exc:
+        raise Lost from exc
+
+
+def _errno(exc: BaseException) -> int | None:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return seen.errno
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+async def _read_body(
+    response: aiohttp.ClientResponse, limit: int, buf: bytearray
+) -> tuple[bool, str | None]:
+    """Read at most ``limit`` bytes into ``buf``: (truncated, problem)."""
+    try:
+        while chunk := await response.content.readany():
+            room = limit - len(buf)
+            if len(chunk) > room:
+                buf += chunk[:room]
+                return True, None
+            buf += chunk
+    except aiohttp.ClientPayloadError as exc:
+        if "decode" in str(exc).lower():
+            return True, "the body could not be decoded (bad content-encoding)"
+        return True, "the connection failed while the body was being read"
+    except aiohttp.ClientError:
+        return True, "the connection failed while the body was being read"
+    return False, None
+
+
+class _GuardedConnector(aiohttp.TCPConnector):
+    """A pool whose every connect is checked by egress control, and which tells the
+    request's ``Attempt`` when it has a connection and whether it was a reused one."""
+
+    def __init__(self, policy: EgressPolicy, *, ssl_context: ssl.SSLContext, limit: int):
+        super().__init__(
+            ssl=ssl_context,
+            limit=limit,
+            keepalive_timeout=IDLE_SECONDS,
+            resolver=_EgressResolver(policy),
+            use_dns_cache=False,
+            happy_eyeballs_delay=None,
+            socket_factory=lambda info: _checked_socket(info, policy),
+        )
+        self._served: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def connect(
+        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.connector.Connection:
+        connection = await super().connect(req, traces, timeout)
+        attempt = _ATTEMPT.get(None)
+        protocol = connection.protocol
+        if attempt is not None:
+            attempt.sent, attempt.reused = True, protocol in self._served
+        self._served.add(protocol)
+        return connection
+
+
+class _EgressResolver(AbstractResolver):
+    """Names resolved by ``egress.resolve``: refused unless every address is allowed."""
+
+    def __init__(self, policy: EgressPolicy) -> None:
+        self._policy = policy
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        addresses = await resolve(host, port, self._policy)
+        return [
+            ResolveResult(
+                hostname=host,
+                host=str(ip),
+                port=port,
+                family=socket.AF_INET6 if ip.version == 6 else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for ip in addresses
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+def _checked_socket(info: Any, policy: EgressPolicy) -> socket.socket:
+    """The socket for one address aiohttp is about to connect to, once egress control
+    allowed that very address (an IP literal reaches here without the resolver)."""
+    family, kind, proto, _, address = info
+    ip = str(address[0]).split("%")[0]
+    check_address(ip, ipaddress.ip_address(ip), policy)
+    return socket.socket(family=family, type=kind, proto=proto)
