@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gateway import jsontext
@@ -49,27 +49,23 @@ stored_json = jsontext.stored
 """``jsontext.stored``: the text of every event's data and of a call's result."""
 
 
-def chained_rows(events: Iterable[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:
-    """Events rows numbered from ``seq``, each linked to the one before (the first to
-    ``prev``) and hashed (``chain.chain``: the format is written there only). The events are
-    one execution's, as every append is."""
-    events = list(events)
+def chained_rows(events: Sequence[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:
+    """Rows of one execution's events (``events.insert`` appends one execution's at a time),
+    numbered from ``seq``, each linked to the one before (the first to ``prev``) and hashed
+    (``chain.chain``: the format is written there only)."""
     if not events:
         return []
     execution_id = events[0].execution_id
-    if any(e.execution_id != execution_id for e in events):
-        raise ValueError("events of several executions are chained one execution at a time")
     rows = [
         (seq + i, e.id, e.type, e.version, e.at_ms, stored_json(e.data))
         for i, e in enumerate(events)
     ]
-    found: list[tuple[Any, ...]] = []
-    for (s, eid, type_, version, at_ms, data), digest in zip(
-        rows, chain(prev, execution_id, rows), strict=True
-    ):
-        found.append((eid, execution_id, s, type_, version, at_ms, data, prev, digest))
-        prev = digest
-    return found
+    digests = chain(prev, execution_id, rows)
+    links = [prev, *digests]  # each row's prev: the digest of the row before it
+    return [
+        (eid, execution_id, s, type_, version, at_ms, data, links[i], digests[i])
+        for i, (s, eid, type_, version, at_ms, data) in enumerate(rows)
+    ]
 
 
 def event(row: Sequence[Any]) -> Event:
