@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import sys
 import tempfile
@@ -44,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.plan import ROOT, body, log, seed_workspace, sqlite_url
 from harness.servers import gateway_pid
 
+from gateway.store.sqlite import CONNECTIONS_AT_MOST_IDLE
 from gateway.testing import gateway, make_project
 
 ALICE = {"Authorization": "Bearer tg_dev_alice"}
@@ -193,9 +195,20 @@ def worker(base: str, stop: threading.Event, pause: Pause, tally: Tally, seed: i
                 tally.fail(f"{kind}: {type(exc).__name__}: {exc}")
 
 
-def sample(pid: int) -> dict[str, float]:
+def sample(pid: int, database: Path) -> dict[str, float]:
+    """RSS, the open files but the store's connections, and those connections (each holds the
+    database file open): the pool opens connections as reads overlap, up to a bound, so their
+    number after the warm-up depends on the load's timing, not on a leak."""
     proc = psutil.Process(pid)
-    return {"rss_mb": round(proc.memory_info().rss / 1e6, 1), "fds": proc.num_fds()}
+    connections = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed while listed
+            connections += Path(os.readlink(fd)) == database.resolve()
+    return {
+        "rss_mb": round(proc.memory_info().rss / 1e6, 1),
+        "fds": proc.num_fds() - connections,
+        "store_connections": connections,
+    }
 
 
 def side_effects(ws: Path, tally: Tally) -> list[str]:
@@ -235,6 +248,7 @@ def growth(samples: list[dict[str, float]], warm: int) -> dict[str, Any]:
 def run(minutes: float, workers: int, every: float, scratch: Path) -> dict[str, Any]:
     root = scratch / "project"
     config = make_project(root, sqlite_url(root))
+    database = root / "var" / "toolgate.db"
     ws = seed_workspace(config)
     (ws / "lines.py").write_text(SCRIPT)
     tally = Tally()
@@ -258,7 +272,7 @@ def run(minutes: float, workers: int, every: float, scratch: Path) -> dict[str, 
                 break
             time.sleep(min(every, end - now))
             with pause.quiet():
-                s = {"t_s": round(time.monotonic() - started, 1), **sample(pid)}
+                s = {"t_s": round(time.monotonic() - started, 1), **sample(pid, database)}
             samples.append(s)
             with tally.lock:
                 done = sum(tally.calls.values())
@@ -266,7 +280,7 @@ def run(minutes: float, workers: int, every: float, scratch: Path) -> dict[str, 
         stop.set()
         for t in threads:
             t.join(timeout=120)
-        samples.append({"t_s": round(time.monotonic() - started, 1), **sample(pid)})
+        samples.append({"t_s": round(time.monotonic() - started, 1), **sample(pid, database)})
         elapsed = time.monotonic() - started
     warm = max(1, len(samples) // 5) if len(samples) > 2 else 0
     grown = growth(samples, warm)
@@ -275,7 +289,12 @@ def run(minutes: float, workers: int, every: float, scratch: Path) -> dict[str, 
     verdicts = {
         "no 5xx or transport error": server_errors == 0 and not tally.failures,
         "RSS growth <= 10 % after warm-up": grown["rss_mb_growth"] <= GROWTH_LIMIT,
-        "open files growth <= 10 % after warm-up": grown["fds_growth"] <= GROWTH_LIMIT,
+        "open files growth <= 10 % after warm-up (the store's connections apart)": (
+            grown["fds_growth"] <= GROWTH_LIMIT
+        ),
+        f"store connections <= {CONNECTIONS_AT_MOST_IDLE} (the pool's bound)": (
+            max(s["store_connections"] for s in samples) <= CONNECTIONS_AT_MOST_IDLE
+        ),
         "no lost or doubled side effect": not faults,
     }
     return {
@@ -319,6 +338,8 @@ def section(result: dict[str, Any], when: str) -> str:
         f"({g['rss_mb_growth'] * 100:+.1f} %) |",
         f"| open files after warm-up / peak | {g['baseline']['fds']} / {g['fds_peak']} "
         f"({g['fds_growth'] * 100:+.1f} %) |",
+        "| store connections, most at once | "
+        f"{max(s['store_connections'] for s in result['samples'])} |",
         f"| HTTP statuses | {', '.join(f'{k}: {v:,}' for k, v in result['statuses'].items())} |",
         SECTION_END,
     ]

@@ -47,4 +47,7 @@ def test_a_short_soak_runs_every_kind_of_call_and_passes(tmp_path: Path) -> None
     assert result["writes_on_disk"] > 0 and result["process_calls_completed"] > 0
     assert len(result["samples"]) >= 3
     assert all(s["rss_mb"] > 0 and s["fds"] > 0 for s in result["samples"])
+    # the store's connections are counted apart (the pool opens them as reads overlap, up to
+    # its bound), and the gateway holds at least its writer's
+    assert all(0 < s["store_connections"] <= 10 for s in result["samples"]), result["samples"]
     assert "**PASS.**" in proc.stdout

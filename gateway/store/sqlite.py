@@ -51,6 +51,14 @@ SQLITE_PAGE_SIZE = 2048
 """Page size of a new database (an existing one keeps its own): docs/performance.md."""
 
 
+POOL_SIZE = 8
+"""Idle connections the pool keeps for reads and contended writes (more are opened under load
+and closed when returned)."""
+CONNECTIONS_AT_MOST_IDLE = POOL_SIZE + 2
+"""Connections a process holds to its database with no transaction running: the pool's, the
+inline writer's and the checkpointer's (each opened on first use). The soak checks it."""
+
+
 def make_engine(url: str) -> Engine:
     """A synchronous engine (pool and schema) with the pragmas the store needs."""
     path = url.split("///", 1)[-1]
@@ -59,7 +67,7 @@ def make_engine(url: str) -> Engine:
     engine = sa.create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 30},
-        pool_size=8,
+        pool_size=POOL_SIZE,
         max_overflow=32,
     )
     sa.event.listen(engine, "connect", _sqlite_connect)
