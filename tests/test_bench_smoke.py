@@ -218,3 +218,42 @@ def test_only_runs_the_phases_it_names_into_a_file_of_their_own(tmp_path: Path) 
     assert set(data["micro"]) == {"store_sqlite", "store_postgres"}, sorted(data["micro"])
     positive("store_sqlite.reserve_commit", data["micro"]["store_sqlite"]["reserve_commit"], "n")
     assert data["http"]["scenarios"] == {}
+
+
+@pytest.mark.slow
+def test_render_refuses_what_is_not_a_full_run_and_changes_nothing(tmp_path: Path) -> None:
+    """``--render`` rewrites the docs from a full run's results only: a quick or partial run's
+    file, or no results at all, is refused (exit 2) and the page is left as it is."""
+    quick = tmp_path / "2026-12-06.json"
+    quick.write_text(json.dumps({"plan": {"quick": True}}))
+    partial = tmp_path / "2026-12-06-only-store.json"
+    partial.write_text(json.dumps({"plan": {"quick": False}}))
+    page = REPO / "docs" / "performance.md"
+    before = page.read_text()
+    for path in (quick, partial, tmp_path / "missing.json"):
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "bench" / "run.py"), "--render", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "--render:" in proc.stderr and "full run" in proc.stderr
+    assert page.read_text() == before
+
+
+def test_a_bench_run_keeps_the_soak_section_of_the_page(tmp_path: Path) -> None:
+    """``make bench`` rewrites docs/performance.md but measures no soak: the soak's section,
+    which ``bench/soak.py`` writes at the end of the page, is kept (a run dropped it, and
+    with it the anchor gateway/allocator.py cites)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from harness import page
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\nold figures\n\n## Soak\n\nthe last soak\n")
+    assert page._kept_soak(doc) == "\n## Soak\n\nthe last soak\n"
+    doc.write_text("# Performance\n\nno soak yet\n")
+    assert page._kept_soak(doc) == ""
+    assert "\n## Soak\n" in (REPO / "docs" / "performance.md").read_text()

@@ -166,6 +166,17 @@ def _kept_notes(doc: Path) -> str | None:
     return text[start:end] + "\n"
 
 
+SOAK_HEADING = "\n## Soak\n"
+"""Where the soak's section starts: ``bench/soak.py`` writes it at the end of the page, and a
+run of ``make bench`` keeps it (it measures no soak)."""
+
+
+def _kept_soak(doc: Path) -> str:
+    """The page's soak section (heading to the end), or nothing if it has none."""
+    text = doc.read_text() if doc.exists() else ""
+    return text[text.index(SOAK_HEADING) :] if SOAK_HEADING in text else ""
+
+
 def profile_markdown(results: dict[str, Any]) -> str:
     """The profiles as markdown sections (top functions and named buckets)."""
     sections = []
@@ -226,5 +237,5 @@ def write_docs(results: dict[str, Any], plan: Plan) -> None:
     text += f"\nRaw results: `bench/results/{results['date'][:10]}.json`.\n"
     notes = _kept_notes(doc)
     text = text.replace("<!-- notes -->\n", notes if notes else NOTES_DEFAULT)
-    doc.write_text(text)
+    doc.write_text(text + _kept_soak(doc))
     log(f"wrote {doc.relative_to(ROOT)}")
