@@ -14,7 +14,6 @@ import contextlib
 import os
 import secrets
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,21 +127,16 @@ def started(data: Path, echo_url: str) -> Iterator[tuple[str, int, dict[str, str
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise PeerUnavailable(f"ContextForge exited: {log_path.read_text()[-1500:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise PeerUnavailable(f"ContextForge did not start: {log_path.read_text()[-1500:]}")
-            time.sleep(0.2)
+        venvs.wait_up(proc, "ContextForge", log_path, 180, lambda: _healthy(url))
         headers = {"Authorization": f"Bearer {_token(env)}"}
         register(url, headers, echo_url)
         yield url, proc.pid, headers
     finally:
         stop(proc)
+
+
+def _healthy(url: str) -> bool | None:
+    return True if httpx.get(url + "/health", timeout=2).status_code == 200 else None
 
 
 def register(url: str, headers: dict[str, str], echo_url: str) -> None:

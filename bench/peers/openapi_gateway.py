@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from typing import Any
 import httpx
 
 from bench.peers import venvs
-from bench.peers.venvs import PeerUnavailable
 from gateway.testing import free_port, stop
 
 PACKAGE = "openapi-mcp-gateway"
@@ -104,16 +102,7 @@ def started(data: Path, echo_base: str) -> Iterator[tuple[str, int, dict[str, st
         )
     url = f"http://127.0.0.1:{port}/api/mcp"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise PeerUnavailable(f"{NAME} exited: {log_path.read_text()[-1500:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                headers = session(url)
-                break
-            if time.monotonic() > deadline:
-                raise PeerUnavailable(f"{NAME} did not start: {log_path.read_text()[-1500:]}")
-            time.sleep(0.2)
+        headers = venvs.wait_up(proc, NAME, log_path, 60, lambda: session(url))
         yield url, proc.pid, headers
     finally:
         stop(proc)

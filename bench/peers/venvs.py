@@ -1,11 +1,20 @@
 """A peer's own venv under ``.cache/peers``: installed by the bench on first use, reused after.
-Peers are never project dependencies (they pull FastAPI, SQLAlchemy, another MCP SDK ...)."""
+Peers are never project dependencies (they pull FastAPI, SQLAlchemy, another MCP SDK ...).
+And what every peer's start shares: waiting until it answers (:func:`wait_up`)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "peers"
@@ -53,3 +62,25 @@ def install(venv: Path, package: str, version: str) -> None:
                 raise PeerUnavailable(f"installing {package}=={version} failed: {tail}")
     if not installed(venv, package, version):
         raise PeerUnavailable(f"{package}=={version} is not importable after its install")
+
+
+def wait_up(
+    proc: subprocess.Popen[bytes],
+    name: str,
+    log: Path,
+    seconds: float,
+    probe: Callable[[], T | None],
+) -> T:
+    """Ask ``probe`` every 0.2 s until it answers (not None, no HTTP error); what it answered.
+    The peer exiting, or ``seconds`` passing, is a PeerUnavailable with the tail of its log."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            raise PeerUnavailable(f"{name} exited: {log.read_text()[-1500:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            answer = probe()
+            if answer is not None:
+                return answer
+        if time.monotonic() > deadline:
+            raise PeerUnavailable(f"{name} did not start: {log.read_text()[-1500:]}")
+        time.sleep(0.2)
