@@ -6,7 +6,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -103,10 +103,10 @@ class ToolExecutionRequest:
     def from_json(cls, data: Mapping[str, JSON]) -> ToolExecutionRequest:
         # ``traceparent``, ``auth_method`` and ``roles`` are absent from a request stored
         # before they were kept: they default
-        fields = {name: data[name] for name in _REQUEST_FIELDS if name in data}
-        roles = fields.pop("roles", None)
+        given = {name: data[name] for name in _REQUEST_FIELDS if name in data}
+        roles = given.pop("roles", None)
         held = tuple(str(r) for r in roles) if isinstance(roles, list) else ()
-        return cls(**fields, roles=held, body=data)
+        return cls(**given, roles=held, body=data)
 
     @property
     def payload_sha256(self) -> str:
@@ -124,9 +124,7 @@ class ToolExecutionRequest:
 
 
 _REQUEST_FIELDS = tuple(
-    name
-    for name in ToolExecutionRequest.__dataclass_fields__
-    if name not in ("body", "arguments_bound")
+    f.name for f in fields(ToolExecutionRequest) if f.name not in ("body", "arguments_bound")
 )
 
 
