@@ -44,12 +44,13 @@ from gateway.runtime.bootstrap import (
     Loaded,
     held_parts,
     load_sources,
+    observed,
     open_workspaces,
     revisions_of,
 )
 from gateway.runtime.container import Runtime
 from gateway.settings import Settings, SettingsChange, reread, settings_change
-from gateway.types import CachingPolicy, PolicyBackend, Revisions
+from gateway.types import PolicyBackend, Revisions
 
 log = logging.getLogger("toolgate.reload")
 
@@ -237,11 +238,9 @@ class Reloader:
         return adapters, fresh
 
     async def _policy(self, current: Runtime, loaded: Loaded) -> PolicyBackend:
-        policy = await open_backend(current.settings, loaded.sources)
-        metrics = current.telemetry.metrics
-        if metrics is not None and isinstance(policy, CachingPolicy):
-            policy.observe_cache(metrics.policy_cache_lookup)
-        return policy
+        return observed(
+            await open_backend(current.settings, loaded.sources), current.telemetry.metrics
+        )
 
     def _count(self, result: str) -> None:
         if (metrics := self.runtime.telemetry.metrics) is not None:
