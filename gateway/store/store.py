@@ -376,8 +376,9 @@ class Store:
         )
 
     async def withdraw_approval(self, approval_id: str) -> bool:
-        """pending → withdrawn: the call it was for was cancelled (or has ended)."""
-        return bool(await self._write(approvals.withdraw_approval, approval_id))
+        """pending → withdrawn: the call it was for was cancelled (or has ended); its
+        notifications written with it."""
+        return bool(await self._write(approvals.withdraw_approval, approval_id, self.notices))
 
     async def resume(
         self, execution_id: str, approval_id: str, events: Sequence[Event], owner: str
