@@ -72,12 +72,20 @@ class Reloaded:
     warnings: tuple[str, ...]
     generation: int
     seconds: float
+    shadow: str | None = None
+    """The shadow (candidate) policy's revision running now (None: no shadow configured)."""
+    previous_shadow: str | None = None
+    """The candidate's revision before the reload."""
 
     def to_json(self) -> dict[str, Any]:
+        shadow = None
+        if self.shadow is not None or self.previous_shadow is not None:
+            shadow = {"revision": self.shadow, "previous": self.previous_shadow}
         return {
             "status": "applied" if self.applied else "unchanged",
             "revisions": self.revisions.to_json(),
             "previous": self.previous.to_json(),
+            "shadow": shadow,
             "generation": self.generation,
             "adapters_rebuilt": list(self.rebuilt),
             "settings_applied": list(self.settings_applied),
@@ -123,11 +131,12 @@ class Reloader:
             self._count("applied" if outcome.applied else "unchanged")
             log.log(
                 logging.WARNING if outcome.applied or outcome.restart_needed else logging.INFO,
-                "reload%s %s: catalogue %s, policy %s%s%s%s",
+                "reload%s %s: catalogue %s, policy %s%s%s%s%s",
                 f" by {by}" if by else "",
                 "applied" if outcome.applied else "found nothing changed",
                 _change(outcome.previous.catalogue, outcome.revisions.catalogue),
                 _change(outcome.previous.policy, outcome.revisions.policy),
+                _shadow_change(outcome),
                 f", adapters rebuilt: {', '.join(outcome.rebuilt)}" if outcome.rebuilt else "",
                 _keys(", toolgate.yaml applied: ", outcome.settings_applied),
                 _keys(
@@ -152,14 +161,24 @@ class Reloader:
             ) from exc
         revisions = revisions_of(loaded)
         warnings = tuple(loaded.sources.warnings)
-        shadow_changed = _shadow_revision(loaded) != (
-            None if current.shadow is None else current.shadow.revision
-        )
+        candidate = _shadow_revision(loaded)
+        running_candidate = None if current.shadow is None else current.shadow.revision
+        shadow_changed = candidate != running_candidate
         if revisions == current.revisions and not change.applied and not shadow_changed:
             number = self.runtime.generations.number
             seconds = time.perf_counter() - started
             return Reloaded(
-                False, revisions, revisions, (), (), change.restart, warnings, number, seconds
+                False,
+                revisions,
+                revisions,
+                (),
+                (),
+                change.restart,
+                warnings,
+                number,
+                seconds,
+                shadow=candidate,
+                previous_shadow=candidate,
             )
         catalogue = current.catalogue
         if revisions.catalogue != current.revisions.catalogue:
@@ -201,6 +220,8 @@ class Reloader:
             warnings,
             self.runtime.generations.number,
             time.perf_counter() - started,
+            shadow=candidate,
+            previous_shadow=running_candidate,
         )
 
     async def _adapters(
@@ -344,6 +365,12 @@ async def _close_all(parts: Any) -> None:
 
 def _shown(revisions: Revisions) -> str:
     return f"catalogue {revisions.catalogue}, policy {revisions.policy}"
+
+
+def _shadow_change(outcome: Reloaded) -> str:
+    if outcome.shadow is None and outcome.previous_shadow is None:
+        return ""
+    return f", shadow policy {_change(str(outcome.previous_shadow), str(outcome.shadow))}"
 
 
 def _change(before: str, after: str) -> str:

@@ -273,6 +273,34 @@ def test_the_route_reloads_and_every_execution_names_its_revisions(
     assert plan.json()["revisions"] == answer["revisions"]
 
 
+def _candidate(project: Path) -> Settings:
+    """The settings of ``_settings`` with a shadow (candidate) policy: a copy of the shipped
+    one under ``candidate/``."""
+    for name in ("rego", "policies"):
+        shutil.copytree(project / name, project / "candidate" / name)
+    config = yaml.safe_load((project / "toolgate.yaml").read_text())
+    config["shadow"] = {"rego_dir": "candidate/rego", "policies_dir": "candidate/policies"}
+    (project / "toolgate.yaml").write_text(yaml.safe_dump(config))
+    return _settings(project)
+
+
+def test_the_route_names_the_candidate_a_reload_switched_to(project: Path) -> None:
+    settings = _candidate(project)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        before = client.app.state.services.shadow.revision
+        unchanged = client.post("/v1/admin/reload", headers=auth(CAROL)).json()
+        assert unchanged["shadow"] == {"revision": before, "previous": before}
+        (project / "candidate" / "policies" / "notes.yaml").write_text("notes: {next: true}\n")
+        answer = client.post("/v1/admin/reload", headers=auth(CAROL)).json()
+        after = client.app.state.services.latest.shadow.revision
+    assert after != before
+    assert answer["shadow"] == {"revision": after, "previous": before}, answer
+
+
+def test_without_a_candidate_the_answer_names_none(client: TestClient) -> None:
+    assert client.post("/v1/admin/reload", headers=auth(CAROL)).json()["shadow"] is None
+
+
 def test_a_refused_reload_answers_the_faults(client: TestClient, project: Path) -> None:
     first = client.get("/readyz").json()["revisions"]
     (project / "rego" / "broken.rego").write_text(BROKEN_REGO)
