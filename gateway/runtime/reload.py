@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -183,32 +184,35 @@ class Reloader:
         catalogue = current.catalogue
         if revisions.catalogue != current.revisions.catalogue:
             catalogue = loaded.catalogue
-        adapters, fresh = await self._adapters(current, catalogue, settings)
-        policy = current.policy
         policy_changed = revisions.policy != current.revisions.policy
-        shadow = current.shadow
-        try:
-            if policy_changed:
-                policy = await self._policy(current, loaded)
-            if shadow_changed:
-                shadow = await open_shadow(
-                    settings, loaded.shadow, current.store, current.telemetry
-                )
-        except ConfigError as exc:
-            await _close_all([*fresh.values(), *([policy] if policy_changed else [])])
-            raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
-        newer = replace(
-            current,
-            settings=settings,
-            catalogue=catalogue,
-            policy=policy,
-            policy_data=loaded.policy_data if policy_changed else current.policy_data,
-            workspaces=workspaces if policy_changed else current.workspaces,
-            adapters=adapters,
-            revisions=revisions,
-            shadow=shadow,
-        )
-        self.runtime.generations.swap(newer)
+        async with AsyncExitStack() as built:  # closed unless swapped in: only what it built
+            adapters, fresh = await self._adapters(current, catalogue, settings)
+            built.push_async_callback(_close_all, fresh.values())
+            policy, shadow = current.policy, current.shadow
+            try:
+                if policy_changed:
+                    policy = await self._policy(current, loaded)
+                    built.push_async_callback(_close_all, [policy])
+                if shadow_changed:
+                    shadow = await open_shadow(
+                        settings, loaded.shadow, current.store, current.telemetry
+                    )
+                    built.push_async_callback(_close_all, [] if shadow is None else [shadow])
+            except ConfigError as exc:
+                raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
+            newer = replace(
+                current,
+                settings=settings,
+                catalogue=catalogue,
+                policy=policy,
+                policy_data=loaded.policy_data if policy_changed else current.policy_data,
+                workspaces=workspaces if policy_changed else current.workspaces,
+                adapters=adapters,
+                revisions=revisions,
+                shadow=shadow,
+            )
+            self.runtime.generations.swap(newer)
+            built.pop_all()  # the new generation holds them now
         self._on_release()  # the old one may have no lease at all: close it now
         return Reloaded(
             True,

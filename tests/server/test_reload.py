@@ -19,12 +19,14 @@ import logging
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from gateway.errors import ReloadRefused
+from gateway.errors import ConfigError, ReloadRefused
+from gateway.policy.backends import open_backend
 from gateway.runtime.bootstrap import close_runtime, open_runtime
 from gateway.runtime.container import Runtime
 from gateway.runtime.reload import Reloader
@@ -32,7 +34,7 @@ from gateway.runtime.signals import Generations
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.testing import SAMPLE_POLICY_INPUT
-from gateway.types import DecisionResult
+from gateway.types import DecisionResult, PolicyBackend
 from tests.helpers import ALICE, CAROL
 from tests.server.helpers import auth, body
 
@@ -155,6 +157,58 @@ async def test_a_broken_change_is_refused_and_nothing_changes(
     assert runtime.latest is before and runtime.generations.number == 1
     assert "fs.read_file_again" not in runtime.latest.catalogue.names
     assert await reloader.close_drained() == 0
+
+
+async def test_a_reload_refused_half_way_closes_what_it_built_and_only_that(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload whose candidate fails to open after the new policy backend opened: the new
+    backend is closed, the running one still decides. (Loading checks the candidate first,
+    so the fault is injected at ``open_shadow``, where an OPA candidate's client opens.)"""
+    runtime = await open_runtime(_candidate(project))
+    opened: list[PolicyBackend] = []
+
+    async def opening(settings: Settings, sources: Any) -> PolicyBackend:
+        opened.append(await open_backend(settings, sources))
+        return opened[-1]
+
+    async def refusing(*args: Any) -> None:
+        raise ConfigError("shadow: the candidate's OPA refused its client")
+
+    monkeypatch.setattr("gateway.runtime.reload.open_backend", opening)
+    monkeypatch.setattr("gateway.runtime.reload.open_shadow", refusing)
+    try:
+        before = runtime.latest
+        (project / "policies" / "notes.yaml").write_text("notes: {changed: true}\n")
+        (project / "candidate" / "policies" / "notes.yaml").write_text("notes: {next: true}\n")
+        with pytest.raises(ReloadRefused):
+            await Reloader(runtime).reload()
+        assert runtime.latest is before and len(opened) == 1
+        running = await before.policy.decide(SAMPLE_POLICY_INPUT)
+        built = await opened[0].decide(SAMPLE_POLICY_INPUT)
+    finally:
+        await close_runtime(runtime)
+    assert running.result is DecisionResult.ALLOW, running.reasons
+    assert built.result is DecisionResult.DENY and "closed" in built.reasons[0], built
+
+
+async def test_a_reload_whose_policy_backend_fails_to_open_leaves_the_running_one_open(
+    runtime: Runtime, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Loading checks the policy first, so the fault is injected at ``open_backend``, where
+    the OPA backend's client opens.)"""
+
+    async def refusing(*args: Any) -> None:
+        raise ConfigError("policy: OPA refused the client")
+
+    monkeypatch.setattr("gateway.runtime.reload.open_backend", refusing)
+    before = runtime.latest
+    _deny_everyone(project)
+    with pytest.raises(ReloadRefused):
+        await Reloader(runtime).reload()
+    assert runtime.latest is before
+    running = await before.policy.decide(SAMPLE_POLICY_INPUT)
+    assert running.result is DecisionResult.ALLOW, running.reasons
 
 
 async def test_a_reload_that_finds_nothing_changed_logs_at_info_and_a_change_at_warning(
