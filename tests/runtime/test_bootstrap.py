@@ -1,7 +1,8 @@
 """A start that fails leaves nothing open: ``open_runtime`` on a real store (a SQLite file,
 whose open descriptors are counted in ``/proc/self/fd``, or a PostgreSQL database, whose
-connections are counted in ``pg_stat_activity``) with a fault at each step after the store
-is opened: the policy backend, telemetry, the adapters, the notifications, the audit key.
+connections are counted in ``pg_stat_activity``) with a fault at each step from the store's
+own open on: the store (a schema too new), telemetry, the policy backend, the adapters, the
+notifications, the audit key.
 And ``close_runtime`` closes in the reverse order of opening."""
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, StoreError
 from gateway.observability.telemetry import Telemetry
 from gateway.runtime.bootstrap import close_runtime, open_runtime
 from gateway.settings import Settings, load_settings
+from gateway.store.store import Store
 from tests.helpers import pg_admin, until
 
 pytestmark = pytest.mark.anyio
@@ -89,6 +91,17 @@ async def test_a_start_that_fails_leaves_the_store_closed(
 ) -> None:
     settings = _configured(project, database_url, FAILED_STARTS[step])
     with pytest.raises(ConfigError):
+        await open_runtime(settings)
+    await until(lambda: _store_connections(database_url) == 0, "the store closed", limit=5)
+
+
+async def test_a_store_too_new_to_open_is_closed(project: Path, database_url: str) -> None:
+    settings = _configured(project, database_url, lambda config: None)
+    store = Store(database_url)
+    await store.open()
+    await store._write(lambda db: db.run("UPDATE schema_version SET version = 999 WHERE id = 1"))
+    await store.aclose()
+    with pytest.raises(StoreError, match="newer"):
         await open_runtime(settings)
     await until(lambda: _store_connections(database_url) == 0, "the store closed", limit=5)
 
