@@ -136,8 +136,9 @@ class Store:
         """Makes the notifications an approval change writes with it (``notify_with``)."""
 
     def notify_with(self, notices: outbox.Notices | None) -> None:
-        """Write, in the transaction of each approval requested, decided or expired, the
-        notifications ``notices`` makes of it (None: none; docs/operations.md)."""
+        """Write, in the transaction of each approval requested, decided, expired or
+        withdrawn, the notifications ``notices`` makes of it (None: none;
+        docs/operations.md)."""
         self.notices = notices
 
     def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:

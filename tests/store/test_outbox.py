@@ -1,7 +1,8 @@
 """The outbox of approval notifications (``gateway/store/outbox.py``), on each backend.
 
-- Requesting, deciding and expiring an approval each write their notifications in the same
-  transaction: a change rolled back leaves none, and a store without endpoints writes none.
+- Requesting, deciding, expiring and withdrawing an approval each write their notifications
+  in the same transaction: a change rolled back leaves none, and a store without endpoints
+  writes none.
 - A due notification is claimed by one claimer; one retried later is not due before its time;
   one delivered or dead is never claimed again.
 """
