@@ -27,7 +27,7 @@ from run import body, make_project, request_for, seed_workspace, sqlite_url
 
 from gateway.observability.telemetry import OFF, Telemetry
 from gateway.pipeline.runner import run_call
-from gateway.runtime.bootstrap import close_runtime, make_telemetry, open_runtime
+from gateway.runtime.bootstrap import close_runtime, make_telemetry, observed, open_runtime
 from gateway.runtime.container import Runtime
 from gateway.settings import load_settings
 from gateway.types import CachingPolicy
@@ -42,7 +42,8 @@ def unhooked(runtime: Runtime) -> Runtime:
 
 
 def hooked(runtime: Runtime, which: str) -> Runtime:
-    made = make_telemetry(runtime.settings, runtime.store, runtime.policy, env={})
+    made = make_telemetry(runtime.settings, runtime.store, env={})
+    observed(runtime.policy, made.metrics)
     if which == "tracing":  # spans made and handed to an exporter that drops them
         from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 

@@ -288,13 +288,18 @@ class AuditSettings(_Frozen):
 
 
 NotificationEvent = Literal[
-    "approval.requested", "approval.approved", "approval.denied", "approval.expired"
+    "approval.requested",
+    "approval.approved",
+    "approval.denied",
+    "approval.expired",
+    "approval.withdrawn",
 ]
 NOTIFICATION_EVENTS: tuple[NotificationEvent, ...] = (
     "approval.requested",
     "approval.approved",
     "approval.denied",
     "approval.expired",
+    "approval.withdrawn",
 )
 """What a notification endpoint may subscribe to (docs/operations.md#approval-notifications)."""
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
@@ -318,7 +323,7 @@ class NotificationEndpoint(_Frozen):
     """The environment variable holding the signing secret, ``whsec_<base64>`` (Standard
     Webhooks); never the secret itself."""
     events: tuple[NotificationEvent, ...] = NOTIFICATION_EVENTS
-    """The approval events sent here (all four by default)."""
+    """The approval events sent here (all five by default)."""
     template: str | None = Field(default=None, max_length=16384)
     """A JSON body with ``$name`` placeholders (Python ``string.Template``) instead of the
     gateway's own payload: how a chat tool's incoming webhook (Slack, Teams) is reached."""

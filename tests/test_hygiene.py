@@ -191,6 +191,13 @@ def test_no_import_cycle_between_the_rooms_of_gateway() -> None:
     assert not found, f"rooms of gateway/ that import each other: {found} (docs/architecture.md)"
 
 
+def test_the_client_kit_imports_nothing_of_the_other_rooms() -> None:
+    # the kit is a client over HTTP only (docs/architecture.md): what the gateway shares with
+    # it (the idempotency key of a named call, client/keys.py) lives in it
+    found = room_graph().get("client", set())
+    assert not found, f"gateway/client/ imports the rooms {sorted(found)}"
+
+
 def test_every_room_of_gateway_is_on_the_map() -> None:
     page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     rooms = {p.name for p in GATEWAY.iterdir() if p.is_dir() and (p / "__init__.py").exists()}

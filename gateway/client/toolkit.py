@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.client.client import AsyncClient, CallOptions, Client, Execution
 from gateway.client.errors import ApiError
+from gateway.client.keys import call_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +53,11 @@ def with_call_id(options: CallOptions, call_id: str | None) -> CallOptions:
     """The options of one tool invocation: the framework's tool call id as the gateway's
     call id (a retry of that tool call is then the same call; an invocation without one is
     a new call), and, unless the options name one, an idempotency key derived from it
-    (``<run_id>/<call id>``: what a tool with ``idempotency: required`` needs, and never the
+    (``keys.call_key``: ``<run_id>/<call id>``, or its digest when that is too long, as the
+    MCP door derives one; what a tool with ``idempotency: required`` needs, and never the
     same for two invocations)."""
     call_id = call_id or f"call-{uuid.uuid4().hex}"
-    key = options.idempotency_key or f"{options.run_id}/{call_id}"
+    key = options.idempotency_key or call_key(options.run_id, call_id)
     return replace(options, call_id=call_id, idempotency_key=key)
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import jsontext
+from gateway.client.keys import call_key
 from gateway.errors import MalformedRequest, ToolgateError
-from gateway.pipeline.request import MAX_ID_LENGTH
 
 PREFIX = "io.toolgate/"
 RUN_ID = PREFIX + "run_id"
@@ -108,7 +108,7 @@ def execution_body(
     named = "call_id" in body or bool(origin.session_id)  # as the defaults below judge
     if "call_id" not in body:
         body["call_id"] = _default_call_id(origin, name, args, meta)
-    if named and "idempotency_key" not in body:
+    if named and "idempotency_key" not in body:  # as the kit derives one (toolkit.with_call_id)
         body["idempotency_key"] = call_key(body["run_id"], body["call_id"])
     body["tool"] = {"name": name}
     if meta.get(REQUESTED_VERSION) is not None:
@@ -124,19 +124,6 @@ def execution_body(
         )
     body["workspace"] = {"id": workspace}
     return body
-
-
-def call_key(run_id: Any, call_id: Any) -> str:
-    """The idempotency key of a call named stably (its ``io.toolgate/call_id``, or a
-    2025-11-25 session's request): ``<run_id>/<call_id>``, as the kit derives one from a
-    framework's tool call id (gateway/client/toolkit.py), so a retry of the same call is the
-    same keyed call. A call nothing names gets none: a tool with ``idempotency: required``
-    refuses it (``UNNAMED_CALL``). Ids too long to make a key together (past
-    ``MAX_ID_LENGTH``) make it of their digest."""
-    key = f"{run_id}/{call_id}"
-    if len(key) <= MAX_ID_LENGTH:
-        return key
-    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 UNNAMED_CALL = (

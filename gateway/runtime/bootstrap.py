@@ -6,6 +6,7 @@ import logging
 import os
 import secrets
 from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -95,36 +96,50 @@ async def check_adapters(settings: Settings, catalogue: Catalogue) -> None:
 
 async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runtime:
     """Load (unless given what was loaded), check and open everything; the caller must
-    ``close_runtime``."""
+    ``close_runtime``.
+
+    What only reads files comes first; then each part is opened after the parts it uses
+    (the store, telemetry, the policy, the shadow, the adapters, the notifications' sender),
+    and a start that fails at any step closes what it had opened, in the reverse order
+    (``close_runtime``'s order)."""
     loaded = loaded or load_sources(settings)
     workspaces = open_workspaces(loaded.policy_data, settings.base_dir)
-    store = Store(settings.resolved_database_url)
-    await store.open()
-    policy = await open_backend(settings, loaded.sources)
-    telemetry = make_telemetry(settings, store, policy, revision=loaded.sources.revision())
-    try:
+    key = approval_key(settings)
+    signer = load_signer(settings) if settings.audit.checkpoint_interval > 0 else None
+    async with AsyncExitStack() as opened:
+        store = Store(settings.resolved_database_url)
+        opened.push_async_callback(store.aclose)  # also what a failed open left
+        await store.open()
+        telemetry = make_telemetry(settings, store, revision=loaded.sources.revision())
+        opened.callback(telemetry.close)
+        policy = observed(await open_backend(settings, loaded.sources), telemetry.metrics)
+        opened.push_async_callback(policy.aclose)
         shadow = await open_shadow(settings, loaded.shadow, store, telemetry)
-    except ConfigError:  # nothing is left open by a start that fails
-        await policy.aclose()
-        await store.aclose()
-        telemetry.close()
-        raise
-    runtime = Runtime(
-        settings=settings,
-        catalogue=loaded.catalogue,
-        policy=policy,
-        policy_data=loaded.policy_data,
-        workspaces=workspaces,
-        store=store,
-        adapters=build_adapters(settings, loaded.catalogue),
-        approval_key=approval_key(settings),
-        faults=Faults.parse(settings.faults),
-        telemetry=telemetry,
-        revisions=revisions_of(loaded),
-        shadow=shadow,
-        notifications=open_notifications(settings, store, telemetry.metrics),
-        audit_signer=load_signer(settings) if settings.audit.checkpoint_interval > 0 else None,
-    )
+        if shadow is not None:
+            opened.push_async_callback(shadow.aclose)
+        adapters = build_adapters(settings, loaded.catalogue)
+        for adapter in adapters.values():
+            opened.push_async_callback(adapter.aclose)
+        notifications = open_notifications(settings, store, telemetry.metrics)
+        if notifications is not None:
+            opened.push_async_callback(notifications.aclose)
+        runtime = Runtime(
+            settings=settings,
+            catalogue=loaded.catalogue,
+            policy=policy,
+            policy_data=loaded.policy_data,
+            workspaces=workspaces,
+            store=store,
+            adapters=adapters,
+            approval_key=key,
+            faults=Faults.parse(settings.faults),
+            telemetry=telemetry,
+            revisions=revisions_of(loaded),
+            shadow=shadow,
+            notifications=notifications,
+            audit_signer=signer,
+        )
+        opened.pop_all()  # the runtime holds them now: close_runtime closes them
     runtime.generations.swap(runtime)  # the first generation
     return runtime
 
@@ -155,12 +170,11 @@ def revisions_of(loaded: Loaded) -> Revisions:
 def make_telemetry(
     settings: Settings,
     store: Store,
-    policy: PolicyBackend,
     env: Mapping[str, str] | None = None,
     revision: str = "",
 ) -> Telemetry:
     """What ``settings`` (and, for tracing, the ``OTEL_*`` variables of ``env``) switch on,
-    hooked to the store and the policy backend."""
+    hooked to the store (a policy backend is hooked by ``observed``)."""
     env = os.environ if env is None else env
     tracing = None
     if tracing_wanted(settings.tracing.enabled, env):
@@ -176,8 +190,6 @@ def make_telemetry(
         metrics = Metrics()
         store.observe(metrics.store_transaction)
         store.observe_batches(metrics.group_commit_size)
-        if isinstance(policy, CachingPolicy):
-            policy.observe_cache(metrics.policy_cache_lookup)
     decisions = None
     if settings.decision_log.enabled:
         config = settings.decision_log
@@ -190,15 +202,23 @@ def make_telemetry(
     return Telemetry(metrics=metrics, tracing=tracing, decisions=decisions)
 
 
+def observed(policy: PolicyBackend, metrics: Metrics | None) -> PolicyBackend:
+    """``policy``, its decision cache's lookups counted by ``metrics`` (when on)."""
+    if metrics is not None and isinstance(policy, CachingPolicy):
+        policy.observe_cache(metrics.policy_cache_lookup)
+    return policy
+
+
 async def close_runtime(runtime: Runtime) -> None:
-    """Close the newest generation and every retired one not closed yet (each adapter and
-    policy backend once), then the store."""
-    for part in held_parts([*runtime.generations.retired(), runtime.latest]):
-        await part.aclose()
+    """Close what ``open_runtime`` opened, in the reverse order: the notifications' sender;
+    the adapters, shadow and policy backend of the newest generation and of every retired
+    one not closed yet (each once); telemetry; the store."""
     if runtime.notifications is not None:
         await runtime.notifications.aclose()
-    await runtime.store.aclose()
+    for part in held_parts([*runtime.generations.retired(), runtime.latest]):
+        await part.aclose()
     runtime.telemetry.close()
+    await runtime.store.aclose()
 
 
 def held_parts(generations: Sequence[Runtime], keep: Sequence[Runtime] = ()) -> list[Closable]:
@@ -214,8 +234,9 @@ def held_parts(generations: Sequence[Runtime], keep: Sequence[Runtime] = ()) -> 
 
 
 def _parts(runtime: Runtime) -> list[Closable]:
+    """What ``runtime`` opened of its own, in the order to close it (the reverse of opening)."""
     shadow = [] if runtime.shadow is None else [runtime.shadow]
-    return [runtime.policy, *shadow, *runtime.adapters.values()]
+    return [*list(runtime.adapters.values())[::-1], *shadow, runtime.policy]
 
 
 def open_workspaces(data: PolicyData, base_dir: Path) -> dict[str, Workspace]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,12 +45,13 @@ from gateway.runtime.bootstrap import (
     Loaded,
     held_parts,
     load_sources,
+    observed,
     open_workspaces,
     revisions_of,
 )
 from gateway.runtime.container import Runtime
 from gateway.settings import Settings, SettingsChange, reread, settings_change
-from gateway.types import CachingPolicy, PolicyBackend, Revisions
+from gateway.types import PolicyBackend, Revisions
 
 log = logging.getLogger("toolgate.reload")
 
@@ -71,12 +73,20 @@ class Reloaded:
     warnings: tuple[str, ...]
     generation: int
     seconds: float
+    shadow: str | None = None
+    """The shadow (candidate) policy's revision running now (None: no shadow configured)."""
+    previous_shadow: str | None = None
+    """The candidate's revision before the reload."""
 
     def to_json(self) -> dict[str, Any]:
+        shadow = None
+        if self.shadow is not None or self.previous_shadow is not None:
+            shadow = {"revision": self.shadow, "previous": self.previous_shadow}
         return {
             "status": "applied" if self.applied else "unchanged",
             "revisions": self.revisions.to_json(),
             "previous": self.previous.to_json(),
+            "shadow": shadow,
             "generation": self.generation,
             "adapters_rebuilt": list(self.rebuilt),
             "settings_applied": list(self.settings_applied),
@@ -122,11 +132,12 @@ class Reloader:
             self._count("applied" if outcome.applied else "unchanged")
             log.log(
                 logging.WARNING if outcome.applied or outcome.restart_needed else logging.INFO,
-                "reload%s %s: catalogue %s, policy %s%s%s%s",
+                "reload%s %s: catalogue %s, policy %s%s%s%s%s",
                 f" by {by}" if by else "",
                 "applied" if outcome.applied else "found nothing changed",
                 _change(outcome.previous.catalogue, outcome.revisions.catalogue),
                 _change(outcome.previous.policy, outcome.revisions.policy),
+                _shadow_change(outcome),
                 f", adapters rebuilt: {', '.join(outcome.rebuilt)}" if outcome.rebuilt else "",
                 _keys(", toolgate.yaml applied: ", outcome.settings_applied),
                 _keys(
@@ -151,44 +162,57 @@ class Reloader:
             ) from exc
         revisions = revisions_of(loaded)
         warnings = tuple(loaded.sources.warnings)
-        shadow_changed = _shadow_revision(loaded) != (
-            None if current.shadow is None else current.shadow.revision
-        )
+        candidate = _shadow_revision(loaded)
+        running_candidate = None if current.shadow is None else current.shadow.revision
+        shadow_changed = candidate != running_candidate
         if revisions == current.revisions and not change.applied and not shadow_changed:
             number = self.runtime.generations.number
             seconds = time.perf_counter() - started
             return Reloaded(
-                False, revisions, revisions, (), (), change.restart, warnings, number, seconds
+                False,
+                revisions,
+                revisions,
+                (),
+                (),
+                change.restart,
+                warnings,
+                number,
+                seconds,
+                shadow=candidate,
+                previous_shadow=candidate,
             )
         catalogue = current.catalogue
         if revisions.catalogue != current.revisions.catalogue:
             catalogue = loaded.catalogue
-        adapters, fresh = await self._adapters(current, catalogue, settings)
-        policy = current.policy
         policy_changed = revisions.policy != current.revisions.policy
-        shadow = current.shadow
-        try:
-            if policy_changed:
-                policy = await self._policy(current, loaded)
-            if shadow_changed:
-                shadow = await open_shadow(
-                    settings, loaded.shadow, current.store, current.telemetry
-                )
-        except ConfigError as exc:
-            await _close_all([*fresh.values(), *([policy] if policy_changed else [])])
-            raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
-        newer = replace(
-            current,
-            settings=settings,
-            catalogue=catalogue,
-            policy=policy,
-            policy_data=loaded.policy_data if policy_changed else current.policy_data,
-            workspaces=workspaces if policy_changed else current.workspaces,
-            adapters=adapters,
-            revisions=revisions,
-            shadow=shadow,
-        )
-        self.runtime.generations.swap(newer)
+        async with AsyncExitStack() as built:  # closed unless swapped in: only what it built
+            adapters, fresh = await self._adapters(current, catalogue, settings)
+            built.push_async_callback(_close_all, fresh.values())
+            policy, shadow = current.policy, current.shadow
+            try:
+                if policy_changed:
+                    policy = await self._policy(current, loaded)
+                    built.push_async_callback(_close_all, [policy])
+                if shadow_changed:
+                    shadow = await open_shadow(
+                        settings, loaded.shadow, current.store, current.telemetry
+                    )
+                    built.push_async_callback(_close_all, [] if shadow is None else [shadow])
+            except ConfigError as exc:
+                raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
+            newer = replace(
+                current,
+                settings=settings,
+                catalogue=catalogue,
+                policy=policy,
+                policy_data=loaded.policy_data if policy_changed else current.policy_data,
+                workspaces=workspaces if policy_changed else current.workspaces,
+                adapters=adapters,
+                revisions=revisions,
+                shadow=shadow,
+            )
+            self.runtime.generations.swap(newer)
+            built.pop_all()  # the new generation holds them now
         self._on_release()  # the old one may have no lease at all: close it now
         return Reloaded(
             True,
@@ -200,6 +224,8 @@ class Reloader:
             warnings,
             self.runtime.generations.number,
             time.perf_counter() - started,
+            shadow=candidate,
+            previous_shadow=running_candidate,
         )
 
     async def _adapters(
@@ -237,11 +263,9 @@ class Reloader:
         return adapters, fresh
 
     async def _policy(self, current: Runtime, loaded: Loaded) -> PolicyBackend:
-        policy = await open_backend(current.settings, loaded.sources)
-        metrics = current.telemetry.metrics
-        if metrics is not None and isinstance(policy, CachingPolicy):
-            policy.observe_cache(metrics.policy_cache_lookup)
-        return policy
+        return observed(
+            await open_backend(current.settings, loaded.sources), current.telemetry.metrics
+        )
 
     def _count(self, result: str) -> None:
         if (metrics := self.runtime.telemetry.metrics) is not None:
@@ -345,6 +369,12 @@ async def _close_all(parts: Any) -> None:
 
 def _shown(revisions: Revisions) -> str:
     return f"catalogue {revisions.catalogue}, policy {revisions.policy}"
+
+
+def _shadow_change(outcome: Reloaded) -> str:
+    if outcome.shadow is None and outcome.previous_shadow is None:
+        return ""
+    return f", shadow policy {_change(str(outcome.previous_shadow), str(outcome.shadow))}"
 
 
 def _change(before: str, after: str) -> str:

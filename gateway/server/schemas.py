@@ -153,16 +153,33 @@ def schemas() -> dict[str, Schema]:
                 "status": {"type": "string", "enum": ["applied", "unchanged"]},
                 "revisions": ref("Revisions"),
                 "previous": ref("Revisions"),
+                "shadow": {
+                    "anyOf": [
+                        _object(
+                            {"revision": _STR, "previous": _STR},
+                            "revision",
+                            "previous",
+                            description="the shadow (candidate) policy's revision now and "
+                            "before the reload",
+                        ),
+                        {"type": "null"},
+                    ]
+                },
                 "generation": _INT,
                 "adapters_rebuilt": {"type": "array", "items": _STR},
+                "settings_applied": {"type": "array", "items": _STR},
+                "restart_needed": {"type": "array", "items": _STR},
                 "warnings": {"type": "array", "items": _STR},
                 "seconds": {"type": "number"},
             },
             "status",
             "revisions",
             "previous",
+            "shadow",
             "generation",
             "adapters_rebuilt",
+            "settings_applied",
+            "restart_needed",
             "warnings",
             "seconds",
         ),

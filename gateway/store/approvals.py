@@ -106,7 +106,7 @@ def decide_approval(
             emit(db, notices, "approval.expired", replace(found, status="expired"))
         return Refused("expired")
     if not db.run(STILL_PARKED, (now, found.execution_id)):
-        db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
+        _withdraw(db, found, notices)
         return Refused("withdrawn")
     decided = db.run(DECIDE_APPROVAL, (verdict, by, now, comment, approval_id, "pending"))
     if decided and edit is not None:
@@ -127,8 +127,19 @@ def _apply_edit(db: Db, approval: ApprovalRecord, edit: ApprovalEdit) -> None:
     event_log.insert(db, [edit.event], unseen=True)
 
 
-def withdraw_approval(db: Db, approval_id: str) -> int:
-    return db.run(SET_APPROVAL, ("withdrawn", approval_id, "pending"))
+def withdraw_approval(db: Db, approval_id: str, notices: Notices | None = None) -> int:
+    """pending → withdrawn, and its ``approval.withdrawn`` notifications."""
+    row = db.one(APPROVAL_BY_ID, (approval_id,))
+    return 0 if row is None else _withdraw(db, rows.approval(row), notices)
+
+
+def _withdraw(db: Db, approval: ApprovalRecord, notices: Notices | None) -> int:
+    """``approval``, pending, is withdrawn: the endpoints told it was requested are told it
+    is gone, in this transaction."""
+    withdrawn = db.run(SET_APPROVAL, ("withdrawn", approval.id, "pending"))
+    if withdrawn:
+        emit(db, notices, "approval.withdrawn", replace(approval, status="withdrawn"))
+    return withdrawn
 
 
 def resume(

@@ -136,8 +136,9 @@ class Store:
         """Makes the notifications an approval change writes with it (``notify_with``)."""
 
     def notify_with(self, notices: outbox.Notices | None) -> None:
-        """Write, in the transaction of each approval requested, decided or expired, the
-        notifications ``notices`` makes of it (None: none; docs/operations.md)."""
+        """Write, in the transaction of each approval requested, decided, expired or
+        withdrawn, the notifications ``notices`` makes of it (None: none;
+        docs/operations.md)."""
         self.notices = notices
 
     def observe(self, hook: Observer | None, thread_cpu: bool = False) -> None:
@@ -376,8 +377,9 @@ class Store:
         )
 
     async def withdraw_approval(self, approval_id: str) -> bool:
-        """pending → withdrawn: the call it was for was cancelled (or has ended)."""
-        return bool(await self._write(approvals.withdraw_approval, approval_id))
+        """pending → withdrawn: the call it was for was cancelled (or has ended); its
+        notifications written with it."""
+        return bool(await self._write(approvals.withdraw_approval, approval_id, self.notices))
 
     async def resume(
         self, execution_id: str, approval_id: str, events: Sequence[Event], owner: str

@@ -19,6 +19,7 @@ from gateway.client import (
     TransportError,
     Unauthenticated,
 )
+from gateway.client.toolkit import with_call_id
 from gateway.testing import free_port
 from tests.helpers import ALICE, BOB
 
@@ -50,6 +51,18 @@ def test_execute_plan_events_and_replay(gw: Gw) -> None:
         assert info.value.code == "idempotency_key_reused" and info.value.status == 422
         assert client.get(done.id).outcome == "succeeded"
         assert [e.id for e in client.find(run_id=key.run_id)] == [done.id]
+
+
+def test_a_framework_call_of_the_longest_run_id_succeeds(gw: Gw) -> None:
+    # <run_id>/<tool call id> is longer than a key may be: the kit keys it by its digest, as
+    # the MCP door does (gateway/client/keys.py), instead of being refused invalid_request
+    url, _ = gw
+    path = _name("long-run")
+    run_id = f"run-{uuid.uuid4().hex}".ljust(256, "r")
+    options = with_call_id(CallOptions(run_id=run_id), f"call_{uuid.uuid4().hex}")
+    with Client(url, ALICE) as client:
+        done = client.execute("fs.write_file", {"path": path, "content": "long"}, options)
+    assert done.succeeded, done.error
 
 
 def test_approval_by_another_principal_then_wait(gw: Gw) -> None:

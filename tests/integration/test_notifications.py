@@ -8,6 +8,7 @@
   the secret nowhere; a chat endpoint gets its template's body.
 - An endpoint on an address egress control refuses is never contacted: its delivery is
   dead-lettered with a log line, and counted.
+- An approval withdrawn (its call cancelled) is POSTed as ``approval.withdrawn``.
 - A delivery pending when the gateway stops is sent by the next gateway on that store.
 - ``toolgate check`` refuses an endpoint egress would always refuse, and a missing secret.
 """
@@ -123,14 +124,14 @@ def project(root: Path, endpoints: list[dict[str, Any]]) -> Path:
 
 def park(url: str) -> dict[str, Any]:
     """A call of proc.python (it runs agent code: a person approves it), with a secret in
-    its stdin; parked."""
+    its stdin; parked: its approval, with its ``execution_id``."""
     call = call_body("proc.python", {"script": "job.py", "stdin": f"API_KEY={LEAKED}\n"})
     answer = httpx.post(
         f"{url}/v1/executions", json=call, headers={"Authorization": f"Bearer {ALICE}"}
     )
     parked = answer.json()
     assert parked["status"] == "awaiting_approval", parked
-    return dict(parked["approval"])
+    return {**parked["approval"], "execution_id": parked["id"]}
 
 
 @pytest.fixture
@@ -221,6 +222,27 @@ def test_an_approval_is_notified_signed_retried_and_without_its_secret(
         assert 'toolgate_notifications_total{outcome="retry"} 1.0' in metrics
     line = next(x for x in log.read_text().splitlines() if "egress control refused" in x)
     assert refused.url("/hook") in line and "dead-lettered" in line
+
+
+def test_an_approval_withdrawn_by_a_cancel_is_notified(tmp_path: Path, receiver: Receiver) -> None:
+    # the channel told "pending" is told the approval is gone when its call is cancelled
+    hook = {"url": receiver.url("/told"), "secret_env": "WH", "allow_networks": ["127.0.0.1"]}
+    config = project(tmp_path, [hook])
+    with gateway(config, env={"WH": SECRET}) as url:
+        approval = park(url)
+        receiver.wait(lambda r: len(r) >= 1, "the request")
+        cancelled = httpx.post(
+            f"{url}/v1/executions/{approval['execution_id']}/cancel",
+            headers={"Authorization": f"Bearer {ALICE}"},
+        )
+        assert cancelled.status_code == 200, cancelled.text
+        seen = receiver.wait(lambda r: len(r) >= 2, "the withdrawal")
+    told = [verified(headers, raw) for _, headers, raw in seen]
+    gone = {"type": "approval.withdrawn", "approval_id": approval["id"], "status": "withdrawn"}
+    assert [
+        {"type": t["type"], "approval_id": t["data"]["approval_id"], "status": t["data"]["status"]}
+        for t in told
+    ][1:] == [gone]
 
 
 def test_a_pending_delivery_survives_a_restart(tmp_path: Path) -> None:

@@ -354,12 +354,18 @@ def test_reload_switches_the_candidate_and_promote_enforces_it(tmp_path: Path) -
             rule + '\ndeny_reasons contains "candidate: no notes" if {\n'
             '\tstartswith(input.arguments.path, "notes/")\n}\n'
         )
-        reloaded = httpx.post(f"{url}/v1/admin/reload", headers=AUTH, timeout=60)
-        assert reloaded.status_code == 200, reloaded.text
+        reloaded = toolgate("reload", "--url", url, "--key", ALICE, cwd=tmp_path)
+        assert reloaded.returncode == 0, reloaded.stderr + reloaded.stdout
         assert post("second", "notes/second.txt") == "succeeded"
         latest = differences(2)["latest"][0]
         assert latest["call_id"] == "second", latest
         assert latest["candidate"]["revision"] != first["candidate"]["revision"]
+        # the answer (the CLI prints the route's) names the candidate it now compares
+        switched = {
+            "revision": latest["candidate"]["revision"],
+            "previous": first["candidate"]["revision"],
+        }
+        assert json.loads(reloaded.stdout)["shadow"] == switched, reloaded.stdout
 
         broken = tmp_path / "candidate/rego/broken.rego"
         broken.write_text("package toolgate\n\nthis is not rego\n")

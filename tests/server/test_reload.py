@@ -19,12 +19,14 @@ import logging
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from gateway.errors import ReloadRefused
+from gateway.errors import ConfigError, ReloadRefused
+from gateway.policy.backends import open_backend
 from gateway.runtime.bootstrap import close_runtime, open_runtime
 from gateway.runtime.container import Runtime
 from gateway.runtime.reload import Reloader
@@ -32,7 +34,7 @@ from gateway.runtime.signals import Generations
 from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.testing import SAMPLE_POLICY_INPUT
-from gateway.types import DecisionResult
+from gateway.types import DecisionResult, PolicyBackend
 from tests.helpers import ALICE, CAROL
 from tests.server.helpers import auth, body
 
@@ -157,6 +159,58 @@ async def test_a_broken_change_is_refused_and_nothing_changes(
     assert await reloader.close_drained() == 0
 
 
+async def test_a_reload_refused_half_way_closes_what_it_built_and_only_that(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload whose candidate fails to open after the new policy backend opened: the new
+    backend is closed, the running one still decides. (Loading checks the candidate first,
+    so the fault is injected at ``open_shadow``, where an OPA candidate's client opens.)"""
+    runtime = await open_runtime(_candidate(project))
+    opened: list[PolicyBackend] = []
+
+    async def opening(settings: Settings, sources: Any) -> PolicyBackend:
+        opened.append(await open_backend(settings, sources))
+        return opened[-1]
+
+    async def refusing(*args: Any) -> None:
+        raise ConfigError("shadow: the candidate's OPA refused its client")
+
+    monkeypatch.setattr("gateway.runtime.reload.open_backend", opening)
+    monkeypatch.setattr("gateway.runtime.reload.open_shadow", refusing)
+    try:
+        before = runtime.latest
+        (project / "policies" / "notes.yaml").write_text("notes: {changed: true}\n")
+        (project / "candidate" / "policies" / "notes.yaml").write_text("notes: {next: true}\n")
+        with pytest.raises(ReloadRefused):
+            await Reloader(runtime).reload()
+        assert runtime.latest is before and len(opened) == 1
+        running = await before.policy.decide(SAMPLE_POLICY_INPUT)
+        built = await opened[0].decide(SAMPLE_POLICY_INPUT)
+    finally:
+        await close_runtime(runtime)
+    assert running.result is DecisionResult.ALLOW, running.reasons
+    assert built.result is DecisionResult.DENY and "closed" in built.reasons[0], built
+
+
+async def test_a_reload_whose_policy_backend_fails_to_open_leaves_the_running_one_open(
+    runtime: Runtime, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Loading checks the policy first, so the fault is injected at ``open_backend``, where
+    the OPA backend's client opens.)"""
+
+    async def refusing(*args: Any) -> None:
+        raise ConfigError("policy: OPA refused the client")
+
+    monkeypatch.setattr("gateway.runtime.reload.open_backend", refusing)
+    before = runtime.latest
+    _deny_everyone(project)
+    with pytest.raises(ReloadRefused):
+        await Reloader(runtime).reload()
+    assert runtime.latest is before
+    running = await before.policy.decide(SAMPLE_POLICY_INPUT)
+    assert running.result is DecisionResult.ALLOW, running.reasons
+
+
 async def test_a_reload_that_finds_nothing_changed_logs_at_info_and_a_change_at_warning(
     runtime: Runtime, project: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -271,6 +325,34 @@ def test_the_route_reloads_and_every_execution_names_its_revisions(
         assert requested["data"]["revisions"] == revisions
     plan = client.post("/v1/plans", json=body("fs.list_dir", {"path": "."}), headers=auth(ALICE))
     assert plan.json()["revisions"] == answer["revisions"]
+
+
+def _candidate(project: Path) -> Settings:
+    """The settings of ``_settings`` with a shadow (candidate) policy: a copy of the shipped
+    one under ``candidate/``."""
+    for name in ("rego", "policies"):
+        shutil.copytree(project / name, project / "candidate" / name)
+    config = yaml.safe_load((project / "toolgate.yaml").read_text())
+    config["shadow"] = {"rego_dir": "candidate/rego", "policies_dir": "candidate/policies"}
+    (project / "toolgate.yaml").write_text(yaml.safe_dump(config))
+    return _settings(project)
+
+
+def test_the_route_names_the_candidate_a_reload_switched_to(project: Path) -> None:
+    settings = _candidate(project)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        before = client.app.state.services.shadow.revision
+        unchanged = client.post("/v1/admin/reload", headers=auth(CAROL)).json()
+        assert unchanged["shadow"] == {"revision": before, "previous": before}
+        (project / "candidate" / "policies" / "notes.yaml").write_text("notes: {next: true}\n")
+        answer = client.post("/v1/admin/reload", headers=auth(CAROL)).json()
+        after = client.app.state.services.latest.shadow.revision
+    assert after != before
+    assert answer["shadow"] == {"revision": after, "previous": before}, answer
+
+
+def test_without_a_candidate_the_answer_names_none(client: TestClient) -> None:
+    assert client.post("/v1/admin/reload", headers=auth(CAROL)).json()["shadow"] is None
 
 
 def test_a_refused_reload_answers_the_faults(client: TestClient, project: Path) -> None:

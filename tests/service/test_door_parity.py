@@ -338,6 +338,25 @@ def test_a_keyed_tool_is_one_call_per_call_through_every_door(gw: Gw) -> None:
 # -- per-call idempotency ----------------------------------------------------------------------
 
 
+def test_a_call_named_by_long_ids_is_keyed_alike_by_mcp_and_the_kit(gw: Gw) -> None:
+    # <run_id>/<call_id> past the 256 characters of a key: both doors derive its digest with
+    # one function (gateway/client/keys.py), so the call sent through one and then the
+    # other is one keyed call
+    run_id = f"parity-long-{uuid.uuid4().hex}".ljust(256, "r")
+    call_id = f"call_{uuid.uuid4().hex}"
+    path = _doomed(gw)
+    ids = {}
+    for era in ERAS:
+        named = {"io.toolgate/run_id": run_id, "io.toolgate/call_id": call_id}
+        named["io.toolgate/agent_id"] = "parity"  # the same request through every door
+        sent = structured(mcp(gw, era, ALICE, "fs.delete_file", {"path": path}, **named))
+        ids[f"mcp {era}"] = sent["execution_id"]
+    with Client(gw.url, ALICE) as client:
+        options = with_call_id(CallOptions(run_id=run_id, agent_id="parity"), call_id)
+        ids["kit"] = client.execute("fs.delete_file", {"path": path}, options).id
+    assert len(set(ids.values())) == 1, ids
+
+
 def test_each_invocation_is_its_own_call_and_a_retried_one_the_same(gw: Gw) -> None:
     # fs.delete_file requires an idempotency key: each door gives each invocation its own,
     # and the same invocation sent again (the same tool call / call id) is the same call

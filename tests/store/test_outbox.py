@@ -1,7 +1,8 @@
 """The outbox of approval notifications (``gateway/store/outbox.py``), on each backend.
 
-- Requesting, deciding and expiring an approval each write their notifications in the same
-  transaction: a change rolled back leaves none, and a store without endpoints writes none.
+- Requesting, deciding, expiring and withdrawing an approval each write their notifications
+  in the same transaction: a change rolled back leaves none, and a store without endpoints
+  writes none.
 - A due notification is claimed by one claimer; one retried later is not due before its time;
   one delivered or dead is never claimed again.
 """
@@ -22,6 +23,7 @@ from gateway.store.outbox import Delivery
 from gateway.store.records import Decided
 from gateway.store.sql import Abort, Db
 from gateway.store.store import Store
+from gateway.types import Status
 from tests.store.test_store import pending_approval, record
 
 pytestmark = pytest.mark.anyio
@@ -95,6 +97,23 @@ async def test_each_approval_change_writes_its_notifications_with_it(store: Stor
     await store._write(rolled_back)
     assert await store.get_approval("ap_gone") is None
     assert sorted(await outbox(store)) == found  # the change rolled back, and its notifications
+
+
+async def test_a_withdrawn_approval_is_notified_with_it(store: Store) -> None:
+    # the approver's channel was told the approval is pending: it is told it is gone, when
+    # its call is cancelled (withdraw) and when a decision finds the call no longer parked
+    store.notify_with(notifier())
+    for name in ("w", "late"):
+        await store.reserve(record(f"ex_{name}", call_id=name), [], None)
+        await store.checkpoint_for_approval(pending_approval(f"ap_{name}", f"ex_{name}"), [])
+    assert await store.withdraw_approval("ap_w")
+    assert not await store.withdraw_approval("ap_w")  # withdrawn once, told once
+    parked = [Status.AWAITING_APPROVAL]
+    assert await store.set_status("ex_late", parked, Status.CANCELLING)
+    late = await store.decide_approval("ap_late", "approved", "bob", None)
+    assert not isinstance(late, Decided) and late.status == "withdrawn"
+    told = sorted(row[:3] for row in await outbox(store) if row[0] == "approval.withdrawn")
+    assert told == [("approval.withdrawn", HOOK, "ap_late"), ("approval.withdrawn", HOOK, "ap_w")]
 
 
 async def test_a_notification_is_claimed_once_and_settled_for_good(store: Store) -> None:
