@@ -133,17 +133,11 @@ class Sender:
         url = parse_url(target.url)
         check_host(url, target.policy)
         sent = http.Attempt()  # a POST: never sent again by the client
-        # the rest of a longer answer is not read: the connection is dropped
-        await self.client.send(
-            sent,
-            target.policy.networks,
-            "POST",
-            url,
-            list(headers.items()),
-            body,
-            budget=self.config.max_response_bytes,
-        )
-        code = sent.status or 0
+        networks, fields = target.policy.networks, list(headers.items())
+        async with self.client.open(sent, networks, "POST", url, fields, body) as answer:
+            # the rest of a longer answer is not read: the connection is dropped
+            await http.read_body(answer, self.config.max_response_bytes, sent.body)
+        code = answer.status
         if 200 <= code < 300:
             return Attempt("delivered", f"answered {code}")
         if code >= 500 or code in RETRIED_STATUSES:

@@ -138,9 +138,10 @@ async def test_check_url_returns_the_checked_addresses() -> None:
 async def _get(networks: list[str], url: str) -> tuple[int | None, bytes]:
     client = http.Client(ssl_context=http.ssl_context(), limit=4)
     attempt = http.Attempt()
+    allowed = EgressPolicy.build([], networks).networks
     try:
-        networks_ = EgressPolicy.build([], networks).networks
-        await client.send(attempt, networks_, "GET", parse_url(url), [], None, budget=1000)
+        async with client.open(attempt, allowed, "GET", parse_url(url), [], None) as answer:
+            await http.read_body(answer, 1000, attempt.body)
     finally:
         await client.aclose()
     return attempt.status, bytes(attempt.body)

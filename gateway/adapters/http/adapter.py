@@ -53,7 +53,14 @@ from gateway.adapters.http.results import (
     parse_statuses,
     probe_value,
 )
-from gateway.adapters.shared.client import Attempt, Client, Lost, Unreachable, ssl_context
+from gateway.adapters.shared.client import (
+    Attempt,
+    Client,
+    Lost,
+    Unreachable,
+    read_body,
+    ssl_context,
+)
 from gateway.adapters.shared.egress import (
     EgressPolicy,
     EgressRefused,
@@ -488,9 +495,8 @@ class HttpAdapter:
         client, networks = self._open(), plan.policy.networks
 
         async def send() -> tuple[bool, str | None]:
-            return await client.send(
-                attempt, networks, method, url, headers, content, budget=plan.budget
-            )
+            async with client.open(attempt, networks, method, url, headers, content) as answer:
+                return await read_body(answer, plan.budget, attempt.body)
 
         try:
             truncated, problem = await _run_bounded(call, seconds, send)

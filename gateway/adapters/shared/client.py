@@ -130,22 +130,6 @@ class Client:
         self._user_agent = user_agent
         self._sessions: dict[tuple[IPNetwork, ...], aiohttp.ClientSession] = {}
 
-    async def send(
-        self,
-        attempt: Attempt,
-        networks: tuple[IPNetwork, ...],
-        method: str,
-        url: URL,
-        headers: Sequence[tuple[str, str]],
-        content: bytes | None,
-        *,
-        budget: int,
-    ) -> tuple[bool, str | None]:
-        """Send one request and read at most ``budget`` bytes of its body into ``attempt``:
-        (truncated, problem). Raises as ``open`` does."""
-        async with self.open(attempt, networks, method, url, headers, content) as response:
-            return await read_body(response, budget, attempt.body)
-
     @contextlib.asynccontextmanager
     async def open(
         self,
