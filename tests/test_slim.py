@@ -5,6 +5,7 @@ lifespan entered, then ``sys.modules`` read."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -61,6 +62,65 @@ def test_a_default_start_imports_no_library_it_does_not_use(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+SERVE = """
+import asyncio, json, sys
+from pathlib import Path
+import gateway.cli  # what `toolgate serve` imports
+from gateway.server.app import create_app
+from gateway.settings import load_settings
+
+app = create_app(load_settings(Path(sys.argv[1])))
+
+async def main():
+    async with app.router.lifespan_context(app):
+        asked = set(sys.argv[2:])
+        print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in asked
+                                or name in asked)))
+
+asyncio.run(main())
+"""
+SENDERS = (
+    "gateway.adapters.http.adapter",  # the HTTP tools
+    "gateway.http.jwks",  # the identity provider's key set
+    "gateway.notifications.sender",  # the approval notifications
+)
+
+
+@pytest.mark.slow
+def test_the_server_sends_over_one_http_library_and_imports_no_httpx(tmp_path: Path) -> None:
+    """Issue 33: every request the server sends goes through aiohttp
+    (gateway/adapters/shared/client.py); httpx is the clients' (the kit, the CLI, the stdio
+    bridge). A server with HTTP tools, JWTs and a notification endpoint starts without it
+    (neither does the MCP SDK's server side import it: it uses httpx2, in its client)."""
+    config = make_project(tmp_path, f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}")
+    data = yaml.safe_load(config.read_text())
+    data["jwt"] = {
+        "issuer": "https://idp.example.com",
+        "resource": "https://toolgate.example.com/mcp",
+        "jwks_url": "https://idp.example.com/certs",
+    }
+    data["notifications"] = {
+        "endpoints": [{"url": "https://hooks.example.com/toolgate", "secret_env": "WH"}]
+    }
+    config.write_text(yaml.safe_dump(data))
+    secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE, str(config), "httpx", "httpcore", *SENDERS],
+        cwd=tmp_path,
+        env={
+            "PYTHONPATH": str(REPO),
+            "RUST_LIB_BACKTRACE": "0",
+            "PATH": "/usr/bin:/bin",
+            "WH": secret,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == sorted(SENDERS)
 
 
 def test_a_connection_whose_driver_is_missing_is_refused_by_check_and_at_load(

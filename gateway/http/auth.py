@@ -29,7 +29,7 @@ from gateway.errors import ToolgateError, Unauthenticated
 from gateway.settings import ApiKey, Settings, hash_key
 from gateway.store.store import Store
 
-if TYPE_CHECKING:  # PyJWT and httpx (~20 MB) load only where JWTs are configured
+if TYPE_CHECKING:  # PyJWT (and the HTTP client) load only where JWTs are configured
     from gateway.http.oidc import TokenVerifier
 
 IDENTITY_SCOPE_KEY = "toolgate.identity"

@@ -12,6 +12,9 @@ key is held is checked with the set held, stale or not; only a token that needs 
 set lacks waits for it. The URL is read as configured: a redirect is a failed fetch, never
 followed, and a body over ``MAX_JWKS_BYTES`` is refused as soon as it is known to be
 (from its ``Content-Length``, or when the read passes the limit), not read to its end.
+The fetch goes through the server's one HTTP client (``gateway.adapters.shared.client``:
+its TLS, the certifi bundle; its checked connect, with every network allowed but the cloud
+metadata endpoints, since the URL is the operator's).
 
 Only asymmetric signing keys are kept (``kty`` RSA, EC or OKP; ``use`` absent or ``sig``;
 a ``kid``): a symmetric (``oct``) key in the set is ignored, so a token can never be checked
@@ -30,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import jwt
 
+from gateway.adapters.shared import client as http
+from gateway.adapters.shared.urls import parse_url
 from gateway.errors import ToolgateError
 
 log = logging.getLogger("toolgate.auth")
@@ -131,7 +135,7 @@ class KeySet:
             self._attempted_at = self._clock()
             try:
                 keys = parse_jwks(await self._read())
-            except (OSError, ValueError, httpx.HTTPError) as exc:
+            except (OSError, ValueError, http.Unreachable, http.Lost, ToolgateError) as exc:
                 log.warning("cannot read the JWKS at %s: %s", self.source, exc)
                 return
             self._keys, self._fetched_at = keys, self._clock()
@@ -154,26 +158,35 @@ class KeySet:
         """The body of the URL's answer: only a 2xx, unencoded, at most ``MAX_JWKS_BYTES``
         (a compressed body would be inflated before its size could be checked)."""
         assert self._url is not None
-        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
-        async with (
-            httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as client,
-            client.stream("GET", self._url, headers=headers) as answer,
-        ):
-            if answer.is_redirect:
-                raise ValueError(
-                    f"it answered {answer.status_code}, a redirect, which is not followed "
-                    "(the keys are read from jwt.jwks_url only)"
-                )
-            answer.raise_for_status()
-            encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
-            if encoding != "identity":
-                raise ValueError(f"the JWKS came encoded ({encoding[:32]}), not as asked")
-            declared = answer.headers.get("Content-Length", "")
-            if declared.isdigit() and int(declared) > MAX_JWKS_BYTES:
-                raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes ({declared})")
-            body = bytearray()
-            async for chunk in answer.aiter_raw():
-                body += chunk
-                if len(body) > MAX_JWKS_BYTES:
-                    raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes")
-            return bytes(body)
+        headers = [("Accept", "application/json"), ("Accept-Encoding", "identity")]
+        attempt = http.Attempt(retry_safe=True)
+        client = http.Client(ssl_context=http.ssl_context(), limit=1)
+        try:
+            url = parse_url(self._url)
+            async with client.open(attempt, http.ANY_NETWORK, "GET", url, headers, None) as answer:
+                _check_answer(answer.status, answer.headers)
+                truncated, problem = await http.read_body(answer, MAX_JWKS_BYTES + 1, attempt.body)
+        finally:
+            await client.aclose()
+        if len(attempt.body) > MAX_JWKS_BYTES:
+            raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes")
+        if truncated:
+            raise ValueError(problem or "the answer was cut short")
+        return bytes(attempt.body)
+
+
+def _check_answer(status: int, headers: Mapping[str, str]) -> None:
+    """Refuse an answer that is not a 2xx JWKS sent whole and unencoded, before its body."""
+    if 300 <= status < 400:
+        raise ValueError(
+            f"it answered {status}, a redirect, which is not followed "
+            "(the keys are read from jwt.jwks_url only)"
+        )
+    if not 200 <= status < 300:
+        raise ValueError(f"it answered {status}")
+    encoding = headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise ValueError(f"the JWKS came encoded ({encoding[:32]}), not as asked")
+    declared = headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > MAX_JWKS_BYTES:
+        raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes ({declared})")

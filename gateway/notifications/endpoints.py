@@ -8,9 +8,8 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import httpx
-
 from gateway.adapters.shared.egress import EgressPolicy, normalise_host, refusal
+from gateway.adapters.shared.urls import parse_url
 from gateway.errors import ConfigError
 from gateway.notifications.payload import check_template
 from gateway.notifications.signing import parse_secret
@@ -56,13 +55,13 @@ def targets(settings: Settings, env: Mapping[str, str]) -> tuple[dict[str, Targe
 def policy_of(endpoint: NotificationEndpoint) -> EgressPolicy:
     """What the endpoint may reach: its own host, on public addresses and its
     ``allow_networks``."""
-    return EgressPolicy.build([httpx.URL(endpoint.url).host], endpoint.allow_networks)
+    return EgressPolicy.build([parse_url(endpoint.url).host or ""], endpoint.allow_networks)
 
 
 def always_refused(endpoint: NotificationEndpoint) -> str | None:
     """Why egress control refuses ``endpoint`` whatever DNS says (its host is an address,
     or ``localhost``, that it does not allow), or None."""
-    host = normalise_host(httpx.URL(endpoint.url).host)
+    host = normalise_host(parse_url(endpoint.url).host or "")
     names = ("127.0.0.1", "::1") if host == "localhost" or host.endswith(".localhost") else (host,)
     policy = policy_of(endpoint)
     for name in names:

@@ -1,5 +1,5 @@
 """The sender: the workers' loop that claims due notifications from the outbox and POSTs them,
-signed, through egress control (``gateway.adapters.shared.transport``).
+signed, through egress control (the server's one HTTP client, ``gateway.adapters.shared.client``).
 
 Bounded: ``notifications.concurrency`` attempts at once per process, each within
 ``notifications.timeout``, reading at most ``notifications.max_response_bytes`` of the answer.
@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import logging
 import random
-import ssl
 import time
 from dataclasses import dataclass
 
 import anyio
-import httpx
 
+from gateway.adapters.shared import client as http
 from gateway.adapters.shared.egress import EgressRefused, check_host
-from gateway.adapters.shared.transport import guarded_transport
+from gateway.adapters.shared.urls import parse_url
 from gateway.errors import ToolgateError
 from gateway.instance import INSTANCE_ID
 from gateway.notifications import signing
@@ -55,17 +54,7 @@ class Sender:
     ) -> None:
         self.store, self.config, self.targets, self.metrics = store, config, targets, metrics
         self.lease_ms = int((2 * config.timeout + 5) * 1000)
-        context = ssl.create_default_context()
-        limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=2)
-        self.clients = {
-            url: httpx.AsyncClient(
-                transport=guarded_transport(t.policy, ssl_context=context, limits=limits),
-                trust_env=False,
-                follow_redirects=False,
-                timeout=config.timeout,
-            )
-            for url, t in targets.items()
-        }
+        self.client = http.Client(ssl_context=http.ssl_context(), limit=config.concurrency)
 
     async def run(self) -> None:
         """Claim up to ``concurrency`` due notifications, send them together, again."""
@@ -133,20 +122,22 @@ class Sender:
             return Attempt("retry" if exc.retryable else "dead", exc.message)
         except TimeoutError:
             return Attempt("retry", f"no answer within {self.config.timeout:g}s")
-        except httpx.HTTPError as exc:
-            return Attempt("retry", f"{type(exc).__name__}: {exc}"[:300])
+        except http.Unreachable as exc:
+            return Attempt("retry", f"could not connect: {exc.reason}")
+        except http.Lost:
+            return Attempt("retry", "the connection was lost before the answer came")
+        except ValueError as exc:  # a request the client refuses to send
+            return Attempt("dead", f"it cannot be sent: {exc}"[:300])
 
     async def _post(self, target: Target, body: bytes, headers: dict[str, str]) -> Attempt:
-        url = httpx.URL(target.url)
+        url = parse_url(target.url)
         check_host(url, target.policy)
-        client = self.clients[target.url]
-        async with client.stream("POST", url, content=body, headers=headers) as response:
-            read = 0
-            async for chunk in response.aiter_raw():
-                read += len(chunk)
-                if read >= self.config.max_response_bytes:
-                    break  # the rest is not read: the connection is dropped
-        code = response.status_code
+        sent = http.Attempt()  # a POST: never sent again by the client
+        networks, fields = target.policy.networks, list(headers.items())
+        async with self.client.open(sent, networks, "POST", url, fields, body) as answer:
+            # the rest of a longer answer is not read: the connection is dropped
+            await http.read_body(answer, self.config.max_response_bytes, sent.body)
+        code = answer.status
         if 200 <= code < 300:
             return Attempt("delivered", f"answered {code}")
         if code >= 500 or code in RETRIED_STATUSES:
@@ -171,8 +162,7 @@ class Sender:
             log.error("%s failed for good (dead-lettered): %s", about, attempt.why)
 
     async def aclose(self) -> None:
-        for client in self.clients.values():
-            await client.aclose()
+        await self.client.aclose()
 
 
 async def send_notifications(sender: Sender | None) -> None:

@@ -4,9 +4,9 @@ people) or ``json`` (one JSON object per line, for a collector).
 Each line written while a call runs names it: the pipeline binds the call's ``execution_id``,
 ``run_id``, ``call_id``, ``tool``, ``principal`` and ``trace_id`` (``bind_call``) in a context
 variable, and the JSON formatter adds them. Secrets are kept out by construction (no adapter
-logs a credential; httpcore's header trace is held at INFO), and every secret an adapter reads
-is also registered with ``scrub`` so that any line that would hold one is masked, whatever
-logged it: both formats are a ``MaskingFormatter``, the one place a line is masked.
+logs a credential, nor does the server's HTTP client, aiohttp), and every secret an adapter
+reads is also registered with ``scrub`` so that any line that would hold one is masked,
+whatever logged it: both formats are a ``MaskingFormatter``, the one place a line is masked.
 """
 
 from __future__ import annotations

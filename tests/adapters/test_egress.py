@@ -1,20 +1,17 @@
-"""Egress control: which addresses are refused, host allowlists, and the guarded transport
-against real sockets on loopback."""
+"""Egress control: which addresses are refused, host allowlists, and the server's one HTTP
+client (gateway/adapters/shared/client.py) against real sockets on loopback."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
-import threading
 import time
-from typing import Any
 
-import anyio
-import httpcore
-import httpx
 import pytest
 
 from examples.orders_service import create_app, serving
+from gateway.adapters.shared import client as http
 from gateway.adapters.shared.egress import (
     EgressPolicy,
     EgressRefused,
@@ -25,7 +22,7 @@ from gateway.adapters.shared.egress import (
     refusal,
     resolve,
 )
-from gateway.adapters.shared.transport import GuardedBackend, guarded_transport
+from gateway.adapters.shared.urls import parse_url
 from gateway.errors import ExecutionError
 
 pytestmark = pytest.mark.anyio
@@ -105,10 +102,10 @@ def test_host_allowlist_exact_wildcard_and_any() -> None:
 
 def test_check_host_refuses_other_schemes_and_hosts() -> None:
     policy = EgressPolicy.build(["api.example.com"], [])
-    check_host(httpx.URL("https://api.example.com/x"), policy)
+    check_host(parse_url("https://api.example.com/x"), policy)
     for url in ("ftp://api.example.com/x", "file:///etc/passwd", "https://other.example.com/"):
         with pytest.raises(EgressRefused):
-            check_host(httpx.URL(url), policy)
+            check_host(parse_url(url), policy)
 
 
 async def test_resolve_checks_every_address_of_a_name() -> None:
@@ -138,112 +135,42 @@ async def test_check_url_returns_the_checked_addresses() -> None:
         await check_url("http://[::1", policy)
 
 
-def _transport(networks: list[str]) -> httpx.AsyncHTTPTransport:
-    return guarded_transport(
-        EgressPolicy.build([], networks),
-        ssl_context=httpx.create_ssl_context(),
-        limits=httpx.Limits(max_connections=4),
-    )
+async def _get(networks: list[str], url: str) -> tuple[int | None, bytes]:
+    client = http.Client(ssl_context=http.ssl_context(), limit=4)
+    attempt = http.Attempt()
+    allowed = EgressPolicy.build([], networks).networks
+    try:
+        async with client.open(attempt, allowed, "GET", parse_url(url), [], None) as answer:
+            await http.read_body(answer, 1000, attempt.body)
+    finally:
+        await client.aclose()
+    return attempt.status, bytes(attempt.body)
 
 
-async def test_guarded_transport_connects_only_to_allowed_addresses() -> None:
+async def test_the_client_connects_only_to_allowed_addresses() -> None:
     with serving(create_app()) as base:
-        port = httpx.URL(base).port
-        async with httpx.AsyncClient(transport=_transport(["127.0.0.1"])) as client:
-            response = await client.get(f"http://127.0.0.1:{port}/healthz")
-            assert response.json() == {"ok": True}
-        async with httpx.AsyncClient(transport=_transport([])) as client:
-            with pytest.raises(EgressRefused, match="loopback"):
-                await client.get(f"http://127.0.0.1:{port}/healthz")
+        port = parse_url(base).port
+        status, body = await _get(["127.0.0.1"], f"http://127.0.0.1:{port}/healthz")
+        assert (status, json.loads(body)) == (200, {"ok": True})
+        with pytest.raises(EgressRefused, match="loopback"):
+            await _get([], f"http://localhost:{port}/healthz")
+        with pytest.raises(EgressRefused, match="loopback"):
+            await _get([], f"http://127.0.0.1:{port}/healthz")
 
 
-async def test_guarded_transport_refuses_unix_sockets() -> None:
-    backend = GuardedBackend(EgressPolicy())
-    with pytest.raises(EgressRefused):
-        await backend.connect_unix_socket("/var/run/docker.sock")
-
-
-async def test_guarded_transport_maps_a_closed_port_to_connect_error() -> None:
+async def test_the_client_reports_a_closed_port_as_unreachable() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    async with httpx.AsyncClient(transport=_transport(["127.0.0.1"])) as client:
-        with pytest.raises(httpx.ConnectError):
-            await client.get(f"http://127.0.0.1:{port}/")
+    with pytest.raises(http.Unreachable) as info:
+        await _get(["127.0.0.1"], f"http://127.0.0.1:{port}/")
+    assert info.value.reason == "connection refused"
 
 
-async def test_connect_timeout_covers_resolution_and_connect() -> None:
-    class Slow(httpcore.AsyncNetworkBackend):
-        async def connect_tcp(self, *args: object, **kwargs: object) -> httpcore.AsyncNetworkStream:
-            await anyio.sleep(5)
-            raise AssertionError("not reached")
-
-    backend = GuardedBackend(EgressPolicy.build([], ["127.0.0.1"]), inner=Slow())
-    with pytest.raises(httpcore.ConnectTimeout):
-        await backend.connect_tcp("127.0.0.1", 9, timeout=0.1)
-
-
-class _AskedBackend(httpcore.AnyIOBackend):
-    """The real backend, noting every attribute its streams are asked for."""
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-
-    async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
-        stream = await super().connect_tcp(*args, **kwargs)
-        inner = stream.get_extra_info
-
-        def get_extra_info(info: str) -> Any:
-            self.asked.append(info)
-            return inner(info)
-
-        stream.get_extra_info = get_extra_info  # type: ignore[method-assign]
-        return stream
-
-
-async def test_the_pool_checks_idle_connections_on_the_socket_itself() -> None:
-    """Issue 33: the pool asks each idle connection whether it is readable (closed by the
-    server) on every request and response; anyio's stream rebuilt its whole table of
-    attributes, a getpeername included, for each question. The guarded stream answers it
-    from its socket."""
-    inner = _AskedBackend()
-    backend = GuardedBackend(EgressPolicy.build([], ["127.0.0.1"]), inner=inner)
-    with serving(create_app()) as base:
-        async with httpcore.AsyncConnectionPool(network_backend=backend) as pool:
-            for _ in range(3):
-                assert (await pool.request("GET", f"{base}/healthz")).status == 200
-            assert len(pool.connections) == 1
-    assert "is_readable" not in inner.asked
-
-
-async def test_a_kept_connection_the_server_closed_is_not_reused() -> None:
-    """The socket's own readability shows a connection the server closed after answering:
-    the next request opens a new one instead of failing on the old."""
-    closed = threading.Event()
-    served: list[int] = []
-    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
-
-    def serve(listener: socket.socket) -> None:
-        for n in range(2):
-            conn, _ = listener.accept()
-            with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += conn.recv(4096)
-                conn.sendall(answer)
-                served.append(n)
-            if n == 0:
-                closed.set()  # the first connection is closed, kept alive for the client
-
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
-        thread = threading.Thread(target=serve, args=(listener,), daemon=True)
-        thread.start()
-        async with httpx.AsyncClient(transport=_transport(["127.0.0.1"])) as client:
-            assert (await client.get(f"http://127.0.0.1:{port}/")).text == "ok"
-            assert closed.wait(10)
-            assert (await client.get(f"http://127.0.0.1:{port}/")).text == "ok"
-        thread.join(10)
-    assert served == [0, 1]
+def test_a_url_with_a_host_no_server_has_is_not_a_url() -> None:
+    """yarl takes "exa mple.com" as a host; the one parser refuses it, as httpx did."""
+    for text in ("http://exa mple.com/", 'http://a"b.example/', "http://[::1"):
+        with pytest.raises(ValueError):
+            parse_url(text)
+    assert parse_url("http://Bücher.example/a%2Fb").raw_host == "xn--bcher-kva.example"
+    assert parse_url("http://Bücher.example/a%2Fb").raw_path == "/a%2Fb"

@@ -1,6 +1,7 @@
-"""The HTTP adapter's client (gateway/adapters/http/client.py) and kept-alive connections,
-against a server on 127.0.0.1 that speaks just enough HTTP/1.1 to close a connection where
-a real one would: idle after its keep-alive, or just as a request arrives on it."""
+"""The HTTP adapter's client (gateway/adapters/shared/client.py, the server's one) and
+kept-alive connections, against a server on 127.0.0.1 that speaks just enough HTTP/1.1 to
+close a connection where a real one would: idle after its keep-alive, or just as a request
+arrives on it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gateway.adapters.http import adapter as http
-from gateway.adapters.http.client import IDLE_SECONDS
 from gateway.adapters.http.options import HttpConfig
+from gateway.adapters.shared.client import IDLE_SECONDS
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ExecutionError
 from gateway.testing import adapter_call, load_declaration

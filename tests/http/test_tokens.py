@@ -218,6 +218,18 @@ async def test_an_unreachable_provider_with_no_keys_held_is_503(issuer: Issuer) 
     assert caught.value.http_status == 503 and caught.value.retryable
 
 
+async def test_the_key_set_is_never_fetched_from_a_cloud_metadata_address(
+    issuer: Issuer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fetch goes through the server's one HTTP client and its egress check: the URL is
+    the operator's, so any network is allowed, but not the metadata endpoints."""
+    url = "http://169.254.169.254/latest/keys"
+    check = TokenVerifier(JwtSettings.model_validate(jwt_section(url)), KeySet(url=url))
+    with pytest.raises(JwksUnavailable):
+        await check.verify(issuer.token())
+    assert "cloud metadata" in caplog.text
+
+
 async def test_a_dripping_key_server_costs_one_bounded_fetch_and_held_keys_keep_serving(
     issuer: Issuer, jwks_server: JwksServer
 ) -> None:

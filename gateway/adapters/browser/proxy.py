@@ -209,10 +209,9 @@ def _url_of(target: str, connect: bool) -> str:
 
 
 def _origin_form(method: str, url: str, version: str, headers: list[bytes]) -> bytes:
-    import httpx
+    from gateway.adapters.shared.urls import parse_url
 
-    parsed = httpx.URL(url)
-    path = parsed.raw_path.decode("ascii", "replace") or "/"
+    path = parse_url(url).raw_path_qs or "/"
     upgrade = False
     kept: list[bytes] = []
     for line in headers:

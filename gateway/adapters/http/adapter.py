@@ -3,7 +3,7 @@
 A tool declares its method, URL, query, headers, body, credentials and egress allowlist
 (``gateway.adapters.http.options``; every key in ``docs/adapters/http.md``); the request is
 filled from the call context (``request``), sent here, and read back into an outcome
-(``results``). The client (``client``, aiohttp) connects only through
+(``results``). The client (``shared.client``, aiohttp) connects only through
 ``gateway.adapters.shared.egress``: the host is checked here per request and per redirect
 hop, the resolved address at every connect.
 
@@ -18,24 +18,20 @@ Failures are translated at this edge, and whether anything left decides how:
 The pipeline reconciles the three uncertain codes of a write with the tool's ``reconcile``
 probes and otherwise reports ``unknown``; ``retryable`` is true for them only when a repeat
 cannot duplicate the effect. Nothing is retried here; the client sends a request again
-only where a kept-alive connection was closed under it and repeating is safe (``client``).
+only where a kept-alive connection was closed under it and repeating is safe
+(``shared.client``).
 """
 
 from __future__ import annotations
 
-import os
-import ssl
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
 import anyio
-import certifi
-import httpx
 from pydantic import ValidationError as PydanticValidationError
 
 from gateway.adapters.base import AdapterCall, AdapterOutcome
-from gateway.adapters.http.client import Attempt, Client, Lost, Unreachable
 from gateway.adapters.http.options import HttpConfig, HttpOptions, parse_json_path
 from gateway.adapters.http.request import (
     REDACTED,
@@ -57,12 +53,21 @@ from gateway.adapters.http.results import (
     parse_statuses,
     probe_value,
 )
+from gateway.adapters.shared.client import (
+    Attempt,
+    Client,
+    Lost,
+    Unreachable,
+    read_body,
+    ssl_context,
+)
 from gateway.adapters.shared.egress import (
     EgressPolicy,
     EgressRefused,
     IPNetwork,
     check_host,
 )
+from gateway.adapters.shared.urls import URL, parse_url
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.declarations.templates import TemplateError
@@ -149,15 +154,15 @@ def _probe_problems(tool: ToolDeclaration, lines: Lines) -> Iterator[str]:
                     yield f"{where}: {exc}"
 
 
-def _redirect_target(url: httpx.URL, location: str) -> httpx.URL:
+def _redirect_target(url: URL, location: str) -> URL:
     """Where a redirect from ``url`` points; a Location that is not a URL is refused like
     any other hop egress control does not allow (``check_host`` checks the rest)."""
     try:
-        return url.join(location)
-    except httpx.InvalidURL as exc:
+        return url.join(parse_url(location))
+    except ValueError as exc:
         shown = location[:100]
         raise EgressRefused(
-            f"the redirect from {url.copy_with(query=None)} points to {shown!r}, "
+            f"the redirect from {url.with_query(None)} points to {shown!r}, "
             "which is not an http(s) URL"
         ) from exc
 
@@ -208,21 +213,19 @@ def _budget(call: AdapterCall, floor: float) -> float:
 
 
 def _os_reason(exc: BaseException) -> str:
-    """A short reason from the OSError behind ``exc``, never the raw exception text."""
-    if isinstance(exc, Unreachable) and exc.errno:
-        return os.strerror(exc.errno).lower()
+    """A short reason for a connection that could not be made, never the raw exception text."""
+    if isinstance(exc, Unreachable):
+        return exc.reason
     return "the connection could not be made"
 
 
-def _where(url: httpx.URL) -> str:
+def _where(url: URL) -> str:
     return f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
 
 
-def _send_error(
-    exc: Exception, plan: Plan, url: httpx.URL, sent: bool, seconds: float
-) -> ToolgateError:
+def _send_error(exc: Exception, plan: Plan, url: URL, sent: bool, seconds: float) -> ToolgateError:
     """A transport failure as the project's error: was anything sent, may it be retried?"""
-    target = f"{plan.method} {url.copy_with(query=None)}"
+    target = f"{plan.method} {url.with_query(None)}"
     if not isinstance(exc, Lost | Unreachable | TimeoutError):
         return ExecutionError(
             f"{target} could not be sent: invalid request", code="invalid_request"
@@ -254,10 +257,11 @@ def _unfilled(tool: ToolDeclaration, exc: TemplateError) -> ExecutionError:
     )
 
 
-def _target(base: str | None, url_text: str, query: Sequence[tuple[str, str]]) -> httpx.URL:
-    """The URL a request goes to: the rendered ``url`` on the tool's base, plus ``query``."""
+def _target(base: str | None, url_text: str, query: Sequence[tuple[str, str]]) -> URL:
+    """The URL a request goes to: the rendered ``url`` on the tool's base, plus ``query``
+    (a name the URL already has takes the query's values instead)."""
     url = join_url(base, url_text)
-    return url.copy_merge_params(tuple(query)) if query else url
+    return url.update_query(query) if query else url
 
 
 class HttpAdapter:
@@ -340,7 +344,7 @@ class HttpAdapter:
             "host": url.host,
             "port": url.port or (443 if url.scheme == "https" else 80),
             "path": url.path,
-            "query_keys": sorted(set(url.params.keys())),
+            "query_keys": sorted(set(url.query.keys())),
         }
 
     async def aclose(self) -> None:
@@ -424,7 +428,7 @@ class HttpAdapter:
         if policy is None:
             hosts = (*opts.egress.allow_hosts, *opts.implied_hosts)
             policy = EgressPolicy.build(
-                (*hosts, *([httpx.URL(base).host] if base else [])),
+                (*hosts, *([parse_url(base).host or ""] if base else [])),
                 (*opts.egress.allow_networks, *networks),
             )
             self._policies[key] = policy
@@ -448,10 +452,8 @@ class HttpAdapter:
 
     def _open(self) -> Client:
         if self._client is None:
-            cafile = self.config.ca_bundle
-            context = ssl.create_default_context(cafile=str(cafile or certifi.where()))
             self._client = Client(
-                ssl_context=context,
+                ssl_context=ssl_context(self.config.ca_bundle),
                 limit=self.config.max_connections,
                 user_agent=self.config.user_agent,
             )
@@ -482,7 +484,7 @@ class HttpAdapter:
         plan: Plan,
         call: AdapterCall,
         method: str,
-        url: httpx.URL,
+        url: URL,
         headers: list[tuple[str, str]],
         content: bytes | None,
     ) -> Exchange:
@@ -493,9 +495,8 @@ class HttpAdapter:
         client, networks = self._open(), plan.policy.networks
 
         async def send() -> tuple[bool, str | None]:
-            return await client.send(
-                attempt, networks, method, str(url), headers, content, budget=plan.budget
-            )
+            async with client.open(attempt, networks, method, url, headers, content) as answer:
+                return await read_body(answer, plan.budget, attempt.body)
 
         try:
             truncated, problem = await _run_bounded(call, seconds, send)
@@ -514,7 +515,7 @@ class HttpAdapter:
 
     @staticmethod
     def _stopped(
-        exc: Exception, plan: Plan, method: str, url: httpx.URL, sent: bool, seconds: float
+        exc: Exception, plan: Plan, method: str, url: URL, sent: bool, seconds: float
     ) -> Exception:
         """The deadline or a cancellation before the response: safe, or uncertain."""
         if isinstance(exc, TimeoutError):
@@ -524,7 +525,7 @@ class HttpAdapter:
         if method in SAFE_METHODS:
             return _StoppedSafely(f"while waiting for the response to {method}")
         return ExecutionError(
-            f"cancelled after {method} {url.copy_with(query=None)} was sent; "
+            f"cancelled after {method} {url.with_query(None)} was sent; "
             "the server may have processed it",
             code="cancelled",
             retryable=plan.retry_safe,

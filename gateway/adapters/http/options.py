@@ -5,8 +5,9 @@ URL (absolute, a path under ``base_url``/``service``, or one whole reference), h
 names, where credentials come from (never inline), the JSON body skeleton, the egress
 allowlist. ``docs/adapters/http.md`` documents every key with a full example.
 
-httpx parses URLs here (as the adapter will), imported when a URL is first checked: the
-declaration spec imports this module, and loading declarations needs no HTTP client.
+URLs are parsed here as the adapter parses them (``shared.urls``, imported when a URL is
+first checked): the declaration spec imports this module, and loading declarations needs no
+HTTP client.
 """
 
 from __future__ import annotations
@@ -70,15 +71,15 @@ def check_base_url(value: str) -> str:
     """A fixed ``http(s)://host[:port][/prefix]`` with no template, query or fragment."""
     if "{" in value or "}" in value:
         raise ValueError("a base URL is fixed: put templates in url")
-    import httpx
+    from gateway.adapters.shared.urls import parse_url
 
     try:
-        url = httpx.URL(value)
-    except httpx.InvalidURL as exc:
+        url = parse_url(value)
+    except ValueError as exc:
         raise ValueError(f"{value!r} is not a URL ({exc})") from exc
     if url.scheme not in ("http", "https") or not url.host:
         raise ValueError(f"{value!r} is not an absolute http(s) URL")
-    if url.query or url.fragment:
+    if url.raw_query_string or url.raw_fragment:
         raise ValueError(f"{value!r}: a base URL has no query or fragment")
     return value.rstrip("/")
 
@@ -313,9 +314,9 @@ def url_origin(url: Template) -> tuple[str, str | None]:
 
 
 def _host(url: str) -> str:
-    import httpx
+    from gateway.adapters.shared.urls import parse_url
 
-    return httpx.URL(url).host
+    return parse_url(url).host or ""
 
 
 class ServiceConfig(Frozen):

@@ -23,10 +23,10 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import anyio
-import httpx
 
 from gateway.adapters.base import AdapterOutcome, Evidence
 from gateway.adapters.http.options import Body, Credential, whole_reference
+from gateway.adapters.shared.urls import URL, parse_url
 from gateway.declarations.templates import Template, TemplateError, lookup
 from gateway.errors import ExecutionError, ToolgateError
 from gateway.observability.logs import scrub
@@ -157,7 +157,7 @@ def render_pairs(
     return pairs
 
 
-def join_url(base: str | None, rendered: str) -> httpx.URL:
+def join_url(base: str | None, rendered: str) -> URL:
     """``base`` + a path starting with ``/``, or an absolute http(s) URL on its own."""
     try:
         if rendered.startswith("/") and not rendered.startswith("//"):
@@ -165,11 +165,11 @@ def join_url(base: str | None, rendered: str) -> httpx.URL:
                 raise ExecutionError(
                     f"url {rendered!r} is a path and the tool has no base URL", code="invalid_url"
                 )
-            return httpx.URL(base + rendered)
-        url = httpx.URL(rendered)
-    except httpx.InvalidURL as exc:
+            return parse_url(base + rendered)
+        url = parse_url(rendered)
+    except ValueError as exc:
         raise ExecutionError(f"{rendered!r} is not a valid URL", code="invalid_url") from exc
-    if not url.is_absolute_url:
+    if not (url.scheme and url.host):
         raise ExecutionError(
             f"{rendered!r} is neither an absolute http(s) URL nor a path starting with /",
             code="invalid_url",

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-import httpx
-
 from gateway.adapters.base import AdapterOutcome, Evidence
 from gateway.adapters.base import SideEffectReport as Effect
 from gateway.adapters.http.options import HttpOptions, parse_json_path
 from gateway.adapters.http.request import Redactor, as_text
 from gateway.adapters.shared.egress import EgressPolicy
+from gateway.adapters.shared.urls import URL
 from gateway.declarations.templates import TemplateError, lookup
 from gateway.errors import ExecutionError
 from gateway.types import JSON, Outcome
@@ -36,7 +35,7 @@ class Plan:
     """One request (or probe) ready to send: everything decided, nothing sent."""
 
     method: str
-    url: httpx.URL
+    url: URL
     headers: tuple[tuple[str, str], ...]
     content: bytes | None
     policy: EgressPolicy
@@ -57,7 +56,7 @@ class Exchange:
     """What came back for a plan: the final response and its body within the budget."""
 
     method: str
-    url: httpx.URL
+    url: URL
     status: int
     headers: Mapping[str, str]
     """Case-insensitive, as the client gives them."""
@@ -94,7 +93,7 @@ def status_error(plan: Plan, ex: Exchange, declared: tuple[int, ...]) -> Executi
         phrase = HTTPStatus(status).phrase
     except ValueError:
         phrase = "unknown status"
-    what = f"{ex.method} {ex.url.copy_with(query=None)} answered {status} {phrase}"
+    what = f"{ex.method} {ex.url.with_query(None)} answered {status} {phrase}"
     details: dict[str, Any] = {"status": status}
     retry_after = parse_retry_after(ex.headers.get("retry-after"))
     if retry_after is not None:
@@ -221,7 +220,7 @@ def probe_value(ex: Exchange, params: Mapping[str, str]) -> JSON:
         if ex.status in (404, 410):
             return None
         raise ExecutionError(
-            f"probe GET {ex.url.copy_with(query=None)} answered {ex.status}; "
+            f"probe GET {ex.url.with_query(None)} answered {ex.status}; "
             "the state could not be read",
             code="probe_unreadable",
             retryable=True,

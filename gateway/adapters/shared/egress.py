@@ -14,15 +14,16 @@ kin) stay refused inside an allowed range; only a network naming exactly that ad
 (a /32 or /128) opens one.
 
 The caller must connect to the addresses that were checked, never resolve the name again,
-or DNS rebinding could slip a refused address in between. ``GuardedBackend`` does that for
-httpx: give it to a connection pool and every TCP connect resolves, checks and connects
-to the checked address; nothing else needs to be trusted (it lives in
-``gateway.adapters.shared.transport``, with ``guarded_transport``).
+or DNS rebinding could slip a refused address in between. The server's one HTTP client
+(``gateway.adapters.shared.client``) does that: every connect of its pools resolves, checks
+and connects to the checked address; nothing else needs to be trusted. The browser's egress
+proxy connects to the addresses ``check_url`` returns.
 
 Public surface: ``EgressDecl`` (the ``egress:`` key of a declaration), ``EgressPolicy``,
 ``EgressRefused``, ``parse_network``, ``check_host``, ``resolve``, ``check_address``,
-``check_url`` and ``refusal``. This module imports no HTTP library (httpx is imported by
-``check_url`` when it is first called), so declaration specs may use it.
+``check_url`` and ``refusal``. This module imports no HTTP library (URLs are parsed by
+``shared.urls``, imported by ``check_url`` when it is first called), so declaration specs
+may use it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from gateway.declarations.model import Frozen
 from gateway.errors import ExecutionError
 
 if TYPE_CHECKING:
-    import httpx
+    from yarl import URL
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -95,7 +96,7 @@ class EgressPolicy:
 class Destination:
     """A checked URL: where it may go, and the only addresses to connect to."""
 
-    url: httpx.URL
+    url: URL
     host: str
     port: int
     addresses: tuple[IPAddress, ...]
@@ -188,11 +189,11 @@ def refusal(ip: IPAddress, policy: EgressPolicy) -> str | None:
     return None if any(a in n for a in candidates for n in policy.networks) else category
 
 
-def check_host(url: httpx.URL, policy: EgressPolicy) -> None:
+def check_host(url: URL, policy: EgressPolicy) -> None:
     """Refuse a URL whose scheme or host the policy does not allow (no DNS yet)."""
     if url.scheme not in SCHEMES:
         raise EgressRefused(f"only http and https URLs may be requested, not {url.scheme or '?'}:")
-    host = url.raw_host.decode("ascii", "replace")
+    host = url.raw_host or ""
     if not host:
         raise EgressRefused("the URL has no host")
     try:
@@ -255,18 +256,16 @@ async def _lookup(name: str, port: int) -> tuple[IPAddress, ...]:
     return tuple(dict.fromkeys(found))
 
 
-async def check_url(
-    url: str | httpx.URL, policy: EgressPolicy, lookup: Lookup | None = None
-) -> Destination:
+async def check_url(url: str, policy: EgressPolicy, lookup: Lookup | None = None) -> Destination:
     """Check scheme, host and every resolved address; connect only to ``addresses``."""
-    import httpx  # here, not at the top: the declaration specs import this module
+    from gateway.adapters.shared.urls import parse_url  # the declaration specs import this
 
     try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
+        parsed = parse_url(url)
+    except ValueError as exc:
         raise EgressRefused(f"not a valid URL ({exc})") from exc
     check_host(parsed, policy)
-    host = parsed.raw_host.decode("ascii")
+    host = parsed.raw_host or ""
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     return Destination(parsed, host, port, await resolve(host, port, policy, lookup))
 

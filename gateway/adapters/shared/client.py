@@ -1,10 +1,19 @@
-"""The HTTP adapter's client: aiohttp behind egress control, one pool per set of networks.
+"""The server's one HTTP client: aiohttp behind egress control, one pool per set of networks.
+
+Every request the gateway's server process sends goes through ``Client``: the HTTP
+adapter's declared requests and probes (``gateway.adapters.http``), the approval
+notifications (``gateway.notifications.sender``) and the identity provider's key set
+(``gateway.http.jwks``). So there is one definition of each thing two libraries would each
+define: the egress check at every connect, TLS (``ssl_context``: the certifi bundle unless
+a CA file is given), no redirect followed, no proxy from the environment, no cookie kept,
+and the errors (``Unreachable``, ``Lost``). Timeouts are the caller's (a deadline around
+the whole request, ``anyio.fail_after``): aiohttp's own timeout is off. httpx stays in the
+clients (the kit, the CLI, ``toolgate mcp``), never in the server.
 
 Why aiohttp (issue 33): its pool finds an idle connection by key in constant work, its
 timers are the event loop's, and it parses in C; httpx over httpcore scanned every pooled
 connection for each queued request and wrapped each socket read and write in a cancel
-scope. The adapter's deadline and cancellation stay the adapter's (``_run_bounded``):
-aiohttp's own timeout is off.
+scope.
 
 What egress control asks of a client (``gateway.adapters.shared.egress``), and where:
 
@@ -16,6 +25,10 @@ What egress control asks of a client (``gateway.adapters.shared.egress``), and w
 - no proxy from the environment (``trust_env=False``), no cookie remembered
   (``DummyCookieJar``: one client serves every actor), no redirect followed (the adapter
   follows the declared ones itself, each hop checked).
+
+A request whose destination is the operator's own configuration, not a tool's (the key
+set at ``jwt.jwks_url``), is sent with ``ANY_NETWORK``: every address allowed but the cloud
+metadata endpoints, through the same checked connect.
 
 Idle connections are kept ``IDLE_SECONDS``, less than the keep-alive of the usual servers
 (uvicorn, Node.js, Apache: 5 s), so the server is not the one closing a connection just as
@@ -29,23 +42,41 @@ is off (``_resend_once`` turns its errors into ``Lost``).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import functools
 import ipaddress
+import os
 import socket
 import ssl
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import certifi
 from aiohttp.abc import AbstractResolver, ResolveResult
-from yarl import URL
 
 from gateway.adapters.shared.egress import EgressPolicy, IPNetwork, check_address, resolve
+from gateway.adapters.shared.urls import URL
 
 IDLE_SECONDS = 2.0
 """How long an idle connection is kept: under the usual servers' 5 s keep-alive."""
+ANY_NETWORK: tuple[IPNetwork, ...] = (
+    ipaddress.IPv4Network("0.0.0.0/0"),
+    ipaddress.IPv6Network("::/0"),
+)
+"""Every address but the cloud metadata endpoints (``egress.refusal``): for a URL the
+operator configured, not a tool."""
+
+
+@functools.cache
+def ssl_context(cafile: Path | None = None) -> ssl.SSLContext:
+    """Certificates verified against ``cafile``, by default the certifi bundle (made once
+    per file: loading a bundle takes ~50 ms)."""
+    return ssl.create_default_context(cafile=str(cafile or certifi.where()))
 
 
 @dataclass(slots=True)
@@ -78,6 +109,11 @@ class Unreachable(Exception):
         super().__init__(errno)
         self.errno = errno
 
+    @property
+    def reason(self) -> str:
+        """A short reason, from the errno: never the raw text of the cause."""
+        return os.strerror(self.errno).lower() if self.errno else "the connection could not be made"
+
 
 _ATTEMPT: contextvars.ContextVar[Attempt] = contextvars.ContextVar("toolgate_http_attempt")
 
@@ -86,42 +122,43 @@ class Client:
     """Declared requests through one aiohttp session (and pool) per set of allowed
     networks: a pooled connection is only reused under the policy that checked it."""
 
-    def __init__(self, *, ssl_context: ssl.SSLContext, limit: int, user_agent: str) -> None:
+    def __init__(
+        self, *, ssl_context: ssl.SSLContext, limit: int, user_agent: str | None = None
+    ) -> None:
         self._ssl = ssl_context
         self._limit = limit
         self._user_agent = user_agent
         self._sessions: dict[tuple[IPNetwork, ...], aiohttp.ClientSession] = {}
 
-    async def send(
+    @contextlib.asynccontextmanager
+    async def open(
         self,
         attempt: Attempt,
         networks: tuple[IPNetwork, ...],
         method: str,
-        url: str,
+        url: URL,
         headers: Sequence[tuple[str, str]],
         content: bytes | None,
-        *,
-        budget: int,
-    ) -> tuple[bool, str | None]:
-        """Send one request and read at most ``budget`` bytes of its body into ``attempt``:
-        (truncated, problem). Raises ``Unreachable``, ``Lost``, ``EgressRefused``, the
-        resolver's ``ExecutionError`` or ``ValueError`` (a request aiohttp refuses)."""
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Send one request, redirects not followed; the response with its head read (in
+        ``attempt`` too), its body left to the caller (``read_body``). Raises
+        ``Unreachable``, ``Lost``, ``EgressRefused``, the resolver's ``ExecutionError`` or
+        ``ValueError`` (a request aiohttp refuses)."""
         token = _ATTEMPT.set(attempt)
-        target = URL(url, encoded=True)
         try:
             response = await self._session(networks).request(
-                method, target, headers=headers, data=content, allow_redirects=False
+                method, url, headers=headers, data=content, allow_redirects=False
             )
         except aiohttp.InvalidUrlClientError:
             # aiohttp refuses a legacy numeric IPv4 host ("0", "127.1") before any resolver:
             # egress control judges it first, as the system would resolve it.
-            await resolve(target.raw_host or "", target.port or 0, EgressPolicy(networks=networks))
+            await resolve(url.raw_host or "", url.port or 0, EgressPolicy(networks=networks))
             raise
         finally:
             _ATTEMPT.reset(token)
         async with response:
             attempt.status, attempt.headers = response.status, response.headers
-            return await _read_body(response, budget, attempt.body)
+            yield response
 
     def _session(self, networks: tuple[IPNetwork, ...]) -> aiohttp.ClientSession:
         session = self._sessions.get(networks)
@@ -132,7 +169,7 @@ class Client:
             session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None),
-                headers={"User-Agent": self._user_agent},
+                headers={"User-Agent": self._user_agent} if self._user_agent else None,
                 skip_auto_headers=("Content-Type",),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 trust_env=False,
@@ -178,10 +215,11 @@ def _errno(exc: BaseException) -> int | None:
     return None
 
 
-async def _read_body(
+async def read_body(
     response: aiohttp.ClientResponse, limit: int, buf: bytearray
 ) -> tuple[bool, str | None]:
-    """Read at most ``limit`` bytes into ``buf``: (truncated, problem)."""
+    """Read at most ``limit`` bytes of the body into ``buf``: (truncated, problem). A body
+    that goes on past ``limit`` is not read to its end (its connection is dropped)."""
     try:
         while chunk := await response.content.readany():
             room = limit - len(buf)
