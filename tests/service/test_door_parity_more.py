@@ -1,0 +1,114 @@
+"""More questions asked through every door, each answered alike (issue 30).
+
+The gateway, the doors and the helpers are those of ``test_door_parity.py``; the questions
+here are the ones a new user tried there next: the same invalid arguments, a decision's
+comment, a deprecated tool's description, a long-poll out of bounds, a body over the bound,
+and no API key at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gateway.client import Client
+from gateway.client.errors import ApiError, ToolgateClientError
+from tests.helpers import ALICE
+from tests.mcp.helpers import ERAS
+from tests.service import test_door_parity as parity
+from tests.service.test_door_parity import Gw, mcp, page_session
+
+pytestmark = pytest.mark.slow
+
+gw = parity.gw
+"""The one gateway of the parity tests (the shipped project on SQLite), for this module."""
+
+MODERN = "2026-07-28"
+
+
+def _parked(gw: Gw, run_id: str = "parity-more") -> tuple[str, str]:
+    """A call of alice's parked for an approver: its execution's id and its approval's."""
+    call_id = f"m-{uuid.uuid4().hex[:8]}"
+    body = parity._delete_body(run_id, call_id, call_id, parity._doomed(gw))
+    with gw.rest(ALICE) as rest:
+        parked = rest.post("/v1/executions", json=body).json()
+    assert parked["status"] == "awaiting_approval", parked
+    return str(parked["id"]), str(parked["approval"]["id"])
+
+
+def _page_decides(gw: Gw, key: str, approval_id: str, decision: str, comment: str) -> int:
+    """``decision`` sent from the approval's page (its form, with its CSRF token); the status."""
+    with page_session(gw, key) as page:
+        form = page.get(f"/ui/approvals/{approval_id}").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert csrf, form
+        sent = {"decision": decision, "comment": comment, "csrf": csrf.group(1)}
+        return page.post(f"/ui/approvals/{approval_id}/decide", data=sent).status_code
+
+
+def _error_of(gw: Gw, execution_id: str) -> dict[str, Any]:
+    with gw.rest(ALICE) as rest:
+        shown = rest.get(f"/v1/executions/{execution_id}").json()
+    return dict(shown["result"]["error"])
+
+
+def _code_of(call: Callable[[], object]) -> str:
+    """The code of the gateway's refusal of the kit's ``call``; the name of the kit's own
+    failure (no answer of the gateway's); else ``answered``."""
+    try:
+        call()
+    except ApiError as exc:
+        return exc.code
+    except ToolgateClientError as exc:
+        return type(exc).__name__
+    return "answered"
+
+
+async def _async_code_of(call: Awaitable[object]) -> str:
+    """``_code_of`` of the async kit."""
+    try:
+        await call
+    except ApiError as exc:
+        return exc.code
+    except ToolgateClientError as exc:
+        return type(exc).__name__
+    return "answered"
+
+
+# -- the same invalid arguments ------------------------------------------------------------
+
+
+def test_every_door_names_the_same_fields_of_invalid_arguments(gw: Gw) -> None:
+    # MCP's 2025-11-25 era goes through the SDK's transport, 2026-07-28 through the fast path
+    arguments = {"path": "", "content": 5, "colour": "red"}
+    seen: dict[str, tuple[str, str]] = {}
+
+    def of(error: dict[str, Any]) -> tuple[str, str]:
+        return str(error["type"]), json.dumps(error["errors"], sort_keys=True)
+
+    body = {
+        "run_id": "parity-more",
+        "call_id": uuid.uuid4().hex[:8],
+        "tool": {"name": "fs.write_file"},
+        "arguments": arguments,
+        "actor": {"agent_id": "parity"},
+        "workspace": {"id": "demo"},
+    }
+    with gw.rest(ALICE) as rest:
+        seen["rest"] = of(rest.post("/v1/executions", json=body).json()["result"]["error"])
+    for era in ERAS:
+        result = mcp(gw, era, ALICE, "fs.write_file", arguments)
+        seen[f"mcp {era}"] = of((result.meta or {})["io.toolgate/error"])
+    called = gw.cli(ALICE, "call", "fs.write_file", "--args-json", json.dumps(arguments))
+    assert called.returncode == 1, called.stderr
+    seen["cli"] = of(json.loads(called.stdout)["result"]["error"])
+    with Client(gw.url, ALICE) as client:
+        error = client.execute("fs.write_file", arguments).error
+    assert error is not None
+    seen["kit"] = of(dict(error))
+    assert len(set(seen.values())) == 1 and seen["rest"][0] == "invalid_arguments", seen
