@@ -18,7 +18,7 @@ import pytest
 
 from gateway.client import Client
 from gateway.client.errors import ApiError, ToolgateClientError
-from tests.helpers import ALICE
+from tests.helpers import ALICE, BOB
 from tests.mcp.helpers import ERAS
 from tests.service import test_door_parity as parity
 from tests.service.test_door_parity import Gw, mcp, page_session
@@ -112,3 +112,45 @@ def test_every_door_names_the_same_fields_of_invalid_arguments(gw: Gw) -> None:
     assert error is not None
     seen["kit"] = of(dict(error))
     assert len(set(seen.values())) == 1 and seen["rest"][0] == "invalid_arguments", seen
+
+
+# -- a decision's comment ------------------------------------------------------------------
+
+
+def test_every_door_refuses_an_overlong_comment_alike(gw: Gw) -> None:
+    # the page held a comment to 2000 characters; REST, the CLI and the kit took any length
+    comment = "x" * 2001
+    codes: dict[str, str] = {}
+    _, approval_id = _parked(gw)
+    with gw.rest(BOB) as rest:
+        denied = rest.post(f"/v1/approvals/{approval_id}/deny", json={"comment": comment})
+    codes["rest"] = denied.json().get("code", "decided")
+    denied = gw.cli(BOB, "approvals", "deny", approval_id, "--comment", comment)
+    codes["cli"] = json.loads(denied.stdout)["code"] if denied.returncode == 1 else "decided"
+    with Client(gw.url, BOB) as client:
+        codes["kit"] = _code_of(lambda: client.deny(approval_id, comment))
+    status = _page_decides(gw, BOB, approval_id, "deny", comment)
+    codes["page"] = "invalid_comment" if status == 400 else str(status)
+    with gw.rest(BOB) as rest:
+        codes["still"] = rest.get(f"/v1/approvals/{approval_id}").json()["status"]
+    assert codes == {**dict.fromkeys(codes, "invalid_comment"), "still": "pending"}, codes
+
+
+def test_every_door_records_a_comment_alike(gw: Gw) -> None:
+    # the page trimmed a comment's surrounding whitespace; REST, the CLI and the kit kept it
+    comment = "  not today \n"
+    denied: dict[str, str] = {}
+    for door in ("rest", "cli", "kit", "page"):
+        execution_id, approval_id = _parked(gw)
+        if door == "rest":
+            with gw.rest(BOB) as rest:
+                rest.post(f"/v1/approvals/{approval_id}/deny", json={"comment": comment})
+        elif door == "cli":
+            gw.cli(BOB, "approvals", "deny", approval_id, "--comment", comment)
+        elif door == "kit":
+            with Client(gw.url, BOB) as client:
+                client.deny(approval_id, comment)
+        else:
+            _page_decides(gw, BOB, approval_id, "deny", comment)
+        denied[door] = str(_error_of(gw, execution_id)["message"])
+    assert set(denied.values()) == {"denied by bob: not today"}, denied
