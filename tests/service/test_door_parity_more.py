@@ -11,15 +11,19 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import anyio
 import pytest
+import yaml
 
 from gateway.client import Client
 from gateway.client.errors import ApiError, ToolgateClientError
+from gateway.client.toolkit import catalogue
+from gateway.testing import gateway, make_project
 from tests.helpers import ALICE, BOB
-from tests.mcp.helpers import ERAS
+from tests.mcp.helpers import ERAS, connect
 from tests.service import test_door_parity as parity
 from tests.service.test_door_parity import Gw, mcp, page_session
 
@@ -154,3 +158,45 @@ def test_every_door_records_a_comment_alike(gw: Gw) -> None:
             _page_decides(gw, BOB, approval_id, "deny", comment)
         denied[door] = str(_error_of(gw, execution_id)["message"])
     assert set(denied.values()) == {"denied by bob: not today"}, denied
+
+
+# -- a deprecated tool's description -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def deprecating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gw]:
+    """A gateway of the shipped project whose newest fs.list_dir is deprecated."""
+    root = tmp_path_factory.mktemp("parity-deprecated")
+    config = make_project(root, f"sqlite:///{root}/toolgate.db")
+    listing = yaml.safe_load((root / "tools.d" / "fs.list_dir.yaml").read_text())
+    listing.update(version="9.0.0", deprecated="use fs.list_dir ^1")
+    (root / "tools.d" / "fs.list_dir.v9.yaml").write_text(yaml.safe_dump(listing))
+    with gateway(config) as url:
+        yield Gw(url, root)
+
+
+def test_every_door_describes_a_deprecated_tool_alike(deprecating: Gw) -> None:
+    # MCP tools/list said "[deprecated: ...]"; ?format=... and the kit's tools did not
+    described: dict[str, str] = {}
+    with deprecating.rest(ALICE) as rest:
+        for fmt in ("llm", "openai", "anthropic", "mcp"):
+            listing = rest.get("/v1/tools", params={"format": fmt}).json()
+            for item in listing["items"]:
+                item = item.get("function", item)
+                if listing["names"][item["name"]] == "fs.list_dir":
+                    described[f"rest {fmt}"] = item["description"]
+        detail = rest.get("/v1/tools/fs.list_dir").json()
+        described["rest llm_tool"] = detail["llm_tool"]["description"]
+    for era in ERAS:
+
+        async def listed(era: str = era) -> str:
+            async with connect(deprecating.url, era, ALICE) as client:
+                tools = (await client.list_tools()).tools
+            return next(str(t.description) for t in tools if t.name == "fs.list_dir")
+
+        described[f"mcp {era}"] = anyio.run(listed)
+    with Client(deprecating.url, ALICE) as client:
+        specs = catalogue(client)
+    described["kit"] = next(spec.description for spec in specs if spec.name == "fs.list_dir")
+    assert len(set(described.values())) == 1, described
+    assert described["kit"].startswith("[deprecated: use fs.list_dir ^1] "), described
