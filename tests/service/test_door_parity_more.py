@@ -25,7 +25,7 @@ from gateway.testing import gateway, make_project
 from tests.helpers import ALICE, BOB
 from tests.mcp.helpers import ERAS, connect
 from tests.service import test_door_parity as parity
-from tests.service.test_door_parity import Gw, mcp, page_session
+from tests.service.test_door_parity import Gw, error_code, mcp, page_session
 
 pytestmark = pytest.mark.slow
 
@@ -200,3 +200,20 @@ def test_every_door_describes_a_deprecated_tool_alike(deprecating: Gw) -> None:
     described["kit"] = next(spec.description for spec in specs if spec.name == "fs.list_dir")
     assert len(set(described.values())) == 1, described
     assert described["kit"].startswith("[deprecated: use fs.list_dir ^1] "), described
+
+
+# -- a long-poll out of bounds -------------------------------------------------------------
+
+
+def test_every_door_refuses_a_wait_out_of_bounds_with_the_same_code(gw: Gw) -> None:
+    execution_id = parity._write(gw, ALICE)
+    codes: dict[str, str] = {}
+    with gw.rest(ALICE) as rest:
+        refused = rest.get(f"/v1/executions/{execution_id}", params={"wait": "61"})
+    codes["rest"] = refused.json()["code"]
+    for era in ERAS:
+        asked = {"execution_id": execution_id, "wait_s": 61}
+        codes[f"mcp {era}"] = error_code(mcp(gw, era, ALICE, parity.STATUS_TOOL, asked))
+    with Client(gw.url, ALICE) as client:
+        codes["kit"] = _code_of(lambda: client.get(execution_id, wait=61))
+    assert set(codes.values()) == {"invalid_wait"}, codes
