@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import yaml
 
@@ -217,3 +218,45 @@ def test_every_door_refuses_a_wait_out_of_bounds_with_the_same_code(gw: Gw) -> N
     with Client(gw.url, ALICE) as client:
         codes["kit"] = _code_of(lambda: client.get(execution_id, wait=61))
     assert set(codes.values()) == {"invalid_wait"}, codes
+
+
+# -- a body over max_body_bytes ------------------------------------------------------------
+
+
+def test_a_body_over_the_bound_is_refused_alike_at_every_door_and_framing(gw: Gw) -> None:
+    # a declared Content-Length was refused without "retryable"; chunks with it
+    big = b'{"pad": "' + b"x" * (1024 * 1024) + b'"}'
+    doors = {
+        "rest": ("/v1/executions", {}),
+        f"mcp {MODERN}": ("/mcp", {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call"}),
+        "mcp legacy": ("/mcp", {}),
+    }
+    refused: dict[str, tuple[int, str, Any]] = {}
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(big), 64 * 1024):
+            yield big[start : start + 64 * 1024]
+
+    headers = {
+        "Authorization": f"Bearer {ALICE}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    with httpx.Client(base_url=gw.url, timeout=30) as http:
+        for door, (path, more) in doors.items():
+            for framing, content in (("length", big), ("chunked", chunks())):
+                answer = http.post(path, content=content, headers={**headers, **more})
+                problem = answer.json()
+                refused[f"{door} {framing}"] = (
+                    answer.status_code,
+                    problem["code"],
+                    problem.get("retryable"),
+                )
+    with Client(gw.url, ALICE) as client:
+        try:
+            client.execute("fs.write_file", {"path": "big.txt", "content": "x" * 1024 * 1024})
+        except ApiError as exc:
+            refused["kit"] = (exc.status, exc.code, exc.retryable)
+        else:
+            refused["kit"] = (200, "answered", None)
+    assert set(refused.values()) == {(413, "payload_too_large", False)}, refused
