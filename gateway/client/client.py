@@ -222,7 +222,13 @@ def _read(response: httpx.Response) -> Any:
 
 
 def _headers(api_key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}", "User-Agent": "toolgate-client"}
+    """The headers of every request. A key is sent as the gateway reads it (trimmed); none
+    (empty) sends no ``Authorization``, so that the gateway answers 401 ``missing_api_key``
+    as it answers every door's caller without one."""
+    headers = {"User-Agent": "toolgate-client"}
+    if api_key.strip():
+        headers["Authorization"] = f"Bearer {api_key.strip()}"
+    return headers
 
 
 def same_key(a: Client | AsyncClient, b: Client | AsyncClient) -> bool:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.client import Client
+from gateway.client import AsyncClient, Client
 from gateway.client.errors import ApiError, ToolgateClientError
 from gateway.client.toolkit import catalogue
 from gateway.testing import gateway, make_project
@@ -260,3 +260,29 @@ def test_a_body_over_the_bound_is_refused_alike_at_every_door_and_framing(gw: Gw
         else:
             refused["kit"] = (200, "answered", None)
     assert set(refused.values()) == {(413, "payload_too_large", False)}, refused
+
+
+# -- no API key ----------------------------------------------------------------------------
+
+
+def test_every_door_answers_a_caller_without_a_key_alike(gw: Gw) -> None:
+    # the kit given no key sent "Bearer " and failed as if the gateway could not be reached
+    codes: dict[str, str] = {}
+    with httpx.Client(base_url=gw.url) as http:
+        codes["rest"] = http.get("/v1/tools").json()["code"]
+        for era, version in (("legacy", "2025-11-25"), (MODERN, MODERN)):
+            asked = http.post(
+                "/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+                headers={"MCP-Protocol-Version": version, "Accept": "application/json"},
+            )
+            codes[f"mcp {era}"] = asked.json()["code"]
+    with Client(gw.url, "") as client:
+        codes["kit"] = _code_of(client.tools)
+
+    async def kit_async() -> str:
+        async with AsyncClient(gw.url, "") as client:
+            return await _async_code_of(client.tools())
+
+    codes["kit async"] = anyio.run(kit_async)
+    assert set(codes.values()) == {"missing_api_key"}, codes
