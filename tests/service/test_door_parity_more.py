@@ -2,8 +2,9 @@
 
 The gateway, the doors and the helpers are those of ``test_door_parity.py``; the questions
 here are the ones a new user tried there next: the same invalid arguments, a decision's
-comment, a deprecated tool's description, a long-poll out of bounds, a body over the bound,
-and no API key at all.
+comment (its bound, its whitespace, a denied call telling it), approving one's own call, a
+deprecated tool's description, a long-poll out of bounds, a body over the bound, and no API
+key at all.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import yaml
 
 from gateway.client import AsyncClient, Client
 from gateway.client.errors import ApiError, ToolgateClientError
-from gateway.client.toolkit import catalogue
+from gateway.client.toolkit import answer, catalogue, text
 from gateway.testing import gateway, make_project
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, CAROL
 from tests.mcp.helpers import ERAS, connect
 from tests.service import test_door_parity as parity
 from tests.service.test_door_parity import Gw, error_code, mcp, page_session
@@ -159,6 +160,42 @@ def test_every_door_records_a_comment_alike(gw: Gw) -> None:
             _page_decides(gw, BOB, approval_id, "deny", comment)
         denied[door] = str(_error_of(gw, execution_id)["message"])
     assert set(denied.values()) == {"denied by bob: not today"}, denied
+
+
+def test_every_door_tells_a_denied_call_s_comment(gw: Gw) -> None:
+    execution_id, approval_id = _parked(gw)
+    with gw.rest(BOB) as rest:
+        rest.post(f"/v1/approvals/{approval_id}/deny", json={"comment": "use the archive"})
+    told: dict[str, str] = {}
+    with gw.rest(ALICE) as rest:
+        told["rest"] = rest.get(f"/v1/executions/{execution_id}").text
+    for era in ERAS:
+        status = mcp(gw, era, ALICE, parity.STATUS_TOOL, {"execution_id": execution_id})
+        told[f"mcp {era}"] = " ".join(str(block.text) for block in status.content)
+    told["cli"] = gw.cli(ALICE, "executions", "show", execution_id).stdout
+    with Client(gw.url, ALICE) as client:
+        told["kit"] = text(answer(client.get(execution_id)))
+    with page_session(gw, ALICE) as page:
+        told["page"] = page.get(f"/ui/executions/{execution_id}").text
+    said = {door: "denied by bob: use the archive" in shown for door, shown in told.items()}
+    assert set(said.values()) == {True}, said
+
+
+def test_every_door_refuses_self_approval_with_the_same_code(gw: Gw) -> None:
+    # carol is an agent and an approver; nobody approves their own call
+    call_id = f"s-{uuid.uuid4().hex[:8]}"
+    body = parity._delete_body("parity-more", call_id, call_id, parity._doomed(gw))
+    with gw.rest(CAROL) as rest:
+        approval_id = rest.post("/v1/executions", json=body).json()["approval"]["id"]
+        refused = rest.post(f"/v1/approvals/{approval_id}/approve")
+    codes = {"rest": refused.json().get("code", "decided")}
+    approved = gw.cli(CAROL, "approvals", "approve", approval_id)
+    codes["cli"] = json.loads(approved.stdout).get("code", "decided")
+    with Client(gw.url, CAROL) as client:
+        codes["kit"] = _code_of(lambda: client.approve(approval_id))
+    status = _page_decides(gw, CAROL, approval_id, "approve", "")
+    codes["page"] = "self_approval" if status == 403 else str(status)
+    assert set(codes.values()) == {"self_approval"}, codes
 
 
 # -- a deprecated tool's description -------------------------------------------------------
