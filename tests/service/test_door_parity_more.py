@@ -14,6 +14,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -323,3 +324,24 @@ def test_every_door_answers_a_caller_without_a_key_alike(gw: Gw) -> None:
 
     codes["kit async"] = anyio.run(kit_async)
     assert set(codes.values()) == {"missing_api_key"}, codes
+
+
+# -- an id that is no id -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("odd", ["../tools", "..", "a/b", "x?wait=1"])
+def test_every_door_finds_no_execution_of_an_id_that_names_another_path(gw: Gw, odd: str) -> None:
+    # the kit and the CLI put the id into the path as it was: "../tools" read the tool list
+    codes: dict[str, str] = {}
+    with gw.rest(ALICE) as rest:
+        codes["rest"] = rest.get(f"/v1/executions/{quote(odd, safe='')}").json()["code"]
+    for era in ERAS:
+        codes[f"mcp {era}"] = error_code(
+            mcp(gw, era, ALICE, parity.STATUS_TOOL, {"execution_id": odd})
+        )
+    shown = gw.cli(ALICE, "executions", "show", odd)
+    codes["cli"] = str(json.loads(shown.stdout).get("code", f"exit {shown.returncode}"))
+    with Client(gw.url, ALICE) as client:
+        codes["kit"] = _code_of(lambda: client.get(odd))
+        codes["kit approval"] = _code_of(lambda: client.approval(odd))
+    assert set(codes.values()) == {"not_found"}, codes
