@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -118,6 +119,15 @@ def request_body(
     return body
 
 
+def segment(value: str) -> str:
+    """``value`` (an id, a tool name) as one segment of a request's path, quoted whole: an id
+    holding ``/``, ``?`` or ``#``, or one that is ``.`` or ``..`` (which a client removes with
+    the segment before it), names no other route, and the gateway answers it as any id
+    nobody has (404 ``not_found``), as MCP's status tool does."""
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
+
+
 @dataclass(frozen=True, slots=True)
 class _Request:
     method: str
@@ -144,7 +154,7 @@ class _Requests:
     def get(execution_id: str, wait: float | None) -> _Request:
         params = {"wait": f"{wait:g}"} if wait else None
         timeout = wait + 30 if wait else None
-        return _Request("GET", f"/v1/executions/{execution_id}", params, timeout=timeout)
+        return _Request("GET", f"/v1/executions/{segment(execution_id)}", params, timeout=timeout)
 
     @staticmethod
     def find(run_id: str | None, call_id: str | None) -> _Request:
@@ -153,12 +163,12 @@ class _Requests:
 
     @staticmethod
     def cancel(execution_id: str) -> _Request:
-        return _Request("POST", f"/v1/executions/{execution_id}/cancel")
+        return _Request("POST", f"/v1/executions/{segment(execution_id)}/cancel")
 
     @staticmethod
     def events(execution_id: str, after: int | None) -> _Request:
         params = {"after": str(after)} if after is not None else None
-        return _Request("GET", f"/v1/executions/{execution_id}/events", params)
+        return _Request("GET", f"/v1/executions/{segment(execution_id)}/events", params)
 
     @staticmethod
     def tools(fmt: str | None, workspace: str) -> _Request:
@@ -167,7 +177,8 @@ class _Requests:
 
     @staticmethod
     def tool(name: str, version: str | None) -> _Request:
-        return _Request("GET", f"/v1/tools/{name}", {"version": version} if version else None)
+        params = {"version": version} if version else None
+        return _Request("GET", f"/v1/tools/{segment(name)}", params)
 
     @staticmethod
     def approvals(status: str | None, run_id: str | None, call_id: str | None) -> _Request:
@@ -176,7 +187,7 @@ class _Requests:
 
     @staticmethod
     def approval(approval_id: str) -> _Request:
-        return _Request("GET", f"/v1/approvals/{approval_id}")
+        return _Request("GET", f"/v1/approvals/{segment(approval_id)}")
 
     @staticmethod
     def decide(
@@ -191,7 +202,7 @@ class _Requests:
             body["comment"] = comment
         if arguments is not None:
             body["arguments"] = dict(arguments)
-        return _Request("POST", f"/v1/approvals/{approval_id}/{verb}", json=body)
+        return _Request("POST", f"/v1/approvals/{segment(approval_id)}/{verb}", json=body)
 
 
 def _arguments(req: _Request) -> dict[str, Any]:
@@ -222,7 +233,13 @@ def _read(response: httpx.Response) -> Any:
 
 
 def _headers(api_key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}", "User-Agent": "toolgate-client"}
+    """The headers of every request. A key is sent as the gateway reads it (trimmed); none
+    (empty) sends no ``Authorization``, so that the gateway answers 401 ``missing_api_key``
+    as it answers every door's caller without one."""
+    headers = {"User-Agent": "toolgate-client"}
+    if api_key.strip():
+        headers["Authorization"] = f"Bearer {api_key.strip()}"
+    return headers
 
 
 def same_key(a: Client | AsyncClient, b: Client | AsyncClient) -> bool:

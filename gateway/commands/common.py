@@ -91,6 +91,14 @@ def client_target(args: argparse.Namespace, settings: Settings) -> tuple[str, st
     return args.url or f"http://{settings.host}:{settings.port}", key
 
 
+def segment(value: str) -> str:
+    """``value`` (an id) as one segment of a request's path, quoted as the kit quotes it
+    (``gateway.client.client.segment``, imported when used, as httpx is)."""
+    from gateway.client.client import segment as quoted
+
+    return quoted(value)
+
+
 def request(
     args: argparse.Namespace,
     method: str,

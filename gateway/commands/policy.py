@@ -16,6 +16,7 @@ from gateway.commands.common import (
     UsageError,
     client_target,
     existing_store_url,
+    segment,
     settings_of,
     since_duration_ms,
     warn,
@@ -194,7 +195,7 @@ def cmd_policy_input(args: argparse.Namespace) -> int:
     url, key = client_target(args, settings)
     try:
         response = httpx.get(
-            f"{url}/v1/executions/{args.id}/events",
+            f"{url}/v1/executions/{segment(args.id)}/events",
             headers={"Authorization": f"Bearer {key}"},
             timeout=args.timeout,
         )

@@ -24,6 +24,7 @@ from gateway.commands.common import (
     arguments_json,
     client_target,
     request,
+    segment,
     settings_of,
 )
 from gateway.commands.progress import Progress, progress
@@ -35,14 +36,15 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     if action == "list":
         found = _query(status=args.status, run_id=args.run_id, call_id=args.call_id)
         return request(args, "GET", f"/v1/approvals{found}", render=approvals_table)
+    approval = f"/v1/approvals/{segment(args.id)}"
     if action == "show":
-        return request(args, "GET", f"/v1/approvals/{args.id}")
+        return request(args, "GET", approval)
     body: dict[str, Any] = {"comment": args.comment} if args.comment else {}
     if action == "approve" and args.no_resume:
         body["resume"] = False
     if action == "approve" and args.edit:
         body["arguments"] = dict(argument(a, "--edit") for a in args.edit)
-    return request(args, "POST", f"/v1/approvals/{args.id}/{action}", body)
+    return request(args, "POST", f"{approval}/{action}", body)
 
 
 def _query(**params: str | None) -> str:
@@ -57,15 +59,16 @@ def cmd_executions(args: argparse.Namespace) -> int:
     if action == "list":
         found = _query(run_id=args.run_id, call_id=args.call_id)
         return request(args, "GET", f"/v1/executions{found}", render=executions_table)
+    execution = f"/v1/executions/{segment(args.id)}"
     if action == "show":
-        return request(args, "GET", f"/v1/executions/{args.id}")
+        return request(args, "GET", execution)
     if action == "events":
         after = f"?after={args.after}" if args.after is not None else ""
-        return request(args, "GET", f"/v1/executions/{args.id}/events{after}")
+        return request(args, "GET", f"{execution}/events{after}")
     if action == "cancel":
-        return request(args, "POST", f"/v1/executions/{args.id}/cancel")
+        return request(args, "POST", f"{execution}/cancel")
     body = {"outcome": args.outcome, "note": args.note}
-    return request(args, "POST", f"/v1/executions/{args.id}/resolve", body)
+    return request(args, "POST", f"{execution}/resolve", body)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:

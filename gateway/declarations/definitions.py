@@ -14,11 +14,20 @@ def llm_name(tool: ToolDeclaration) -> str:
     return tool.name.replace(".", "__")
 
 
+def description(tool: ToolDeclaration) -> str:
+    """The description a model reads, in every format: a deprecated version says so first
+    (``[deprecated: why] ...``)."""
+    if not tool.deprecated:
+        return tool.description
+    why = tool.deprecated if isinstance(tool.deprecated, str) else "deprecated"
+    return f"[deprecated: {why}] {tool.description}"
+
+
 def _described(
     name: str, tool: ToolDeclaration, key: str, schema: dict[str, Any]
 ) -> dict[str, Any]:
     """The part every format shares: a name, the description, the input schema at ``key``."""
-    return {"name": name, "description": tool.description, key: _without_extensions(schema)}
+    return {"name": name, "description": description(tool), key: _without_extensions(schema)}
 
 
 def llm_tool(tool: ToolDeclaration, schema: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import PayloadTooLarge
-from gateway.http.problems import problem
+from gateway.http.problems import error_problem, problem
 from gateway.settings import Settings
 
 
@@ -50,8 +50,8 @@ class RequestBounds:
             await problem(431, "headers_too_large", detail)(scope, receive, send)
             return
         if declared.strip().isdigit() and int(declared) > self.max_body_bytes:
-            detail = f"the body is larger than {self.max_body_bytes} bytes"
-            await problem(413, "payload_too_large", detail)(scope, receive, send)
+            too_large = PayloadTooLarge(f"the body is larger than {self.max_body_bytes} bytes")
+            await error_problem(too_large)(scope, receive, send)
             return
         if chunked:  # a declared length is held to by the HTTP server; chunks are counted here
             receive = _counted(receive, self.max_body_bytes)

@@ -31,13 +31,18 @@ _TITLES = {
 }
 
 
-def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
+def problem(
+    status: int, code: str, detail: str, *, retryable: bool = False, **extra: Any
+) -> Response:
+    """A problem document: every one carries ``code`` and ``retryable`` (docs/api.md), whichever
+    door or layer answers it; ``extra``: the error's other fields."""
     body = {
         "type": PROBLEM_BASE + code,
         "title": _TITLES.get(status, "Error"),
         "status": status,
         "code": code,
         "detail": detail,
+        "retryable": retryable,
         **extra,
     }
     headers = {}
@@ -46,7 +51,7 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
     retry_after = extra.get("retry_after")
     if isinstance(retry_after, int) and retry_after >= 0:
         headers["Retry-After"] = str(retry_after)
-    elif status == 503 or (status == 409 and extra.get("retryable")):
+    elif status == 503 or (status == 409 and retryable):
         headers["Retry-After"] = "1"
     return Response(
         json.dumps(body, default=str),
@@ -56,13 +61,19 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
     )
 
 
+def error_problem(exc: ToolgateError) -> Response:
+    """``exc`` as its problem document: the one mapping of the error tree to HTTP."""
+    status = exc.http_status if exc.http_status >= 400 else 500
+    return problem(status, exc.code, exc.message, retryable=exc.retryable, **exc.details)
+
+
 async def toolgate_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ToolgateError)
-    status = exc.http_status if exc.http_status >= 400 else 500
+    response = error_problem(exc)
     # a flood must not flood the log; a policy refusal was logged, with its cause, where it arose
-    if status >= 500 and not isinstance(exc, LimitExceeded | PolicyUnavailable):
+    if response.status_code >= 500 and not isinstance(exc, LimitExceeded | PolicyUnavailable):
         log.warning("%s %s failed: %s", request.method, request.url.path, exc.message)
-    return problem(status, exc.code, exc.message, retryable=exc.retryable, **exc.details)
+    return response
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

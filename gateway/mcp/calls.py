@@ -465,22 +465,16 @@ async def cancel_abandoned(door: Door, run: Run) -> None:
 
 async def _status_tool(door: Door, arguments: Mapping[str, Any]) -> dict[str, Any]:
     execution_id = arguments.get("execution_id")
-    wait = arguments.get("wait_s", 0)
-    if (
-        not isinstance(execution_id, str)
-        or not isinstance(wait, int | float)
-        or not 0 <= wait <= executions.MAX_WAIT_S
-    ):
-        return results.refused(
-            ToolgateError(
-                f"execution_id is a string and wait_s 0 to {executions.MAX_WAIT_S:g}",
-                code="invalid_arguments",
-            )
-        )
+    if not isinstance(execution_id, str):
+        return results.refused(ToolgateError("execution_id is a string", code="invalid_arguments"))
+    try:
+        wait = executions.wait_seconds(arguments.get("wait_s"), "wait_s")
+    except ToolgateError as exc:
+        return results.refused(exc)
     found = await executions.find_visible(door.services, door.principal, execution_id)
     if found is None:
         return results.not_found(execution_id)
-    record = await executions.wait_for_end(door.services, door.principal, found, float(wait))
+    record = await executions.wait_for_end(door.services, door.principal, found, wait)
     if record.terminal:
         return results.call_result(record, door.base_url)
     return results.pending_result(record, await _approval(door, record), door.base_url)

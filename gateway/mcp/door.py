@@ -62,7 +62,8 @@ class McpDoor:
             return
         endpoint = self.endpoint or await self._start()
         if endpoint is None:
-            await problem(503, "not_ready", "the MCP endpoint is not running")(scope, receive, send)
+            not_ready = problem(503, "not_ready", "the MCP endpoint is not running", retryable=True)
+            await not_ready(scope, receive, send)
             return
         await endpoint(scope, receive, send)
 

@@ -34,7 +34,7 @@ from gateway import __version__
 from gateway.errors import ToolgateError
 from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
 from gateway.http.heads import Heads
-from gateway.http.problems import problem
+from gateway.http.problems import error_problem, problem
 from gateway.mcp import calls, context, oauth
 from gateway.mcp.sdk_private import Admit, HookedSessionManager
 from gateway.mcp.stateless import READ, StatelessCalls, serves_plain_calls
@@ -136,9 +136,7 @@ class McpEndpoint:
             if not modern and _opens_session(request):  # (a modern request never does)
                 request.app.state.services.admission.sessions.check(identity.principal)
         except ToolgateError as exc:
-            response = problem(
-                exc.http_status, exc.code, exc.message, retryable=exc.retryable, **exc.details
-            )
+            response = error_problem(exc)
             jwt = request.app.state.services.settings.jwt
             if exc.http_status == 401 and jwt is not None:
                 sent = scope.get(IDENTITY_SCOPE_KEY) is not None
@@ -156,7 +154,8 @@ class McpEndpoint:
             scope["user"] = AuthenticatedUser(token)
         manager = self.manager
         if manager is None:
-            await problem(503, "not_ready", "the MCP endpoint is not running")(scope, receive, send)
+            not_ready = problem(503, "not_ready", "the MCP endpoint is not running", retryable=True)
+            await not_ready(scope, receive, send)
             return
         if modern and self.stateless is not None and manager.running:
             # Ahead of the SDK's body bound, which never refuses what reaches it: the

@@ -1,6 +1,7 @@
 """The catalogue as MCP tools: each tool the policy lets a principal see
 (``gateway/service/catalogue.py``) as an MCP ``Tool``, with the annotations its declaration
-implies. A deprecated version says so in its description and in ``_meta``.
+implies. A deprecated version says so in its description (as in every format:
+``definitions.description``) and in ``_meta``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,10 @@ def mcp_tool(tool: ToolDeclaration) -> dict[str, Any]:
     annotations the declaration implies, each set explicitly (MCP's defaults assume the
     worst: destructive and open-world)."""
     definition = tool_definition(tool, "mcp")
-    description = tool.description
-    if tool.deprecated:
-        why = tool.deprecated if isinstance(tool.deprecated, str) else "deprecated"
-        description = f"[deprecated: {why}] {description}"
     out: dict[str, Any] = {
         "name": definition["name"],
         "title": f"{tool.name} {tool.version}",
-        "description": description,
+        "description": definition["description"],
         "inputSchema": definition["inputSchema"],
         "annotations": tool_annotations(tool),
         "_meta": {

@@ -151,24 +151,10 @@ async def _visible_execution(request: Request) -> tuple[Runtime, ExecutionRecord
 
 async def get_execution(request: Request) -> Response:
     """One execution; ``?wait=S`` long-polls up to S seconds for a terminal state."""
-    wait = _wait_seconds(_query(request, "wait").get("wait"))
+    wait = executions.wait_seconds(_query(request, "wait").get("wait"))
     services, record = await _visible_execution(request)
     record = await executions.wait_for_end(services, principal_of(request), record, wait)
     return await _execution_response(services, record)
-
-
-def _wait_seconds(raw: str | None) -> float:
-    if raw is None:
-        return 0.0
-    try:
-        wait = float(raw)
-    except ValueError as exc:
-        raise MalformedRequest("wait must be a number of seconds", code="invalid_wait") from exc
-    if not 0 <= wait <= executions.MAX_WAIT_S:
-        raise MalformedRequest(
-            f"wait must be between 0 and {executions.MAX_WAIT_S:g} seconds", code="invalid_wait"
-        )
-    return wait
 
 
 async def list_executions(request: Request) -> Response:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from anyio.abc import TaskGroup
 
-from gateway.errors import Forbidden, NotFound
+from gateway.errors import Forbidden, MalformedRequest, NotFound
 from gateway.events.model import Event
 from gateway.pipeline.policy import preview_failure
 from gateway.runtime import approvals
@@ -23,6 +23,7 @@ from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, ApprovalStatus
 
 __all__ = [
+    "COMMENT_LIMIT",
     "REFUSALS",
     "Verdict",
     "decide",
@@ -129,6 +130,21 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+COMMENT_LIMIT = 2000
+"""The most characters a decision's comment holds, whichever door sends it."""
+
+
+def comment_of(comment: str | None) -> str | None:
+    """A decision's comment as it is recorded: trimmed, None when nothing is left; over
+    ``COMMENT_LIMIT`` characters it is refused (400 ``invalid_comment``)."""
+    comment = (comment or "").strip()
+    if len(comment) > COMMENT_LIMIT:
+        raise MalformedRequest(
+            f"a comment is at most {COMMENT_LIMIT} characters", code="invalid_comment"
+        )
+    return comment or None
+
+
 async def decide(
     services: Runtime,
     tasks: TaskGroup,
@@ -140,8 +156,10 @@ async def decide(
     resume: bool = True,
     edits: Mapping[str, JSON] | None = None,
 ) -> Verdict:
-    """Approve or deny as ``principal``; an approved call that resumes is run in ``tasks``
-    (the gateway's task group: the decision is answered without waiting for it)."""
+    """Approve or deny as ``principal`` with ``comment`` (``comment_of``: the same rule at
+    every door); an approved call that resumes is run in ``tasks`` (the gateway's task
+    group: the decision is answered without waiting for it)."""
+    comment = comment_of(comment)
     verdict = await approvals.decide(
         services, approval_id, principal, approve, comment, resume=resume, edits=edits
     )

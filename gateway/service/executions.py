@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import anyio
 
-from gateway.errors import NotFound
+from gateway.errors import MalformedRequest, NotFound
 from gateway.events.model import Event
 from gateway.runtime.container import Runtime
 from gateway.store.records import ApprovalRecord, ExecutionRecord
@@ -80,6 +80,26 @@ async def find(
     its approval: the same shape as reading one by id."""
     records = await services.store.find_executions(principal, run_id, call_id, FIND_LIMIT)
     return [await seen(services, record) for record in records]
+
+
+def wait_seconds(value: object, name: str = "wait") -> float:
+    """How long a caller asked to wait for an end (``?wait=`` of REST, ``wait_s`` of MCP's
+    status tool; None: not at all): a number, or its text, from 0 to ``MAX_WAIT_S``; else
+    400 ``invalid_wait``, naming the parameter ``name``, at every door alike."""
+    if value is None:
+        return 0.0
+    not_a_number = MalformedRequest(f"{name} must be a number of seconds", code="invalid_wait")
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise not_a_number
+    try:
+        wait = float(value)
+    except ValueError as exc:
+        raise not_a_number from exc
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise MalformedRequest(
+            f"{name} must be between 0 and {MAX_WAIT_S:g} seconds", code="invalid_wait"
+        )
+    return wait
 
 
 async def wait_for_end(

@@ -17,7 +17,6 @@ from gateway.store.records import ApprovalEdit, ApprovalRecord, ExecutionRecord
 from gateway.types import ApprovalStatus
 from gateway.ui import edits as edit_form
 from gateway.ui.pages import (
-    COMMENT_LIMIT,
     check_csrf,
     page,
     pretty,
@@ -115,6 +114,7 @@ async def _render_approval(
         refusal=_closed(approval),
         editable=_edit_fields(services, approval, sent),
         edit_comment=(sent or {}).get("comment", ""),
+        comment_limit=service_approvals.COMMENT_LIMIT,
     )
 
 
@@ -192,11 +192,6 @@ async def decide(request: Request) -> Response:
     decision = form.get("decision")
     if decision not in ("approve", "deny", "edit", "preview"):
         raise MalformedRequest("choose approve or deny", code="invalid_decision")
-    comment = form.get("comment", "").strip()
-    if len(comment) > COMMENT_LIMIT:
-        raise MalformedRequest(
-            f"a comment is at most {COMMENT_LIMIT} characters", code="invalid_comment"
-        )
     edit = decision in ("edit", "preview")
     try:
         edits = edit_form.read(form, _edit_fields(services, approval)) if edit else None
@@ -208,7 +203,7 @@ async def decide(request: Request) -> Response:
             approval.id,
             principal,
             decision != "deny",
-            comment or None,
+            form.get("comment"),
             edits=edits,
         )
     except ToolgateError as exc:

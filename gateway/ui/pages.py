@@ -67,7 +67,6 @@ def _when(ms: int) -> str:
 
 
 FORM_LIMIT = 16 * 1024
-COMMENT_LIMIT = 2000
 LIST_LIMIT = 200
 """The newest executions the list reads before it filters by tool, outcome and status."""
 
