@@ -51,6 +51,9 @@ class JsonValidator(cerberus.Validator):
     }
 
     errors_truncated = False
+    error_list: list[Any] = []
+    """The errors of the last validation, each with its whole document path (no group
+    errors: they wrap the errors of a part, which are here themselves)."""
     max_errors = MAX_ERRORS
     """Validation stops at the error after this many (``errors_truncated`` then says so).
     cerberus sorts its error lists on every error, so n errors cost O(n²): a document with
@@ -64,6 +67,7 @@ class JsonValidator(cerberus.Validator):
         budget = _ErrorBudget(self.max_errors)
         self._config["error_budget"] = budget  # children copy the config: one shared budget
         self.errors_truncated = False
+        self.error_list = budget.errors
         try:
             return bool(super().validate(document, schema, update, normalize))
         except _ErrorsExhausted:

@@ -427,13 +427,13 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     ({"l": {"type": "list", "allowed": ["a", "b"]}}, {"l": ["a", "b", "a"]}, "fast"),
     ({"l": {"type": "list", "allowed": ["a", "b"]}}, {"l": ["c"]}, "fallback"),
     ({"b": {"type": ["boolean", "integer"], "allowed": [0]}}, {"b": False}, "fast"),
-    ({"s": S}, {"s": "x", "u": 1}, "screened"),  # unknown field: no need for cerberus
+    ({"s": S}, {"s": "x", "u": 1}, "fallback"),  # unknown field: cerberus names the others
     ({"l": {"type": "list", "maxlength": 1, "schema": I}}, {"l": ["a", "b"]}, "screened"),
     ({"l": {"type": "list", "maxlength": 2, "schema": I}}, {"l": ["a", "b"]}, "fallback"),
     ({"s": {**S, "maxlength": 1}}, {"s": 12}, "fallback"),  # a type error, not a length
     ({"s": {**S, "maxlength": 1, "readonly": True}}, {"s": "ab"}, "fast"),  # purged
     ({"s": {**S, "readonly": True}}, {"s": "x"}, "fast"),  # purged
-    ({"s": {**S, "readonly": True, "default": "d"}}, {"s": "x", "t": None}, "screened"),
+    ({"s": {**S, "readonly": True, "default": "d"}}, {"s": "x", "t": None}, "fallback"),
     ({"s": {**S, "readonly": True, "default": "d"}, "t": S}, {"s": "x", "t": "y"}, "fast"),
     ({"s": {**S, "readonly": True, "required": True}}, {"s": "x"}, "fallback"),
     ({"s": {**S, "required": True, "default": "d"}}, {}, "fast"),
@@ -447,7 +447,7 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     (
         {"d": {"type": "dict", "schema": {"a": {**I, "default": 1}}}},
         {"d": {"a": 1, "z": 1}},
-        "screened",
+        "fallback",
     ),
     ({"d": {"type": "dict", "allow_unknown": True, "schema": {}}}, {"d": {"z": [1]}}, "fast"),
     ({"d": {"type": "dict", "require_all": True, "schema": {"a": I}}}, {"d": {}}, "fallback"),
@@ -586,6 +586,39 @@ def test_many_unknown_fields_stop_at_the_error_budget() -> None:
     assert validator.last_screened and validator.errors_truncated
     assert _count(validator.errors) == JsonValidator.max_errors
     assert validator.items_screened <= JsonValidator.max_errors + 3  # not 40,002
+
+
+def test_an_unknown_field_is_reported_with_every_other_field_at_fault() -> None:
+    # the screen found the unknown field and answered with it alone
+    validator = _shipped("fs.write_file")
+    assert not validator.validate({"path": 5, "content": "x", "bogus": 1})
+    assert validator.errors == {"bogus": ["unknown field"], "path": ["must be of string type"]}
+
+
+def test_a_list_over_its_maxlength_is_reported_with_every_other_field_at_fault(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # cerberus judges the other fields; the list's 1,500 items are not walked
+    made = Counter[str]()
+    original = JsonValidator._get_child_validator
+
+    def counting(self: JsonValidator, *args: Any, **kwargs: Any) -> Any:
+        made["children"] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(JsonValidator, "_get_child_validator", counting)
+    validator = _shipped("fs.write_files")
+    doc = {"files": [{"x": 1}] * 1500, "create_dirs": "yes", "bogus": 1}
+    assert not validator.validate(doc)
+    found = (validator.errors, made["children"] < 10)
+    assert found == (
+        {
+            "files": ["max length is 100"],
+            "create_dirs": ["must be of boolean type"],
+            "bogus": ["unknown field"],
+        },
+        True,
+    )
 
 
 @pytest.mark.parametrize(

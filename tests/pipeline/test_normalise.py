@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gateway import jsonlimits
+from gateway.declarations.validator import MAX_ERRORS
 from gateway.errors import ValidationError
 from gateway.pipeline.records import ToolExecutionRequest, sha256_json
 from gateway.pipeline.request import parse_request
@@ -94,3 +95,22 @@ async def test_the_bound_a_door_checked_is_a_field_other_arguments_drop(services
     assert req.arguments_bound.limits == services.settings.json_limits
     assert req.with_arguments({"path": "b.txt"}).arguments_bound is None
     assert ToolExecutionRequest.from_json(req.to_json()).arguments_bound is None
+
+
+async def test_invalid_arguments_name_every_field_at_fault(services: Services) -> None:
+    # an unknown field hid the others: only "bogus" was named
+    arguments = {"path": 5, "content": "x", "bogus": 1}
+    with pytest.raises(ValidationError) as caught:
+        await prepared(services, request(arguments=arguments))
+    assert set(caught.value.details["errors"]) == {"path", "bogus"}
+
+
+async def test_thousands_of_unknown_fields_are_reported_within_the_error_budget(
+    services: Services,
+) -> None:
+    # as many as max_json_values lets through (10,000 arguments would be refused before)
+    arguments = {"path": 5, "content": "x", **{f"u{i}": i for i in range(9_990)}}
+    with pytest.raises(ValidationError) as caught:
+        await prepared(services, request(arguments=arguments))
+    details = caught.value.details
+    assert (len(details["errors"]), details["errors_truncated"]) == (MAX_ERRORS, True)

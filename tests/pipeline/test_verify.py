@@ -93,7 +93,7 @@ async def test_data_that_breaks_the_declared_output_fails_in_verify_and_keeps_ev
         "verify",
         False,
     )
-    assert error["errors"] == {"ok": ["unknown field"]}, error
+    assert error["errors"] == {"ok": ["unknown field"], "path": ["required field"]}, error
     assert "declared output" in error["message"]
     # the side effect happened: the adapter's report, its data and the evidence are kept
     assert result["data"] == {"ok": True}

@@ -90,9 +90,18 @@ async def _async_code_of(call: Awaitable[object]) -> str:
 # -- the same invalid arguments ------------------------------------------------------------
 
 
-def test_every_door_names_the_same_fields_of_invalid_arguments(gw: Gw) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "fields"),
+    [
+        ({"path": "", "content": 5, "colour": "red"}, {"path", "content", "colour"}),
+        # an unknown field hid the others: every door named "bogus" alone
+        ({"path": 5, "content": "x", "bogus": 1}, {"path", "bogus"}),
+    ],
+)
+def test_every_door_names_the_same_fields_of_invalid_arguments(
+    gw: Gw, arguments: dict[str, Any], fields: set[str]
+) -> None:
     # MCP's 2025-11-25 era goes through the SDK's transport, 2026-07-28 through the fast path
-    arguments = {"path": "", "content": 5, "colour": "red"}
     seen: dict[str, tuple[str, str]] = {}
 
     def of(error: dict[str, Any]) -> tuple[str, str]:
@@ -118,7 +127,11 @@ def test_every_door_names_the_same_fields_of_invalid_arguments(gw: Gw) -> None:
         error = client.execute("fs.write_file", arguments).error
     assert error is not None
     seen["kit"] = of(dict(error))
-    assert len(set(seen.values())) == 1 and seen["rest"][0] == "invalid_arguments", seen
+    named = {door: (kind, sorted(json.loads(errors))) for door, (kind, errors) in seen.items()}
+    assert len(set(seen.values())) == 1 and named["rest"] == (
+        "invalid_arguments",
+        sorted(fields),
+    ), seen
 
 
 # -- a decision's comment ------------------------------------------------------------------
