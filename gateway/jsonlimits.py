@@ -6,6 +6,12 @@ policy engine), some of them recursively and some in time that grows faster than
 ``max_values``, so none of them meets a document deeper or larger than the bounds, a lone
 surrogate that cannot be encoded (``"\\ud800"``) or a number JSON cannot carry (``1e400``
 decodes to infinity).
+
+A request that carries a tool call's ``arguments`` (a REST execution, plan or approval body,
+MCP's ``tools/call`` params) is checked by :func:`check_call`, the one rule every door
+applies: the arguments are bounded on their own (:func:`check_arguments`), and what surrounds
+them apart, so that the same arguments pass or fail alike whatever envelope a door adds
+(the body as a whole is bounded by bytes, ``max_body_bytes``, before it is parsed).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -50,8 +57,9 @@ class Bound(NamedTuple):
 class Checked(NamedTuple):
     """``value`` passed :func:`check` under ``limits``, or is part of a document that did
     (then it is no deeper and no larger than that document): ``shape`` is the checked
-    document's, an upper bound of ``value``'s. What lets a later step skip checking it
-    again (``pipeline/normalise.py``), as long as it still holds that very object."""
+    document's, an upper bound of ``value``'s (of its arguments', when checked as a call by
+    :func:`check_call`). What lets a later step skip checking the arguments again
+    (``pipeline/normalise.py``), as long as it still holds that very object."""
 
     value: Any
     limits: JsonLimits
@@ -71,13 +79,35 @@ class JsonLimitError(ValueError):
         self.message = message
 
 
-def check(value: Any, limits: JsonLimits, where: str = "body") -> Shape:
-    """Measure ``value`` (decoded JSON) or raise :class:`JsonLimitError` at the first fault:
-    ``json_too_deep``, ``json_too_many_values`` or ``malformed_json``. Stops as soon as a
-    bound is passed, so the work is at most ``max_values`` steps."""
+ARGUMENTS_LEVEL = 2
+"""The level a call's arguments object nests at, whichever door carried it: its level in a
+REST body (the body is level 1)."""
+
+
+def check_call(body: Any, limits: JsonLimits, where: str = "body") -> Shape:
+    """:func:`check` a request that may carry a call's ``arguments``: the arguments by
+    :func:`check_arguments`, the rest of ``body`` (with no arguments) as a document of its
+    own, each within ``limits``. Returns the arguments' shape (the body's when it has none)."""
+    if type(body) is not dict or "arguments" not in body:
+        return check(body, limits, where)
+    check({key: value for key, value in body.items() if key != "arguments"}, limits, where)
+    return check_arguments(body["arguments"], limits, f"{where}.arguments")
+
+
+def check_arguments(arguments: Any, limits: JsonLimits, where: str = "arguments") -> Shape:
+    """:func:`check` a call's arguments, the same way wherever they come from: at most
+    ``max_values`` values inside them (the arguments object's own members counted), nested at
+    most ``max_depth`` levels with the arguments object at ``ARGUMENTS_LEVEL``."""
+    return check(arguments, limits, where, ARGUMENTS_LEVEL)
+
+
+def check(value: Any, limits: JsonLimits, where: str = "body", level: int = 1) -> Shape:
+    """Measure ``value`` (decoded JSON, nested at ``level``) or raise :class:`JsonLimitError`
+    at the first fault: ``json_too_deep``, ``json_too_many_values`` or ``malformed_json``.
+    Stops as soon as a bound is passed, so the work is at most ``max_values`` steps."""
     values = depth = chars = 0
     # A node's path is built only for a message: (parent, key) links, rendered by _where.
-    stack: list[tuple[Any, int, Any]] = [(value, 1, where)]
+    stack: list[tuple[Any, int, Any]] = [(value, level, where)]
     while stack:
         node, level, at = stack.pop()
         if type(node) is dict:
@@ -143,15 +173,19 @@ def _text(text: str, at: Any) -> int:
     return len(text)
 
 
-def decode(raw: bytes | bytearray, limits: JsonLimits) -> Any:
-    """Parse a request body (UTF-8 JSON) and :func:`check` it; every fault is a
+Measure = Callable[[Any, JsonLimits], Shape]
+"""How a decoded body is checked: :func:`check`, or :func:`check_call` for a call's."""
+
+
+def decode(raw: bytes | bytearray, limits: JsonLimits, measure: Measure = check) -> Any:
+    """Parse a request body (UTF-8 JSON) and check it (``measure``); every fault is a
     :class:`JsonLimitError` (``malformed_json`` for text that is not JSON, an object with a
     repeated key, ``NaN`` or ``Infinity``)."""
-    return decode_checked(raw, limits).value
+    return decode_checked(raw, limits, measure).value
 
 
-def decode_checked(raw: bytes | bytearray, limits: JsonLimits) -> Checked:
-    """:func:`decode`, and what it checked."""
+def decode_checked(raw: bytes | bytearray, limits: JsonLimits, measure: Measure = check) -> Checked:
+    """:func:`decode`, and what it checked (``Checked.shape``: what ``measure`` returned)."""
     try:
         value = _DECODER.decode(raw.decode("utf-8"))
     except RecursionError as exc:  # the C parser recurses: about 1,000 levels
@@ -161,7 +195,7 @@ def decode_checked(raw: bytes | bytearray, limits: JsonLimits) -> Checked:
         ) from exc
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise JsonLimitError("malformed_json", f"the body is not valid JSON: {exc}") from exc
-    return Checked(value, limits, check(value, limits))
+    return Checked(value, limits, measure(value, limits))
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -389,8 +389,10 @@ class Settings(_Frozen):
     ``arguments`` level 2). Deeper bodies are refused (400 ``json_too_deep``) before parsing
     into the request, validation, hashing or policy see them."""
     max_json_values: int = Field(default=10_000, ge=16, le=1_000_000)
-    """How many values (object members and array items, at every level) a request body may
-    hold; more is 400 ``json_too_many_values``. It bounds the work one request costs."""
+    """How many values (object members and array items, at every level) a call's
+    ``arguments`` may hold, counted on their own whichever door carries them, and apart the
+    rest of a request body (``jsonlimits.check_call``); more is 400 ``json_too_many_values``.
+    It bounds the work one request costs."""
     idempotency_ttl: Duration = 24 * 3600.0
     lock_lease: Duration = 30.0
     approval_ttl: Duration = 3600.0

@@ -50,17 +50,21 @@ async def read_body(
 
 
 async def decode_json(
-    body: bytes, content_type: str | None, limits: jsonlimits.JsonLimits
+    body: bytes,
+    content_type: str | None,
+    limits: jsonlimits.JsonLimits,
+    measure: jsonlimits.Measure = jsonlimits.check,
 ) -> jsonlimits.Checked:
     """``body`` as JSON (``content_type``: its ``Content-Type``, JSON when absent), decoded
-    and bounded by ``limits``: 415 for another type, 400 for what is not JSON or passes the
-    limits (``jsonlimits.decode``)."""
+    and bounded by ``limits`` (checked by ``measure``: ``jsonlimits.check_call`` for a body
+    that carries a call's arguments): 415 for another type, 400 for what is not JSON or
+    passes the limits (``jsonlimits.decode``)."""
     ctype = (content_type or "application/json").split(";")[0].strip()
     if ctype != "application/json" and not ctype.endswith("+json"):
         raise UnsupportedMediaType(f"send Content-Type: application/json (got {ctype!r})")
     try:
         if len(body) > OFF_LOOP_BYTES:
-            return await anyio.to_thread.run_sync(jsonlimits.decode_checked, body, limits)
-        return jsonlimits.decode_checked(body, limits)
+            return await anyio.to_thread.run_sync(jsonlimits.decode_checked, body, limits, measure)
+        return jsonlimits.decode_checked(body, limits, measure)
     except jsonlimits.JsonLimitError as exc:
         raise MalformedRequest(exc.message, code=exc.code) from exc

@@ -275,11 +275,12 @@ def _bounded(params: dict[str, Any], limits: jsonlimits.JsonLimits) -> jsonlimit
     """Refuse, before anything runs, in the arguments and ``_meta`` what the REST door
     refuses in a body (400 ``malformed_json``, ``json_too_deep``, ``json_too_many_values``):
     a lone UTF-16 surrogate (``"\\ud800"``, which no store, hash or answer can encode), a
-    number JSON cannot carry, nesting or size past the bounds (the arguments nest at the
-    level they have in a REST body). A JSON-RPC invalid-params error: the message holds no
-    surrogate of the request (each is written as its escape). Returns what it measured."""
+    number JSON cannot carry, nesting or size past the bounds, by the rule the REST door
+    applies (``jsonlimits.check_call``: the arguments bounded on their own, ``_meta`` apart).
+    A JSON-RPC invalid-params error: the message holds no surrogate of the request (each is
+    written as its escape). Returns the arguments' shape."""
     try:
-        return jsonlimits.check(params, limits, "params")
+        return jsonlimits.check_call(params, limits, "params")
     except jsonlimits.JsonLimitError as exc:
         text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", exc.message)
         raise MCPError(

@@ -84,7 +84,7 @@ def _bounded(services: Services, arguments: Any) -> jsonlimits.Shape:
     """The shape of the arguments, refused when over the JSON limits (a request that did not
     come through the HTTP door, which checks the whole body, or was stored before them)."""
     try:
-        return jsonlimits.check(arguments, services.settings.json_limits, "arguments")
+        return jsonlimits.check_arguments(arguments, services.settings.json_limits)
     except jsonlimits.JsonLimitError as exc:
         raise ValidationError(
             f"the arguments are refused before validation: {exc.message}",

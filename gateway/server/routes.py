@@ -46,18 +46,20 @@ async def read_json(
     *,
     optional: bool = False,
     limits: jsonlimits.JsonLimits | None = None,
+    measure: jsonlimits.Measure = jsonlimits.check,
 ) -> Any:
     """The request body as JSON, the same way on every route: read to its end whatever its
     framing (``Content-Length`` or chunked), refused when over ``limit`` bytes before it is
     parsed, then decoded and bounded (:func:`gateway.jsonlimits.decode`) by ``limits``
-    (default: the settings'). With ``optional``, an empty body is ``None``."""
+    (default: the settings'; checked by ``measure``). With ``optional``, an empty body is
+    ``None``."""
     heads = Heads.of(request.scope["headers"], BODY_HEADERS)
     body = await read_body(request.receive, limit, heads.first.get("content-length"))
     if optional and not body.strip():
         return None
     if limits is None:
         limits = services_of(request).settings.json_limits
-    return (await decode_json(body, heads.first.get("content-type"), limits)).value
+    return (await decode_json(body, heads.first.get("content-type"), limits, measure)).value
 
 
 BODY_HEADERS = Wanted(
@@ -80,7 +82,9 @@ async def _call_of(request: Request, services: Runtime, heads: Heads) -> ToolExe
     settings = services.settings
     first = heads.first
     raw = await read_body(request.receive, settings.max_body_bytes, first.get("content-length"))
-    checked = await decode_json(raw, first.get("content-type"), settings.json_limits)
+    checked = await decode_json(
+        raw, first.get("content-type"), settings.json_limits, jsonlimits.check_call
+    )
     return parse_request(
         checked.value,
         identity.principal,
@@ -318,7 +322,8 @@ _DECISION_SHAPE = '{"comment": "...", "resume": true|false, "arguments": {...}}'
 async def _decision_body(request: Request) -> dict[str, Any]:
     """The optional body of approve and deny: ``comment`` (string or null), ``resume``
     (boolean), and for approve ``arguments``, the edits of editable arguments (an object)."""
-    data = await read_json(request, services_of(request).settings.max_body_bytes, optional=True)
+    limit = services_of(request).settings.max_body_bytes
+    data = await read_json(request, limit, optional=True, measure=jsonlimits.check_call)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from gateway.jsonlimits import JsonLimits
 from gateway.server.app import create_app
 from gateway.settings import Settings
 from tests.server.helpers import auth, body
@@ -192,6 +193,9 @@ HOSTILE = {
     "duplicate key": (_raw('{"path": "a", "path": "b.txt", "content": "x"}'), BAD),
     "duplicate body key": (_raw(run_id='"r1", "run_id": "r2"'), BAD),
     "too many values": (_raw("{" + ", ".join(f'"a{i}": {i}' for i in range(10_001)) + "}"), MANY),
+    "too many values around the arguments": (
+        _raw(expected_state='{"sha256": [' + "0, " * 10_000 + "0]}"), MANY
+    ),
     "control character in run_id": (_raw(run_id='"r\\u001b[2J"'), REQ),
     "newline in call_id": (_raw(call_id='"c\\n1"'), REQ),
     "newline ending call_id": (_raw(call_id='"c1\\n"'), REQ),
@@ -277,6 +281,16 @@ def test_a_refused_body_never_reaches_the_validator(
     response = client.post("/v1/executions", json=body("fs.write_file", arguments), headers=auth())
     assert response.status_code == 400
     assert response.json()["code"] == "json_too_many_values"
+
+
+def test_arguments_are_bounded_on_their_own_not_with_the_body_around_them(
+    client: TestClient,
+) -> None:
+    # the REST door counted the whole body: these arguments, which MCP took, were refused
+    bound = JsonLimits().max_values
+    arguments = {"path": "k.txt", "content": "x", "items": [0] * (bound - 3)}
+    response = client.post("/v1/executions", json=body("fs.write_file", arguments), headers=auth())
+    assert response.json()["result"]["error"]["errors"] == {"items": ["unknown field"]}
 
 
 def test_retry_after_only_where_a_retry_can_help(client: TestClient) -> None:

@@ -20,10 +20,12 @@ import anyio
 import httpx
 import pytest
 import yaml
+from mcp.shared.exceptions import MCPError
 
 from gateway.client import AsyncClient, Client
 from gateway.client.errors import ApiError, ToolgateClientError
 from gateway.client.toolkit import answer, catalogue, text
+from gateway.jsonlimits import JsonLimits
 from gateway.testing import gateway, make_project
 from tests.helpers import ALICE, BOB, CAROL
 from tests.mcp.helpers import ERAS, connect
@@ -93,7 +95,8 @@ async def _async_code_of(call: Awaitable[object]) -> str:
 @pytest.mark.parametrize(
     ("arguments", "fields"),
     [
-        ({"path": "", "content": 5, "colour": "red"}, {"path", "content", "colour"}),
+        # ("" is confined to the workspace's root, ".", before the schema sees it)
+        ({"path": "", "content": 5, "colour": "red"}, {"content", "colour"}),
         # an unknown field hid the others: every door named "bogus" alone
         ({"path": 5, "content": "x", "bogus": 1}, {"path", "bogus"}),
     ],
@@ -132,6 +135,48 @@ def test_every_door_names_the_same_fields_of_invalid_arguments(
         "invalid_arguments",
         sorted(fields),
     ), seen
+
+
+# -- the bound on the values of the same arguments -----------------------------------------
+
+
+def _mcp_code(gw: Gw, era: str, arguments: dict[str, Any]) -> str:
+    """The code MCP answers a call of fs.write_file with: a failed execution's, or a
+    refusal's (a JSON-RPC error's ``data.type``)."""
+
+    async def main() -> str:
+        async with connect(gw.url, era, ALICE) as client:
+            try:
+                return error_code(await client.call_tool("fs.write_file", arguments))
+            except MCPError as exc:
+                return str((exc.data or {}).get("type", exc.message))
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize(("extra", "code"), [(0, "invalid_arguments"), (1, "json_too_many_values")])
+def test_every_door_bounds_the_values_of_the_same_arguments_alike(
+    gw: Gw, extra: int, code: str
+) -> None:
+    # REST counted its whole body, MCP the arguments with _meta: arguments near the bound
+    # passed through MCP 2025-11-25 (a small _meta) and were refused by the other doors
+    bound = JsonLimits().max_values  # the shipped project's max_json_values
+    arguments = {"path": "a.txt", "content": "x", "items": [0] * (bound - 3 + extra)}
+    body = {
+        "run_id": "parity-more",
+        "call_id": uuid.uuid4().hex[:8],
+        "tool": {"name": "fs.write_file"},
+        "arguments": arguments,
+        "actor": {"agent_id": "parity"},
+        "workspace": {"id": "demo"},
+    }
+    codes: dict[str, str] = {}
+    with gw.rest(ALICE) as rest:
+        posted = rest.post("/v1/executions", json=body).json()
+    codes["rest"] = posted["code"] if "code" in posted else posted["result"]["error"]["type"]
+    for era in ERAS:
+        codes[f"mcp {era}"] = _mcp_code(gw, era, arguments)
+    assert codes == dict.fromkeys(codes, code), codes
 
 
 # -- a decision's comment ------------------------------------------------------------------
