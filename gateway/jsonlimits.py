@@ -101,13 +101,13 @@ def check_arguments(arguments: Any, limits: JsonLimits, where: str = "arguments"
     return check(arguments, limits, where, ARGUMENTS_LEVEL)
 
 
-def check(value: Any, limits: JsonLimits, where: str = "body", level: int = 1) -> Shape:
-    """Measure ``value`` (decoded JSON, nested at ``level``) or raise :class:`JsonLimitError`
+def check(value: Any, limits: JsonLimits, where: str = "body", start: int = 1) -> Shape:
+    """Measure ``value`` (decoded JSON, nested at level ``start``) or raise :class:`JsonLimitError`
     at the first fault: ``json_too_deep``, ``json_too_many_values`` or ``malformed_json``.
     Stops as soon as a bound is passed, so the work is at most ``max_values`` steps."""
     values = depth = chars = 0
     # A node's path is built only for a message: (parent, key) links, rendered by _where.
-    stack: list[tuple[Any, int, Any]] = [(value, level, where)]
+    stack: list[tuple[Any, int, Any]] = [(value, start, where)]
     while stack:
         node, level, at = stack.pop()
         if type(node) is dict:
