@@ -33,6 +33,7 @@ from starlette.types import Receive, Scope, Send
 from gateway import __version__
 from gateway.errors import ToolgateError
 from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
+from gateway.http.bodies import read_body, replay
 from gateway.http.heads import Heads
 from gateway.http.problems import problem
 from gateway.mcp import calls, context, oauth
@@ -161,10 +162,17 @@ class McpEndpoint:
         if modern and self.stateless is not None and manager.running:
             # Ahead of the SDK's body bound, which never refuses what reaches it: the
             # gateway's (RequestBounds, the same max_body_bytes) refuses it first.
-            replay = await self.stateless(request, heads, send)
-            if replay is None:
+            rest = await self.stateless(request, heads, send)
+            if rest is None:
                 return
-            receive = replay
+            receive = rest
+        elif not modern and scope["method"] == "POST":
+            # Read here as at every door: the SDK's transport logs a client gone mid-body as
+            # an error, with its traceback (a log any client could fill by hanging up).
+            body = await read_body(
+                receive, self.settings.max_body_bytes, heads.first.get("content-length")
+            )
+            receive = replay(body, receive)
         opener = _OPENER.set(principal)
         try:
             await manager.handle_request(scope, receive, send)
