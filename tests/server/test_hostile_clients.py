@@ -71,3 +71,12 @@ def test_a_client_gone_before_its_body_ended_is_no_server_error(
         sent[0]["status"],
         [r.getMessage() for r in caplog.records if r.levelname == "ERROR"],
     ) == (400, [])
+
+
+def test_two_authorization_headers_are_refused_whichever_comes_first(settings: Settings) -> None:
+    """The first one was taken and the second ignored: a proxy or log that reads the last
+    one would see another caller than the gateway served."""
+    twice = [("Authorization", "Bearer tg_dev_bob"), ("Authorization", "Bearer tg_dev_alice")]
+    with TestClient(create_app(settings)) as client:
+        response = client.get("/v1/executions", headers=twice)
+    assert (response.status_code, response.json()["code"]) == (401, "bad_authorization")
