@@ -384,6 +384,10 @@ class Settings(_Frozen):
     """The most bytes of header names and values one request may carry (more: 431
     ``headers_too_large``); the HTTP server closes a connection whose request line and
     headers pass this by more than 8 KiB before the gateway sees them."""
+    request_read_timeout: Duration = Field(default=30.0, gt=0, le=600)
+    """How long a request may take to arrive whole (head and body), from its connection's or
+    its own first byte; past it the HTTP server answers 408 (or, mid-body, closes the
+    connection)."""
     max_json_depth: int = Field(default=32, ge=2, le=256)
     """How deeply objects and arrays may nest in a request body (the body itself is level 1,
     ``arguments`` level 2). Deeper bodies are refused (400 ``json_too_deep``) before parsing

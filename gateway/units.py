@@ -6,6 +6,9 @@ import re
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_FACTORS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+MAX_DURATION = 3650 * 86400.0
+"""The longest duration (ten years): a deadline or an expiry made of a longer one would not
+fit the store's 64-bit milliseconds."""
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
 _SIZE_FACTORS = {
     None: 1,
@@ -33,6 +36,8 @@ def parse_duration(value: object, *, zero: bool = False) -> float:
         seconds = float(match.group(1)) * _DURATION_FACTORS[match.group(2)]
     if seconds < 0 or (seconds == 0 and not zero) or seconds != seconds:
         raise ValueError("a duration must be positive" + (" or 0" if zero else ""))
+    if seconds > MAX_DURATION:
+        raise ValueError("a duration must be at most 3650d (ten years)")
     return seconds
 
 

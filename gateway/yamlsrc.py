@@ -44,16 +44,29 @@ class Lines:
         return f"{self.file}:{self.line(loc)}: {dotted}"
 
 
-def _index(node: yaml.Node, loc: Loc, out: dict[Loc, int]) -> None:
+MAX_NODES = 1_000_000
+"""The most values one document may hold with its aliases expanded. An alias costs nothing
+to parse, but whatever walks the data (this index, validation, the policy engine's JSON)
+walks each use of it: nine aliases of nine aliases, nine levels deep, are 9^9 values."""
+
+
+class _TooLarge(Exception):
+    """A document holds more than ``MAX_NODES`` values, its aliases expanded."""
+
+
+def _index(node: yaml.Node, loc: Loc, out: dict[Loc, int], budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooLarge
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value
             out.setdefault((*loc, key), key_node.start_mark.line + 1)
-            _index(value_node, (*loc, key), out)
+            _index(value_node, (*loc, key), out, budget)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             out.setdefault((*loc, i), item.start_mark.line + 1)
-            _index(item, (*loc, i), out)
+            _index(item, (*loc, i), out, budget)
 
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -96,7 +109,13 @@ def parse_yaml(text: str, name: str) -> tuple[Any, Lines]:
         loader.dispose()
     by_loc: dict[Loc, int] = {}
     if node is not None:
-        _index(node, (), by_loc)
+        try:
+            _index(node, (), by_loc, [MAX_NODES])
+        except _TooLarge:
+            raise ConfigError(
+                f"{name}:1: YAML error: more than {MAX_NODES:,} values with its aliases"
+                " expanded (an alias of aliases?)"
+            ) from None
     return data, Lines(name, by_loc)
 
 

@@ -63,3 +63,10 @@ def test_json_limits_are_made_once_and_follow_a_copy_with_other_bounds(tmp_path:
     shallow = settings.model_copy(update={"max_json_depth": 3})
     assert shallow.json_limits.max_depth == 3
     assert settings.json_limits.max_depth == settings.max_json_depth != 3
+
+
+def test_a_duration_past_ten_years_is_refused_at_load(tmp_path: Path) -> None:
+    """Unbounded, ``lock_lease: 99999999999999999999h`` passed ``toolgate check`` and then
+    stopped ``serve`` with a traceback: the replica's lease did not fit an SQL integer."""
+    with pytest.raises(ConfigError, match="lock_lease: a duration must be at most 3650d"):
+        _settings(tmp_path, lock_lease="99999999999999999999h")

@@ -140,23 +140,31 @@ class AuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            header = _header(scope)
-            if header:  # an empty header is a missing one
-                store = scope["app"].state.services.store
-                outcome: Identity | ToolgateError
-                try:
+            outcome: Identity | ToolgateError | None = None
+            try:
+                header = _header(scope)
+                if header:  # an empty header is a missing one
+                    store = scope["app"].state.services.store
                     outcome = await self.authenticator.authenticate(header, store)
-                except ToolgateError as exc:
-                    outcome = exc
+            except ToolgateError as exc:
+                outcome = exc
+            if outcome is not None:
                 scope[IDENTITY_SCOPE_KEY] = outcome
         await self.app(scope, receive, send)
 
 
 def _header(scope: Scope) -> str | None:
+    """The ``Authorization`` header's value; :class:`Unauthenticated` when it comes more than
+    once (which one would count is anyone's guess: a proxy or a log may read another)."""
+    found: str | None = None
     for name, value in scope["headers"]:
         if name == b"authorization":
-            return str(value.decode("latin-1"))
-    return None
+            if found is not None:
+                raise Unauthenticated(
+                    "send one Authorization header, not several", code="bad_authorization"
+                )
+            found = value.decode("latin-1")
+    return found
 
 
 def identity_of(connection: HTTPConnection) -> Identity:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import anyio
 from starlette.requests import ClientDisconnect
-from starlette.types import Receive
+from starlette.types import Message, Receive
 
 from gateway import jsonlimits
 from gateway.errors import MalformedRequest, PayloadTooLarge, UnsupportedMediaType
@@ -47,6 +47,21 @@ async def read_body(
             chunks.append(chunk)
         elif message["type"] == "http.disconnect":
             raise ClientDisconnect()
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with ``body``, read already, given back first (to an application that
+    reads the body itself: the MCP SDK's transport)."""
+    pending = True
+
+    async def replayed() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 async def decode_json(

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.errors import LimitExceeded, PolicyUnavailable, ToolgateError
@@ -82,6 +82,13 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return problem(exc.status_code, code, str(exc.detail))
 
 
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """The client hung up before its body was whole: nobody reads the answer, and it is no
+    fault of the gateway's (each one logged with a traceback would let a client fill the
+    log)."""
+    return problem(400, "client_disconnected", "the client went away before its body ended")
+
+
 async def unexpected_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem(500, "internal", "the gateway failed to answer; see its log")
@@ -90,5 +97,6 @@ async def unexpected_error(request: Request, exc: Exception) -> Response:
 HANDLERS = {
     ToolgateError: toolgate_error,
     HTTPException: http_error,
+    ClientDisconnect: client_gone,
     Exception: unexpected_error,
 }

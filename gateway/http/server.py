@@ -7,8 +7,12 @@ head itself (``h11_max_incomplete_event_size``); httptools does not: it buffers 
 until it is complete, however long. :class:`BoundedHttpTools` adds that bound: it counts the
 bytes a connection sends while a request head is open and answers 431 and closes once they pass
 ``max_header_bytes + HEAD_SLACK``, so no request head is held in memory beyond that (and one
-read of the transport) whichever implementation runs. The event loop is uvloop where it is
-installed (uvicorn's ``auto``).
+read of the transport) whichever implementation runs. It also gives each request
+``request_read_timeout`` to arrive whole, head and body, from the connection's first byte or
+the request's (uvicorn times out only a connection idle between requests): a client that
+opens connections and sends nothing, or a byte now and then, would otherwise hold each one
+for ever, until the process runs out of file descriptors for everyone. The event loop is
+uvloop where it is installed (uvicorn's ``auto``).
 
 The gateway binds its socket itself (:func:`listen`), before it says ``listening on`` and
 before the application starts, and hands it to uvicorn (:func:`run`): a port in use is one
@@ -18,9 +22,12 @@ whose workers get the parent's socket.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
+import functools
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import CannotListen
@@ -88,18 +95,20 @@ the separators), so that a head just over the bound still gets a 431 that says w
 def serve_options(settings: Settings) -> dict[str, Any]:
     """The options of ``uvicorn.run`` (and ``uvicorn.Config``) for the gateway's server."""
     return {
-        "http": http_protocol(),
+        "http": http_protocol(settings.request_read_timeout),
         "h11_max_incomplete_event_size": settings.max_header_bytes + HEAD_SLACK,
     }
 
 
-def http_protocol() -> type[Any] | str:
-    """:class:`BoundedHttpTools` when httptools is installed, else uvicorn's h11."""
+def http_protocol(read_timeout: float) -> Any:
+    """:class:`BoundedHttpTools` (each request given ``read_timeout`` seconds to arrive) when
+    httptools is installed, else uvicorn's h11."""
     try:
         import httptools  # noqa: F401
     except ImportError:
         return "h11"
-    return _bounded_httptools()
+    protocol: Callable[..., Any] = _bounded_httptools()
+    return functools.partial(protocol, read_timeout=read_timeout)
 
 
 _CLASS: type[Any] | None = None
@@ -114,8 +123,10 @@ def _bounded_httptools() -> type[Any]:
     class BoundedHttpTools(HttpToolsProtocol):
         """uvicorn's httptools protocol with the request head bounded (see the module)."""
 
-        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, config: Any, *args: Any, read_timeout: float, **kwargs: Any) -> None:
             super().__init__(config, *args, **kwargs)
+            self._read_timeout = read_timeout
+            self._read_timer: asyncio.TimerHandle | None = None
             self._head_limit: int = config.h11_max_incomplete_event_size
             self._head_open = True
             self._head_bytes = 0
@@ -135,9 +146,43 @@ def _bounded_httptools() -> type[Any]:
                 if self._head_bytes > self._head_limit:
                     self._refuse_head()
 
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()  # a connection that never sends a byte is timed too
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
         def on_message_begin(self) -> None:
             self._head_open = True
+            self._arm()
             super().on_message_begin()
+
+        def on_message_complete(self) -> None:
+            self._disarm()  # the request is whole: its answer may take as long as it takes
+            super().on_message_complete()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._read_timer = self.loop.call_later(self._read_timeout, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def _too_slow(self) -> None:
+            """The request did not arrive whole in time: 408 while its head is still open
+            (no answer has begun), and the connection closed either way (an application
+            reading the body sees the client gone)."""
+            self._read_timer = None
+            if self.transport.is_closing():
+                return
+            if self._head_open:
+                self._refuse(b"408 Request Timeout", b"request not received in time")
+            else:
+                self.transport.close()
 
         def on_headers_complete(self) -> None:
             self._head_open = False
@@ -146,9 +191,11 @@ def _bounded_httptools() -> type[Any]:
             super().on_headers_complete()
 
         def _refuse_head(self) -> None:
-            body = b"request head too large"
+            self._refuse(b"431 Request Header Fields Too Large", b"request head too large")
+
+        def _refuse(self, status: bytes, body: bytes) -> None:
             self.transport.write(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"HTTP/1.1 " + status + b"\r\n"
                 b"content-type: text/plain; charset=utf-8\r\n"
                 b"content-length: " + str(len(body)).encode() + b"\r\n"
                 b"connection: close\r\n\r\n" + body

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import mcp_types as types
+import pydantic_core
 from mcp.server import Server
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -27,12 +28,15 @@ from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServ
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway import __version__
 from gateway.errors import ToolgateError
 from gateway.http.auth import IDENTITY_SCOPE_KEY, identity_of
+from gateway.http.bodies import read_body, replay
 from gateway.http.heads import Heads
 from gateway.http.problems import error_problem, problem
 from gateway.mcp import calls, context, oauth
@@ -160,15 +164,55 @@ class McpEndpoint:
         if modern and self.stateless is not None and manager.running:
             # Ahead of the SDK's body bound, which never refuses what reaches it: the
             # gateway's (RequestBounds, the same max_body_bytes) refuses it first.
-            replay = await self.stateless(request, heads, send)
-            if replay is None:
+            rest = await self.stateless(request, heads, send)
+            if rest is None:
                 return
-            receive = replay
+            receive = rest
+        elif not modern and scope["method"] == "POST":
+            # Read here as at every door: the SDK's transport logs a client gone mid-body as
+            # an error, with its traceback (a log any client could fill by hanging up).
+            body = await read_body(
+                receive, self.settings.max_body_bytes, heads.first.get("content-length")
+            )
+            if not _is_message(body):
+                await _NOT_A_MESSAGE(scope, receive, send)
+                return
+            receive = replay(body, receive)
         opener = _OPENER.set(principal)
         try:
             await manager.handle_request(scope, receive, send)
         finally:
             _OPENER.reset(opener)
+
+
+_NOT_A_MESSAGE = JSONResponse(
+    {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": types.INVALID_REQUEST,
+            "message": "Invalid Request: the body must be one JSON-RPC request,"
+            " notification or response object",
+        },
+    },
+    400,
+)
+"""The answer to JSON that is no JSON-RPC message. The SDK's 2025-11-25 transport answers
+it with -32602 and pydantic's text (its version, the SDK's class names, the input echoed)."""
+
+
+def _is_message(body: bytes) -> bool:
+    """Whether ``body`` is one JSON-RPC message as the SDK's transport reads it, or is not
+    JSON at all (the SDK's own parse error says so plainly)."""
+    try:
+        raw = pydantic_core.from_json(body)
+    except ValueError:
+        return True
+    try:
+        types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
+    except ValidationError:
+        return False
+    return True
 
 
 def _opens_session(request: Request) -> bool:

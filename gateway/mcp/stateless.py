@@ -80,10 +80,10 @@ from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from gateway import jsontext
-from gateway.http.bodies import read_body
+from gateway.http.bodies import read_body, replay
 from gateway.http.heads import Heads, Wanted
 from gateway.mcp import calls, context, elicitation, meta, results, sdk_private
 from gateway.mcp.writer import Writer
@@ -162,7 +162,7 @@ class StatelessCalls:
         body = await read_body(receive, limit, heads.first.get("content-length"))
         found = self._plain(body, heads)
         if found is None:
-            return _replay(body, receive)
+            return replay(body, receive)
         call, version = found
         self.served += 1
         await _Exchange(self.writer, scope, receive, send).serve(request, heads, call, version)
@@ -360,20 +360,6 @@ def _client_name(client_info: Any, caps: Any) -> str:
     except ValidationError:
         return "mcp"
     return info.name
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` with the body read here given back first."""
-    pending = True
-
-    async def replay() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 class _Exchange:
