@@ -202,17 +202,25 @@ it with -32602 and pydantic's text (its version, the SDK's class names, the inpu
 
 
 def _is_message(body: bytes) -> bool:
-    """Whether ``body`` is one JSON-RPC message as the SDK's transport reads it, or is not
-    JSON at all (the SDK's own parse error says so plainly)."""
+    """Whether ``body`` is one JSON-RPC message as the SDK's transport reads it, its id (if
+    any) an id, or is not JSON at all (the SDK's own parse error says so plainly)."""
     try:
         raw = pydantic_core.from_json(body)
     except ValueError:
         return True
+    if isinstance(raw, dict) and not _is_id(raw.get("id")):
+        return False  # the SDK reads a request whose id is an object as a notification
     try:
         types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
     except ValidationError:
         return False
     return True
+
+
+def _is_id(value: object) -> bool:
+    """A JSON-RPC id as the SDK's ``RequestId`` takes it (a string or a strict integer), or
+    none (a notification, or an error response to what had no id)."""
+    return value is None or (isinstance(value, int | str) and not isinstance(value, bool))
 
 
 def _opens_session(request: Request) -> bool:
