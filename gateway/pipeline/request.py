@@ -19,9 +19,12 @@ from gateway.pipeline.records import ToolExecutionRequest
 from gateway.yamlsrc import list_wording
 
 # C0 and C1 control characters (NUL, newline, ESC...): an identifier carrying one can forge
-# lines in logs and terminals and breaks the header it may be copied into.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+# lines in logs and terminals and breaks the header it may be copied into. And the bidirectional
+# controls (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069): one reorders how the rest of
+# an id, or of the line it is shown in (the page, a log, a terminal), reads.
+CONTROLS = "\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[{CONTROLS}]")
+PRINTABLE = f"^[^{CONTROLS}]*$"
 """No control character, as a pattern pydantic-core checks itself along with the lengths (no
 Python call per string). Its Rust engine's ``$`` is the end of the text, never before a final
 newline (Python's would let ``"id\\n"`` through)."""

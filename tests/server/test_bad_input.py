@@ -202,6 +202,8 @@ HOSTILE = {
     "control character in agent_id": (_raw(actor='{"agent_id": "a\\u0000"}'), REQ),
     "control character in user_id": (_raw(actor='{"user_id": "alice\\u0000"}'), REQ),
     "control character in workspace.id": (_raw(workspace='{"id": "demo\\u0085"}'), REQ),
+    "right-to-left override in run_id": (_raw(run_id='"r\\u202etxt.exe"'), REQ),
+    "left-to-right isolate in call_id": (_raw(call_id='"c\\u20661"'), REQ),
 }  # fmt: skip
 
 
