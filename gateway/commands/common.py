@@ -63,7 +63,7 @@ def fail(problems: Sequence[str], what: str) -> int:
 
 def argument(text: str, option: str = "--arg") -> tuple[str, Any]:
     key, sep, value = text.partition("=")
-    if not sep:
+    if not sep or not key:
         raise UsageError(f"{option} {text!r}: use NAME=VALUE")
     try:
         return key, json.loads(value)
