@@ -39,14 +39,24 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.addaudithook(WATCH)  # an audit hook stays for the interpreter's life: one, here
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, object, object]:
+    """Fails the run when collecting the tests (importing them) started a process. What
+    started one before is the runner's own: a pytest-xdist worker runs ``uname -p``
+    (``platform.platform()``) as it reports ready, before it collects."""
+    WATCH.take()
+    collected = yield
+    if started := WATCH.take():
+        raise pytest.UsageError(f"collecting the tests started processes: {started[:3]}")
+    return collected
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects on the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks ``slow`` every test that uses a fixture tagged @starts_processes."""
     for item in items:
         if isinstance(item, pytest.Function) and process_fixtures(item):
             item.add_marker(pytest.mark.slow)
-    if started := WATCH.take():
-        raise pytest.UsageError(f"collecting the tests started processes: {started[:3]}")
 
 
 @pytest.hookimpl(wrapper=True)
