@@ -18,7 +18,9 @@ import pytest
 from tests.helpers import (
     REPO,
     WATCH,
+    Databases,
     ProcessWatch,
+    pg_admin,
     process_fixtures,
     starts_processes,
     unmarked_process,
@@ -490,3 +492,31 @@ def test_the_tier_check_holds_in_one_process_and_in_xdist_workers(
     assert "ERROR test_tier.py::test_unmarked - this test is not marked slow" in out and (
         "2 passed, 1 error" in out  # the check fails the unmarked test at its teardown
     ), out
+
+
+# --- the tests' PostgreSQL databases (tests/conftest.py, pg_url) ----------------------------
+
+
+@pytest.mark.postgres
+def test_a_database_given_back_is_handed_out_again_as_a_new_one_is(pg_server: str) -> None:
+    databases = Databases()
+    name = databases.take()
+    left_open = None
+    schema = "SELECT nspowner::regrole::text, nspacl::text[] FROM pg_namespace WHERE nspname = %s"
+    tables = "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+    try:
+        with pg_admin(name) as conn:
+            new = conn.execute(schema, ("public",)).fetchone()
+        left_open = pg_admin(name)  # a test's connection, left in a transaction holding a lock
+        left_open.execute("CREATE TABLE t (id serial PRIMARY KEY, v text); CREATE INDEX ON t (v)")
+        left_open.execute("BEGIN")
+        left_open.execute("SELECT * FROM t")
+        databases.give_back(name)  # ends it, or it would wait for that lock
+        assert databases.take() == name
+        with pg_admin(name) as conn:
+            again = (conn.execute(schema, ("public",)).fetchone(), conn.execute(tables).fetchone())
+        assert again == (new, (0,))
+    finally:
+        if left_open is not None:
+            left_open.close()
+        databases.drop_all()
