@@ -1,9 +1,10 @@
 """Shared fixtures: a project laid out in a temp dir, the SQLite/PostgreSQL stores, and the
 anyio backend. Constants and helpers are in tests/helpers.py.
 
-PostgreSQL tests use the server on 127.0.0.1:5432; each test gets a database of its own
-that is dropped afterwards. Off CI a missing server skips them with the reason; in CI
-(CI=true) a missing server fails them.
+PostgreSQL tests use the server on 127.0.0.1:5432; each test gets a database of its own,
+empty (emptied after the test before it, not dropped: ``Databases`` in tests/helpers.py).
+Off CI a missing server skips them with the reason; in CI (CI=true) a missing server fails
+them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import logging
 import os
 import shutil
 import sys
-import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from tests.helpers import (
     PG_USER,
     REPO,
     WATCH,
+    Databases,
     pg_admin,
     process_fixtures,
     unmarked_process,
@@ -39,14 +40,24 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.addaudithook(WATCH)  # an audit hook stays for the interpreter's life: one, here
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, object, object]:
+    """Fails the run when collecting the tests (importing them) started a process. What
+    started one before is the runner's own: a pytest-xdist worker runs ``uname -p``
+    (``platform.platform()``) as it reports ready, before it collects."""
+    WATCH.take()
+    collected = yield
+    if started := WATCH.take():
+        raise pytest.UsageError(f"collecting the tests started processes: {started[:3]}")
+    return collected
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects on the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks ``slow`` every test that uses a fixture tagged @starts_processes."""
     for item in items:
         if isinstance(item, pytest.Function) and process_fixtures(item):
             item.add_marker(pytest.mark.slow)
-    if started := WATCH.take():
-        raise pytest.UsageError(f"collecting the tests started processes: {started[:3]}")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -101,28 +112,33 @@ def pg_server() -> str:
     return f"postgresql+psycopg://{PG_USER}@{PG_HOST}:5432"
 
 
-def _fresh_database(pg_server: str) -> Iterator[str]:
-    name = f"toolgate_test_{uuid.uuid4().hex[:12]}"
-    with pg_admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+@pytest.fixture(scope="session")
+def pg_databases(pg_server: str) -> Iterator[Databases]:
+    """This session's databases (tests/helpers.py, ``Databases``), dropped at its end."""
+    databases = Databases()
+    yield databases
+    databases.drop_all()
+
+
+def _fresh_database(pg_server: str, databases: Databases) -> Iterator[str]:
+    name = databases.take()
     try:
         yield f"{pg_server}/{name}"
     finally:
-        with pg_admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        databases.give_back(name)
 
 
 @pytest.fixture
-def pg_url(pg_server: str) -> Iterator[str]:
-    """A fresh database for one test."""
-    yield from _fresh_database(pg_server)
+def pg_url(pg_server: str, pg_databases: Databases) -> Iterator[str]:
+    """An empty database for one test."""
+    yield from _fresh_database(pg_server, pg_databases)
 
 
 @pytest.fixture(scope="module")
-def pg_module_url(pg_server: str) -> Iterator[str]:
-    """A fresh database shared by the tests of one module (e.g. by the gateway processes
+def pg_module_url(pg_server: str, pg_databases: Databases) -> Iterator[str]:
+    """An empty database shared by the tests of one module (e.g. by the gateway processes
     they start once)."""
-    yield from _fresh_database(pg_server)
+    yield from _fresh_database(pg_server, pg_databases)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

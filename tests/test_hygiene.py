@@ -7,6 +7,7 @@ looks for, so that a scan that found nothing is not mistaken for a clean tree.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ import pytest
 from tests.helpers import (
     REPO,
     WATCH,
+    Databases,
     ProcessWatch,
+    pg_admin,
     process_fixtures,
     starts_processes,
     unmarked_process,
@@ -455,3 +458,72 @@ def test_the_process_watch_tells_process_events_from_others() -> None:
     exec(event, {"__name__": "gateway.adapters.processes", "watch": watch})
     exec(event, {"__name__": "gateway.testing", "watch": watch})
     assert watch.take() == ["subprocess.Popen python tool.py"] * 2
+
+
+TIER_TESTS = """\
+import subprocess
+import sys
+
+import pytest
+
+
+def test_unmarked() -> None:
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+
+@pytest.mark.slow
+def test_marked() -> None:
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+"""
+
+
+@pytest.mark.slow  # runs pytest as a process, and its tests start more
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["one", "xdist"])
+def test_the_tier_check_holds_in_one_process_and_in_xdist_workers(
+    tmp_path: Path, workers: list[str]
+) -> None:
+    """The suite's hooks (tests/conftest.py, loaded as a plugin) fail the unmarked test that
+    starts a process and pass the marked one. Under xdist the watch once saw the worker's own
+    ``uname -p`` before collection, called it the tests' and crashed the worker."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n  slow: s\n  postgres: p\n")
+    (tmp_path / "test_tier.py").write_text(TIER_TESTS)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-W", "error", "-p", "tests.conftest", *workers],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = done.stdout + done.stderr
+    assert "ERROR test_tier.py::test_unmarked - this test is not marked slow" in out and (
+        "2 passed, 1 error" in out  # the check fails the unmarked test at its teardown
+    ), out
+
+
+# --- the tests' PostgreSQL databases (tests/conftest.py, pg_url) ----------------------------
+
+
+@pytest.mark.postgres
+def test_a_database_given_back_is_handed_out_again_as_a_new_one_is(pg_server: str) -> None:
+    databases = Databases()
+    name = databases.take()
+    left_open = None
+    schema = "SELECT nspowner::regrole::text, nspacl::text[] FROM pg_namespace WHERE nspname = %s"
+    tables = "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+    try:
+        with pg_admin(name) as conn:
+            new = conn.execute(schema, ("public",)).fetchone()
+        left_open = pg_admin(name)  # a test's connection, left in a transaction holding a lock
+        left_open.execute("CREATE TABLE t (id serial PRIMARY KEY, v text); CREATE INDEX ON t (v)")
+        left_open.execute("BEGIN")
+        left_open.execute("SELECT * FROM t")
+        databases.give_back(name)  # ends it, or it would wait for that lock
+        assert databases.take() == name
+        with pg_admin(name) as conn:
+            again = (conn.execute(schema, ("public",)).fetchone(), conn.execute(tables).fetchone())
+        assert again == (new, (0,))
+    finally:
+        if left_open is not None:
+            left_open.close()
+        databases.drop_all()

@@ -707,12 +707,16 @@ async def test_a_cancel_before_the_start_runs_nothing(
 
 @pytest.fixture
 def client(project: Path, tmp_path: Path) -> Iterator[TestClient]:
+    with _client(project, tmp_path) as test_client:
+        yield test_client
+
+
+def _client(project: Path, tmp_path: Path) -> TestClient:
     run_agent_code_without_approval(project)  # these test the adapter, not the policy
     settings = load_settings(
         project / "toolgate.yaml", env={}, database_url=f"sqlite:///{tmp_path / 'tg.db'}"
     )
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-        yield test_client
+    return TestClient(create_app(settings), raise_server_exceptions=False)
 
 
 TESTS = """
@@ -800,12 +804,16 @@ def test_python_tool_failure_reaches_the_agent_without_a_traceback_of_ours(
 
 
 def test_deadline_through_the_api_leaves_no_process(
-    client: TestClient, workspace_root: Path
+    project: Path, tmp_path: Path, workspace_root: Path
 ) -> None:
+    shipped = project / "tools.d" / "proc.python.yaml"
+    # The tree ignores SIGTERM: SIGKILL after 300 ms rather than the shipped 2 s.
+    shipped.write_text(shipped.read_text().replace("\nkill_grace: 2s\n", "\nkill_grace: 300ms\n"))
     (workspace_root / "tree.py").write_text(TREE_SCRIPT)
     deadline = int(time.time() * 1000) + 3000
     payload = body("proc.python", {"script": "tree.py", "args": ["pids"]}, deadline=deadline)
-    result = client.post("/v1/executions", json=payload, headers=auth()).json()["result"]
+    with _client(project, tmp_path) as client:
+        result = client.post("/v1/executions", json=payload, headers=auth()).json()["result"]
     assert result["outcome"] == "unknown"  # a write tool with no reconcile probe
     assert result["error"]["type"] == "timeout"
     identities = read_pids(workspace_root / "pids", TREE_SIZE, timeout=0)
