@@ -100,14 +100,15 @@ def _confine_paths(
     known: dict[str, ResolvedPath] | None,
 ) -> dict[str, ResolvedPath]:
     """Confine every path the tool declares, in place (each becomes its workspace-relative
-    form). The first pass (``known`` is ``None``) skips values that are not strings: the
-    input schema reports them; the second reuses what the first confined at the same place."""
+    form). The first pass (``known`` is ``None``) skips values that are not strings, and empty
+    strings: the input schema reports them (an empty path the schema lets through is the
+    workspace root, ``"."``); the second reuses what the first confined at the same place."""
     paths: dict[str, ResolvedPath] = {}
     for spec in tool.paths:
         for where, container, key in _path_slots(arguments, spec.split(".")):
             value = container[key]
-            if known is None and not isinstance(value, str):
-                continue
+            if known is None and (not isinstance(value, str) or not value):
+                continue  # the input schema judges it (a number, ``""`` under ``empty: false``)
             done = (known or {}).get(where)
             if done is None or done.relative != value:
                 done = confine(workspace, value, where)

@@ -114,3 +114,14 @@ async def test_thousands_of_unknown_fields_are_reported_within_the_error_budget(
         await prepared(services, request(arguments=arguments))
     details = caught.value.details
     assert (len(details["errors"]), details["errors_truncated"]) == (MAX_ERRORS, True)
+
+
+async def test_an_empty_path_meets_the_schema_s_empty_false(services: Services) -> None:
+    # "" was confined to the workspace root, ".", before the schema saw it, so a tool's
+    # `empty: false` never fired and fs.write_file went on to write to the root
+    with pytest.raises(ValidationError) as caught:
+        await prepared(services, request(arguments={"path": "", "content": "x"}))
+    assert (caught.value.code, caught.value.details["errors"]) == (
+        "invalid_arguments",
+        {"path": ["empty values not allowed"]},
+    )

@@ -107,8 +107,9 @@ def _write_body(arguments: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("arguments", "fields"),
     [
-        # ("" is confined to the workspace's root, ".", before the schema sees it)
-        ({"path": "", "content": 5, "colour": "red"}, {"content", "colour"}),
+        # "" was confined to the workspace's root, ".", before the schema saw it: the
+        # tool's `empty: false` never fired
+        ({"path": "", "content": 5, "colour": "red"}, {"path", "content", "colour"}),
         # an unknown field hid the others: every door named "bogus" alone
         ({"path": 5, "content": "x", "bogus": 1}, {"path", "bogus"}),
     ],
