@@ -58,6 +58,7 @@ APPROVAL = PREFIX + "approval"
 LINKS = PREFIX + "links"
 DEPRECATED = PREFIX + "deprecated"
 RISK = PREFIX + "risk"
+IDEMPOTENCY = PREFIX + "idempotency"
 WRITTEN_KEYS = (
     EXECUTION_ID,
     STATUS,
@@ -70,6 +71,7 @@ WRITTEN_KEYS = (
     LINKS,
     DEPRECATED,
     RISK,
+    IDEMPOTENCY,
     RUN_ID,
     CALL_ID,
     DRY_RUN,

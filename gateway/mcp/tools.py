@@ -32,6 +32,7 @@ def mcp_tool(tool: ToolDeclaration) -> dict[str, Any]:
             meta.TOOL_VERSION: str(tool.version),
             meta.RISK: tool.risk.value,
             meta.DEPRECATED: tool.deprecated,
+            meta.IDEMPOTENCY: tool.idempotency,  # as GET /v1/tools says it
         },
     }
     # Only a declared `output:` is published: a result that breaks it never reaches a

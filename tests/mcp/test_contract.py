@@ -453,6 +453,10 @@ def test_tools_list_marks_a_deprecated_newest_version(pair: dict[str, Served], e
     assert tool["_meta"][meta.DEPRECATED] == "use fs.list_dir ^1"
     assert tool["_meta"][meta.TOOL_VERSION] == "9.0.0"
     assert listed["fs.read_file"]["_meta"][meta.DEPRECATED] is False
+    # whether a call needs an idempotency key, as GET /v1/tools says (MCP's idempotentHint
+    # says something else: whether calling twice does more than once)
+    keyed = ("fs.delete_file", "fs.read_file")
+    assert [listed[name]["_meta"][meta.IDEMPOTENCY] for name in keyed] == ["required", "none"]
 
 
 @pytest.mark.parametrize("era", ERAS)
