@@ -183,11 +183,12 @@ class FastValidator:
 
         A document the fast path does not accept is first screened for faults that are
         certain and cheap to find (unknown fields, a list, string or dict over its
-        ``maxlength``). When they use up the error budget, they are the answer, without
-        walking the rest. Otherwise cerberus judges the document, every field of it, but for
-        a value over its ``maxlength``: that fault stands for it, and its contents are not
-        walked, so that a list of a thousand items over a ``maxlength`` of 64 costs no more
-        than one of 65.
+        ``maxlength``). When they use up the error budget, or one is a value over its
+        ``maxlength``, they are the answer, without walking the rest: a list of a thousand
+        items over a ``maxlength`` of 64 costs no more than one of 65. Otherwise (unknown
+        fields alone) cerberus judges the whole document and names every field at fault.
+        (Judging the rest with the long value emptied instead let the emptied value speak:
+        its list's ``allowed`` named ``''``, not what was sent.)
         """
         fast = self._fast
         self._screened, self.items_screened = [], 0
@@ -204,12 +205,12 @@ class FastValidator:
             with contextlib.suppress(_Full):  # as many errors as are reported
                 self._screen(document, (), found)
             self.items_screened = found.visited
-            if found.truncated:
-                self._refuse_with(found.errors, truncated=True)
+            if found.truncated or any(
+                e.code == cerberus.errors.MAX_LENGTH.code for e in found.errors
+            ):
+                self.last_fast, self._document, self._screened = False, None, found.errors
+                self.errors_truncated = found.truncated
                 return False
-            oversized = [e for e in found.errors if e.code == cerberus.errors.MAX_LENGTH.code]
-            if oversized:
-                return self._judge_apart(document, oversized)
         self.last_fast = False
         self._document = None
         valid = bool(self.cerberus.validate(document, *args, **kwargs))
@@ -217,22 +218,6 @@ class FastValidator:
         return valid
 
     __call__ = validate
-
-    def _judge_apart(self, document: dict[Any, Any], oversized: list[Any]) -> bool:
-        """cerberus's verdict on ``document`` with each value over its ``maxlength`` emptied:
-        the screen's fault in place of whatever cerberus says at or under those values."""
-        judge = self.cerberus
-        judge.validate(_emptied(document, oversized))
-        apart = [error.document_path for error in oversized]
-        rest = [e for e in judge.error_list if not any(_within(e.document_path, a) for a in apart)]
-        errors = oversized + rest
-        truncated = judge.errors_truncated or len(errors) > judge.max_errors
-        self._refuse_with(errors[: judge.max_errors], truncated=truncated)
-        return False
-
-    def _refuse_with(self, errors: list[Any], *, truncated: bool) -> None:
-        self.last_fast, self._document, self._screened = False, None, errors
-        self.errors_truncated = truncated
 
     @property
     def document(self) -> Any:
@@ -558,24 +543,3 @@ def _screen_value(rules: Mapping[str, Any], allow_unknown: bool) -> ValueScreen:
 
 def _skip(value: Any, path: tuple[Any, ...], found: _Found) -> None:
     return None
-
-
-def _emptied(document: dict[Any, Any], oversized: list[Any]) -> dict[Any, Any]:
-    """A copy of ``document`` in which each value the screen found over its ``maxlength`` is
-    empty (of its own type); only the containers on the way to one are copied."""
-    out = dict(document)
-    copies: dict[tuple[Any, ...], Any] = {(): out}
-    for error in oversized:
-        *way, last = error.document_path
-        node = out
-        for depth, key in enumerate(way, 1):
-            at = tuple(way[:depth])
-            if at not in copies:
-                copies[at] = node[key] = copy.copy(node[key])
-            node = copies[at]
-        node[last] = type(node[last])()
-    return out
-
-
-def _within(path: tuple[Any, ...], prefix: tuple[Any, ...]) -> bool:
-    return path[: len(prefix)] == prefix
