@@ -474,6 +474,8 @@ def test_a_body_is_not_counted_as_head_and_keep_alive_goes_on(gw: Gw) -> None:
 
 
 def test_the_refusals_are_counted_by_the_setting_that_refused(gw: Gw) -> None:
+    """Reads the refusals the floods above made on the module's gateway: it runs after them,
+    as pytest runs a module, and on their worker under xdist (`make test`: --dist loadfile)."""
     with gw.client(BOB) as bob:
         text = bob.get("/metrics").text
     counts = {
