@@ -160,7 +160,7 @@ class KeySet:
         assert self._url is not None
         headers = [("Accept", "application/json"), ("Accept-Encoding", "identity")]
         attempt = http.Attempt(retry_safe=True)
-        client = http.Client(ssl_context=http.ssl_context(), limit=1)
+        client = http.Client(ssl_context=http.system_trust(), limit=1)
         try:
             url = parse_url(self._url)
             async with client.open(attempt, http.ANY_NETWORK, "GET", url, headers, None) as answer:

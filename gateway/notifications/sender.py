@@ -54,7 +54,7 @@ class Sender:
     ) -> None:
         self.store, self.config, self.targets, self.metrics = store, config, targets, metrics
         self.lease_ms = int((2 * config.timeout + 5) * 1000)
-        self.client = http.Client(ssl_context=http.ssl_context(), limit=config.concurrency)
+        self.client = http.Client(ssl_context=http.system_trust(), limit=config.concurrency)
 
     async def run(self) -> None:
         """Claim up to ``concurrency`` due notifications, send them together, again."""

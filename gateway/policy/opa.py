@@ -56,7 +56,6 @@ import collections
 import json
 import logging
 import math
-import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -159,10 +158,10 @@ class OpaPolicy:
         """Open the HTTP session (on the event loop that will use it)."""
         import aiohttp
 
+        from gateway.adapters.shared.client import system_trust
+
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                ssl=ssl.create_default_context() if self._https else True
-            ),
+            connector=aiohttp.TCPConnector(ssl=system_trust() if self._https else True),
             headers=self._headers or None,
             timeout=aiohttp.ClientTimeout(total=None),  # each request has its own deadline
             trust_env=False,  # no proxy from the environment: the input goes to opa_url only

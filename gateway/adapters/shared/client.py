@@ -4,9 +4,10 @@ Every request the gateway's server process sends goes through ``Client``: the HT
 adapter's declared requests and probes (``gateway.adapters.http``), the approval
 notifications (``gateway.notifications.sender``) and the identity provider's key set
 (``gateway.http.jwks``). So there is one definition of each thing two libraries would each
-define: the egress check at every connect, TLS (``ssl_context``: the certifi bundle unless
-a CA file is given), no redirect followed, no proxy from the environment, no cookie kept,
-and the errors (``Unreachable``, ``Lost``). Timeouts are the caller's (a deadline around
+define: the egress check at every connect, TLS (``ssl_context``, a tool's: the certifi bundle
+unless a CA file is given; ``system_trust``, the gateway's own endpoints': the machine's
+trust store), no redirect followed, no proxy from the environment, no cookie kept, and the
+errors (``Unreachable``, ``Lost``). Timeouts are the caller's (a deadline around
 the whole request, ``anyio.fail_after``): aiohttp's own timeout is off. httpx stays in the
 clients (the kit, the CLI, ``toolgate mcp``), never in the server.
 
@@ -50,7 +51,7 @@ import os
 import socket
 import ssl
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,9 +75,17 @@ operator configured, not a tool."""
 
 @functools.cache
 def ssl_context(cafile: Path | None = None) -> ssl.SSLContext:
-    """Certificates verified against ``cafile``, by default the certifi bundle (made once
-    per file: loading a bundle takes ~50 ms)."""
+    """A tool's: certificates verified against ``cafile``, by default the certifi bundle
+    (made once per file: loading a bundle takes ~50 ms)."""
     return ssl.create_default_context(cafile=str(cafile or certifi.where()))
+
+
+def system_trust() -> ssl.SSLContext:
+    """The gateway's own endpoints' (its configuration's, not a tool's: the OPA server, the
+    identity provider's key set, the notification receivers): certificates verified against
+    the machine's trust store, where an operator adds an internal CA (``SSL_CERT_FILE`` or
+    ``SSL_CERT_DIR`` name another)."""
+    return ssl.create_default_context()
 
 
 @dataclass(slots=True)
@@ -103,15 +112,36 @@ class Lost(Exception):
 
 
 class Unreachable(Exception):
-    """No connection could be made; nothing was sent. ``errno`` of the cause, if any."""
+    """No connection could be made; nothing was sent. ``errno`` of the cause, if any;
+    ``tls``, what failed of the TLS handshake, if that was it."""
 
-    def __init__(self, errno: int | None) -> None:
+    def __init__(self, errno: int | None, tls: str | None = None) -> None:
         super().__init__(errno)
-        self.errno = errno
+        self.errno, self.tls = errno, tls
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Unreachable:
+        """What ``exc`` (and its causes) says of the failed connection. A TLS failure first:
+        an ``ssl.SSLError`` is an ``OSError`` too, and a certificate not trusted carries
+        errno 1, which would read as "operation not permitted"."""
+        causes = list(_causes(exc))
+        for seen in causes:  # aiohttp's own certificate error has no verify_message: its cause
+            why = getattr(seen, "verify_message", None)
+            if isinstance(seen, ssl.SSLCertVerificationError) and why:
+                return cls(None, f"its certificate is not trusted ({why})")
+        if any(isinstance(seen, ssl.SSLError) for seen in causes):
+            return cls(None, "the TLS handshake failed")
+        for seen in causes:
+            if isinstance(seen, OSError) and seen.errno:
+                return cls(seen.errno)
+        return cls(None)
 
     @property
     def reason(self) -> str:
-        """A short reason, from the errno: never the raw text of the cause."""
+        """A short reason, from the errno or the TLS failure: never the raw text of the
+        cause."""
+        if self.tls is not None:
+            return self.tls
         return os.strerror(self.errno).lower() if self.errno else "the connection could not be made"
 
 
@@ -193,7 +223,7 @@ async def _resend_once(
     try:
         return await handler(request)
     except aiohttp.ClientConnectorError as exc:
-        raise Unreachable(_errno(exc)) from exc
+        raise Unreachable.of(exc) from exc
     except (aiohttp.ClientConnectionError, aiohttp.ClientResponseError) as exc:
         if not (attempt.reused and attempt.retry_safe and not attempt.resent):
             raise Lost from exc
@@ -201,18 +231,17 @@ async def _resend_once(
     try:
         return await handler(request)
     except aiohttp.ClientConnectorError as exc:
-        raise Unreachable(_errno(exc)) from exc
+        raise Unreachable.of(exc) from exc
     except (aiohttp.ClientConnectionError, aiohttp.ClientResponseError) as exc:
         raise Lost from exc
 
 
-def _errno(exc: BaseException) -> int | None:
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what caused it, and so on."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, OSError) and seen.errno:
-            return seen.errno
+        yield seen
         seen = seen.__cause__ or seen.__context__
-    return None
 
 
 async def read_body(
