@@ -32,17 +32,18 @@ async def cancel(runtime: Runtime, record: ExecutionRecord, by: str) -> Executio
         )
     note = make_event(record.id, 0, "state.checkpointed", {"status": "cancelling", "by": by})
     unstarted = [Status.QUEUED, Status.AWAITING_APPROVAL]
-    if await runtime.store.set_status(record.id, unstarted, Status.CANCELLING, [note]):
-        taken = await runtime.store.get_execution(record.id) or record
+    taken = await runtime.store.move_status(record.id, unstarted, Status.CANCELLING, [note])
+    if taken is not None:
         if taken.approval_id is not None:
             await runtime.store.withdraw_approval(taken.approval_id)
         error = ExecutionError(f"cancelled by {by} before it started", code="cancelled")
         effect = SideEffectReport(False, False, "nothing was attempted")
         return await close_execution(runtime, taken, Outcome.CANCELLED, error, effect)
-    if await runtime.store.set_status(record.id, [Status.RUNNING], Status.CANCELLING, [note]):
-        # read before the signal: the answer is the call as marked (202 cancelling), not
-        # whatever its flow, woken by the signal, has made of it by the time of the read
-        marked = await runtime.store.get_execution(record.id) or record
+    # The answer is the call as marked (202 cancelling), read with the mark: its flow sees
+    # the mark at its next look (a lock wait polls it) and may end the call before any read
+    # of ours that came after.
+    marked = await runtime.store.move_status(record.id, [Status.RUNNING], Status.CANCELLING, [note])
+    if marked is not None:
         runtime.cancellations.signal(record.id)
         return marked
     return await runtime.store.get_execution(record.id) or record

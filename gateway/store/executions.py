@@ -227,6 +227,16 @@ def set_status(
     return True
 
 
+def move_status(
+    db: Db, execution_id: str, from_statuses: Sequence[Status], to: Status, events: Sequence[Event]
+) -> ExecutionRecord | None:
+    """``set_status``, and the execution as it then stands, read in the same transaction;
+    None when it was not moved."""
+    if not set_status(db, execution_id, from_statuses, to, events):
+        return None
+    return get_execution(db, execution_id)
+
+
 def take_over(
     db: Db,
     execution_id: str,

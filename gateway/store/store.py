@@ -269,6 +269,17 @@ class Store:
             executions.set_status, execution_id, from_statuses, to, events, owner
         )
 
+    async def move_status(
+        self,
+        execution_id: str,
+        from_statuses: Sequence[Status],
+        to: Status,
+        events: Sequence[Event] = (),
+    ) -> ExecutionRecord | None:
+        """``set_status``, answering the execution as it stands once moved, read in the same
+        transaction (what another flow makes of it next cannot slip in); None if not moved."""
+        return await self._write(executions.move_status, execution_id, from_statuses, to, events)
+
     async def take_over(
         self,
         execution_id: str,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextvars
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -11,6 +13,7 @@ import pytest
 from gateway.declarations.catalogue import Catalogue
 from gateway.pipeline.runner import run_call
 from gateway.pipeline.services import Services
+from gateway.store.records import ExecutionRecord
 from gateway.store.store import Store
 from gateway.types import Status
 from tests.pipeline.fakes import (
@@ -73,6 +76,49 @@ async def test_cancel_while_waiting_for_locks_is_not_lost(
     assert record.outcome == "cancelled"
     assert adapter.calls == []
     assert "tool.started" not in [e.type for e in await store.events(record.id)]
+
+
+async def test_a_cancel_answers_the_call_as_marked_however_late_a_read_comes(
+    tmp_path: Path, store: Store, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel of a running call answers ``cancelling`` (202). It read the call back in a
+    read of its own after the mark; the waiting flow, seeing the mark at its next poll of
+    the lock, could end the call first, and the answer was then ``completed`` (1 in some
+    tens of runs of tests/server/test_async_cancel.py). The read here waits for that end."""
+    from gateway.runtime import cancellation
+    from gateway.store.records import LockRequest
+    from gateway.types import LockMode
+    from tests.helpers import until
+
+    key = [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)]
+    await store.try_acquire("ex_holder", "holder", key, 30)
+    services = make_services(
+        tmp_path, store, catalogue, FunctionAdapter(ok), FunctionPolicy(allow_all)
+    )
+    read, cancelling = store.get_execution, contextvars.ContextVar("cancelling", default=False)
+
+    async def late_read(execution_id: str) -> ExecutionRecord | None:
+        if cancelling.get():  # the cancel's read comes once the flow has ended the call
+            await until(lambda: _ended(read, execution_id), "the call ended")
+        return await read(execution_id)
+
+    monkeypatch.setattr(store, "get_execution", late_read)
+    answers = []
+
+    async def cancel() -> None:
+        waiting = await until(lambda: store.unfinished([Status.RUNNING]), "the call running")
+        cancelling.set(True)
+        answers.append(await cancellation.cancel(services, waiting[0], "bob"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancel)
+        record = await run_call(services, request(deadline_ms=int(time.time() * 1000) + 5000))
+    assert (answers[0].status, record.outcome) == ("cancelling", "cancelled")
+
+
+async def _ended(read: Callable[[str], Awaitable[ExecutionRecord | None]], id_: str) -> bool:
+    found = await read(id_)
+    return found is not None and found.terminal
 
 
 async def test_the_lock_keys_are_rendered_sorted_and_exclusive_wins(services: Services) -> None:
