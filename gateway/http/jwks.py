@@ -13,7 +13,8 @@ set lacks waits for it. The URL is read as configured: a redirect is a failed fe
 followed, and a body over ``MAX_JWKS_BYTES`` is refused as soon as it is known to be
 (from its ``Content-Length``, or when the read passes the limit), not read to its end.
 The fetch goes through the server's one HTTP client (``gateway.adapters.shared.client``:
-its TLS, the certifi bundle; its checked connect, with every network allowed but the cloud
+certificates checked against the machine's trust store, ``system_trust``, as for every
+endpoint of the operator's; its checked connect, with every network allowed but the cloud
 metadata endpoints, since the URL is the operator's).
 
 Only asymmetric signing keys are kept (``kty`` RSA, EC or OKP; ``use`` absent or ``sig``;

@@ -41,7 +41,7 @@ from gateway.http.heads import Heads
 from gateway.http.problems import error_problem, problem
 from gateway.mcp import calls, context, oauth
 from gateway.mcp.sdk_private import Admit, HookedSessionManager
-from gateway.mcp.stateless import READ, StatelessCalls, serves_plain_calls
+from gateway.mcp.stateless import READ, StatelessCalls, is_request_id, serves_plain_calls
 from gateway.runtime.admission import Gauge
 from gateway.settings import Settings
 
@@ -208,19 +208,13 @@ def _is_message(body: bytes) -> bool:
         raw = pydantic_core.from_json(body)
     except ValueError:
         return True
-    if isinstance(raw, dict) and not _is_id(raw.get("id")):
+    if isinstance(raw, dict) and raw.get("id") is not None and not is_request_id(raw["id"]):
         return False  # the SDK reads a request whose id is an object as a notification
     try:
         types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
     except ValidationError:
         return False
     return True
-
-
-def _is_id(value: object) -> bool:
-    """A JSON-RPC id as the SDK's ``RequestId`` takes it (a string or a strict integer), or
-    none (a notification, or an error response to what had no id)."""
-    return value is None or (isinstance(value, int | str) and not isinstance(value, bool))
 
 
 def _opens_session(request: Request) -> bool:

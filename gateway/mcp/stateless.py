@@ -52,7 +52,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import anyio
 from mcp.server import Server
@@ -187,8 +187,7 @@ class StatelessCalls:
         request_id = decoded.get("id")
         params = decoded.get("params")
         if (
-            isinstance(request_id, bool)  # the SDK's RequestId: a strict int or a string
-            or not isinstance(request_id, int | str)
+            not is_request_id(request_id)
             or decoded.get("method") != "tools/call"
             or not isinstance(params, dict)
             or not params.keys() <= PARAM_KEYS
@@ -220,6 +219,12 @@ class StatelessCalls:
                 return None
             name, arguments, client = typed.name, typed.arguments, _client_name(client_info, caps)
         return PlainCall(request_id, name, arguments, dict(raw_meta), client), version
+
+
+def is_request_id(value: object) -> TypeGuard[str | int]:
+    """A JSON-RPC request id as the SDK's ``RequestId`` takes it: a string or a strict
+    integer (``true`` is no id, nor is ``1.5``)."""
+    return isinstance(value, int | str) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
