@@ -337,3 +337,30 @@ def loopback_certificates(directory: Path) -> tuple[Path, Path, Path]:
         )
     )
     return paths
+
+
+def require_module(name: str) -> Any:
+    """``pytest.importorskip``, but a failure in CI (``CI=true``): the dev extras install
+    every module a test imports this way (``pip install -e '.[dev]'``), so one missing there
+    is a broken install, not a machine without an optional service."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        reason = f"{name} is not installed ({exc}): pip install -e '.[dev]'"
+        if IN_CI:
+            pytest.fail(f"{reason}; CI requires it", pytrace=False)
+        pytest.skip(reason)
+
+
+def require_in_ci(reason: str) -> None:
+    """Skip with ``reason``, or fail in CI (``CI=true``), where the suite runs as root on a
+    machine the project's files set up."""
+    import pytest
+
+    if IN_CI:
+        pytest.fail(f"{reason}; CI requires it", pytrace=False)
+    pytest.skip(reason)

@@ -48,7 +48,7 @@ from tests.adapters.test_proctree import (
     read_pids,
     wait_gone,
 )
-from tests.helpers import REPO
+from tests.helpers import REPO, require_in_ci
 from tests.server.helpers import auth, body
 
 __all__ = ["no_stray_children"]  # the autouse fixture applies here too
@@ -1067,7 +1067,7 @@ def test_a_gateway_that_is_not_root_isolates_its_children_too() -> None:
         pytest.skip("the suite already runs as a user other than root")
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        pytest.skip("setpriv (util-linux) is needed to run the launcher as nobody")
+        require_in_ci("setpriv (util-linux) is needed to run the launcher as nobody")
     isolation_or_skip()
     base = Path(tempfile.mkdtemp(prefix="tg-nobody-"))
     try:

@@ -8,16 +8,15 @@ import uuid
 from pathlib import Path
 
 import anyio
-import pytest
 
 from gateway.client import AsyncClient, CallOptions, Client
-from tests.helpers import ALICE
+from tests.helpers import ALICE, require_module
 
 Gw = tuple[str, Path]
 
 
 def test_agents_function_tools_run_through_the_gateway(gw: Gw) -> None:
-    pytest.importorskip("agents")
+    require_module("agents")
     from agents import FunctionTool
     from agents.tool_context import ToolContext
 
@@ -59,7 +58,7 @@ def test_agents_function_tools_run_through_the_gateway(gw: Gw) -> None:
 
 
 def test_langchain_structured_tools_run_through_the_gateway(gw: Gw) -> None:
-    pytest.importorskip("langchain_core")
+    require_module("langchain_core")
     from langchain_core.tools import StructuredTool
 
     from gateway.client.langchain import structured_tools
@@ -91,7 +90,7 @@ def test_langchain_structured_tools_run_through_the_gateway(gw: Gw) -> None:
 def test_langchain_tools_give_each_invocation_its_own_call_and_key(gw: Gw) -> None:
     # fs.delete_file requires an idempotency key: one fixed set of options for every
     # invocation gave `idempotency_key_required` (no key) or would reuse one key
-    pytest.importorskip("langchain_core")
+    require_module("langchain_core")
     from gateway.client.langchain import structured_tools
 
     _, workspace = gw

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from gateway.client import AsyncClient, CallOptions, Forbidden
-from tests.helpers import ALICE, BOB, CAROL
+from tests.helpers import ALICE, BOB, CAROL, require_module
 
 pytestmark = pytest.mark.slow
 Gw = tuple[str, Path]
@@ -27,7 +27,7 @@ def _outputs(result: Any) -> list[dict[str, Any]]:
 
 
 def test_agents_interruption_is_decided_on_the_gateway(gw: Gw) -> None:
-    pytest.importorskip("agents")
+    require_module("agents")
     from agents import Agent, RunConfig, Runner
     from agents.testing import ScriptedModel, assistant_message, function_call
 

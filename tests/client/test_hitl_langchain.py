@@ -16,7 +16,7 @@ import pytest
 
 from gateway.client import AsyncClient, Client, Forbidden
 from gateway.testing import gateway, make_project
-from tests.helpers import ALICE, BOB, CAROL, REVIEWED_TOOL
+from tests.helpers import ALICE, BOB, CAROL, REVIEWED_TOOL, require_module
 
 pytestmark = pytest.mark.slow
 Gw = tuple[str, Path]
@@ -35,7 +35,7 @@ def reviewed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gw]:
 def _agent(
     client: Client, approver: Client, *calls: dict[str, Any], async_client: Any = None
 ) -> Any:
-    pytest.importorskip("langchain")
+    require_module("langchain")
     from langchain.agents import create_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
@@ -63,7 +63,7 @@ def _tool_answers(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_langchain_interrupt_is_decided_on_the_gateway(reviewed: Gw) -> None:
-    pytest.importorskip("langchain")
+    require_module("langchain")
     from langgraph.types import Command
 
     url, workspace = reviewed
@@ -120,7 +120,7 @@ def test_langchain_interrupt_is_decided_on_the_gateway(reviewed: Gw) -> None:
 
 
 def test_langchain_an_approver_who_may_not_decide_is_told(reviewed: Gw) -> None:
-    pytest.importorskip("langchain")
+    require_module("langchain")
     from langgraph.types import Command
 
     url, workspace = reviewed
@@ -138,7 +138,7 @@ def test_langchain_an_approver_who_may_not_decide_is_told(reviewed: Gw) -> None:
 def test_langchain_interrupt_in_an_async_run(reviewed: Gw) -> None:
     # ainvoke: the call through the AsyncClient, the decision through the approver's client
     # in a thread, the interrupt in the run's context all the same
-    pytest.importorskip("langchain")
+    require_module("langchain")
     from langgraph.types import Command
 
     url, workspace = reviewed

@@ -17,6 +17,7 @@ from gateway.policy.embedded import EmbeddedPolicy
 from gateway.policy.loader import PolicySources
 from gateway.server.app import create_app
 from gateway.settings import Settings
+from tests.helpers import require_module
 from tests.policy.helpers import BASE_INPUT, REPO
 
 
@@ -48,7 +49,7 @@ def test_hs256_signature_verifies_with_its_key_only(shipped: PolicySources) -> N
         assert entry["hash"] == hashlib.sha256(built.files[entry["name"]]).hexdigest()
     with pytest.raises(ConfigError, match="does not match the key"):
         bundle.verify(built.data, b"another key")
-    jwt = pytest.importorskip("jwt")  # an independent JWT implementation agrees
+    jwt = require_module("jwt")  # an independent JWT implementation agrees
     (token,) = json.loads(built.files[".signatures.json"])["signatures"]
     assert jwt.decode(token, b"k" * 32, algorithms=["HS256"])["files"] == claims["files"]
     with pytest.raises(jwt.InvalidSignatureError):
@@ -56,7 +57,7 @@ def test_hs256_signature_verifies_with_its_key_only(shipped: PolicySources) -> N
 
 
 def test_rs256_signature_verifies_with_its_public_key_only(shipped: PolicySources) -> None:
-    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
+    rsa = require_module("cryptography.hazmat.primitives.asymmetric.rsa")
     from cryptography.hazmat.primitives import serialization
 
     def pair() -> tuple[bytes, bytes]:

@@ -28,7 +28,7 @@ from gateway.client import AsyncClient, CallOptions, Client
 from gateway.client.errors import ApiError
 from gateway.client.toolkit import answer, catalogue, with_call_id
 from gateway.testing import gateway, make_project
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, require_module
 from tests.mcp.helpers import ERAS, connect
 
 pytestmark = pytest.mark.slow
@@ -127,8 +127,8 @@ def test_every_door_lists_the_same_tools_under_a_standing_refusal(gw: Gw) -> Non
     with Client(gw.url, BOB) as client:
         assert {spec.name for spec in catalogue(client)} == plain
 
-    pytest.importorskip("agents")
-    pytest.importorskip("langchain_core")
+    require_module("agents")
+    require_module("langchain_core")
     from gateway.client.agents import function_tools
     from gateway.client.langchain import structured_tools
 
@@ -391,8 +391,8 @@ def test_each_invocation_is_its_own_call_and_a_retried_one_the_same(gw: Gw) -> N
             retried[0]["execution_id"],
         )
 
-    pytest.importorskip("agents")
-    pytest.importorskip("langchain_core")
+    require_module("agents")
+    require_module("langchain_core")
     from agents.tool_context import ToolContext
 
     from gateway.client.agents import function_tools
