@@ -43,10 +43,12 @@ async def connect(
     key: str = ALICE,
     extensions: Sequence[ClientExtension] | None = None,
     elicitation_callback: ElicitationFnT | None = None,
+    headers: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
-    """The official SDK client over streamable HTTP with a bearer key (with an
-    ``elicitation_callback``, it declares elicitation, form and URL mode)."""
-    headers = {"Authorization": f"Bearer {key}"}
+    """The official SDK client over streamable HTTP with a bearer key and any further
+    ``headers`` (with an ``elicitation_callback``, it declares elicitation, form and URL
+    mode)."""
+    headers = {**(headers or {}), "Authorization": f"Bearer {key}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60, read=120)) as http,
         Client(
