@@ -26,7 +26,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from gateway import jsonlimits, tracecontext
-from gateway.errors import LimitExceeded, ToolgateError
+from gateway.errors import LimitExceeded, NotFound, ToolgateError
 from gateway.mcp import elicitation, meta, results, tools
 from gateway.mcp.context import Door
 from gateway.pipeline.records import ToolExecutionRequest
@@ -383,7 +383,9 @@ def _legacy_task(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequ
 
 
 def _task_refused(exc: ToolgateError) -> MCPError:
-    """A task-augmented call refused before it became an execution (no task to answer)."""
+    """A task-augmented call refused before it became an execution (no task to answer), or
+    a ``tasks/*`` request refused: a JSON-RPC error whose ``data`` is the error, its code
+    and ``retryable`` as every other door names them."""
     code = LIMIT_EXCEEDED if isinstance(exc, LimitExceeded) else INVALID_PARAMS
     message = f"refused ({exc.code}): {exc.message}"
     return MCPError(code=code, message=message, data=exc.to_json())
@@ -489,7 +491,7 @@ async def _own_task(
     door = Door.of(ctx)
     record = await executions.find_visible(door.services, door.principal, task_id)
     if record is None or record.principal != door.principal:
-        raise MCPError(code=INVALID_PARAMS, message=f"no task or execution {task_id!r}")
+        raise _task_refused(NotFound(f"no task or execution {task_id!r}"))
     return door, record
 
 
@@ -537,5 +539,5 @@ async def cancel_task(
     try:
         record = await calls.cancel(door.services, door.principal, record)
     except ToolgateError as exc:
-        raise MCPError(code=INVALID_PARAMS, message=exc.message) from exc
+        raise _task_refused(exc) from exc
     return results.task(record, await _approval(door, record), door.base_url)
