@@ -102,7 +102,7 @@ def request_body(
     body: dict[str, Any] = {
         "run_id": options.run_id,
         "turn_id": options.turn_id,
-        "call_id": options.call_id or f"call-{uuid.uuid4().hex}",
+        "call_id": f"call-{uuid.uuid4().hex}" if options.call_id is None else options.call_id,
         "tool": ref,
         "arguments": dict(arguments),
         "actor": actor,
@@ -152,8 +152,10 @@ class _Requests:
 
     @staticmethod
     def get(execution_id: str, wait: float | None) -> _Request:
+        # any wait is sent for the gateway to judge (400 invalid_wait past 0 to MAX_WAIT_S,
+        # as it answers every door); it never holds a request longer than MAX_WAIT_S
         params = {"wait": f"{wait:g}"} if wait else None
-        timeout = wait + 30 if wait else None
+        timeout = MAX_WAIT_S + 30 if wait else None
         return _Request("GET", f"/v1/executions/{segment(execution_id)}", params, timeout=timeout)
 
     @staticmethod
