@@ -102,8 +102,11 @@ def review(approval: Mapping[str, Any]) -> str:
 
 
 def refused(exc: ApiError) -> dict[str, Any]:
-    """A request the gateway refused (4xx): what the agent reads instead of an exception."""
-    return {"outcome": "refused", "error": {"code": exc.code, "message": exc.detail}}
+    """A request the gateway refused (4xx): what the agent reads instead of an exception,
+    naming what every door names: the code, ``retryable`` and the problem's other fields
+    (the ``execution_id`` a conflict is about, the ``errors`` of a bad field, ...)."""
+    error = {"code": exc.code, "retryable": exc.retryable, "message": exc.detail}
+    return {"outcome": "refused", "error": {**error, **exc.details}}
 
 
 def text(value: Mapping[str, Any]) -> str:
