@@ -106,8 +106,10 @@ def _call_body(args: argparse.Namespace, settings: Settings, key: str) -> dict[s
     arguments = arguments_json(args.args_json)
     arguments.update(dict(argument(a) for a in args.arg))
     body: dict[str, Any] = {
-        "run_id": args.run_id or f"cli-{uuid.uuid4().hex[:12]}",
-        "call_id": args.call_id or uuid.uuid4().hex[:12],
+        # an option given is sent as given (an empty one too: the gateway refuses it, as it
+        # refuses it from every door); only one not given is made up
+        "run_id": f"cli-{uuid.uuid4().hex[:12]}" if args.run_id is None else args.run_id,
+        "call_id": uuid.uuid4().hex[:12] if args.call_id is None else args.call_id,
         "tool": {"name": args.tool, "requested_version": args.version},
         "arguments": arguments,
         "workspace": {"id": args.workspace},
@@ -118,7 +120,7 @@ def _call_body(args: argparse.Namespace, settings: Settings, key: str) -> dict[s
         body["actor"] = {"user_id": principal.id, "agent_id": agent_id}
     elif args.agent_id is not None:  # a gateway whose keys this configuration does not know
         body["actor"] = {"agent_id": agent_id}
-    if args.idempotency_key:
+    if args.idempotency_key is not None:
         body["idempotency_key"] = args.idempotency_key
     return body
 
