@@ -57,7 +57,9 @@ def with_call_id(options: CallOptions, call_id: str | None) -> CallOptions:
     MCP door derives one; what a tool with ``idempotency: required`` needs, and never the
     same for two invocations)."""
     call_id = call_id or f"call-{uuid.uuid4().hex}"
-    key = options.idempotency_key or call_key(options.run_id, call_id)
+    key = options.idempotency_key
+    if key is None:  # a key the options give is sent as given (an empty one is refused)
+        key = call_key(options.run_id, call_id)
     return replace(options, call_id=call_id, idempotency_key=key)
 
 

@@ -41,3 +41,10 @@ def test_a_long_named_call_s_key_is_one_the_gateway_takes() -> None:
 
 def test_a_short_named_call_is_keyed_by_its_ids() -> None:
     assert with_call_id(CallOptions(run_id="r1"), "c1").idempotency_key == "r1/c1"
+
+
+def test_a_key_the_options_give_is_sent_as_given_even_empty() -> None:
+    """As the MCP door sends a ``_meta`` key as given: an empty one is the gateway's to
+    refuse (400 invalid_request), never replaced by a derived one."""
+    assert with_call_id(CallOptions(run_id="r1", idempotency_key="k"), "c1").idempotency_key == "k"
+    assert with_call_id(CallOptions(run_id="r1", idempotency_key=""), "c1").idempotency_key == ""
