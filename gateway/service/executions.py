@@ -10,6 +10,8 @@ recovering from a lost answer learns the approval's id and page either way.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import NamedTuple
 
 import anyio
@@ -82,6 +84,11 @@ async def find(
     return [await seen(services, record) for record in records]
 
 
+SECONDS = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""A wait's text: a decimal number of ASCII digits, as JSON writes one (a leading dot, a
+trailing one and an exponent too); nothing around it."""
+
+
 def wait_seconds(value: object, name: str = "wait") -> float:
     """How long a caller asked to wait for an end (``?wait=`` of REST, ``wait_s`` of MCP's
     status tool; None: not at all): a number, or its text, from 0 to ``MAX_WAIT_S``; else
@@ -91,10 +98,12 @@ def wait_seconds(value: object, name: str = "wait") -> float:
     not_a_number = MalformedRequest(f"{name} must be a number of seconds", code="invalid_wait")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise not_a_number
+    if isinstance(value, str) and not SECONDS.fullmatch(value):
+        raise not_a_number  # float() would take " 5", "5_0" (50) and "\u0665" (Arabic-Indic 5)
     try:
         wait = float(value)
-    except ValueError as exc:
-        raise not_a_number from exc
+    except OverflowError:  # an integer past any float: past the bound too
+        wait = math.inf
     if not 0 <= wait <= MAX_WAIT_S:
         raise MalformedRequest(
             f"{name} must be between 0 and {MAX_WAIT_S:g} seconds", code="invalid_wait"

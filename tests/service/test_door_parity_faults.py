@@ -28,6 +28,8 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.client import AsyncClient, CallOptions, Client
 from gateway.client.errors import ApiError
+from gateway.errors import MalformedRequest
+from gateway.service import executions
 from gateway.testing import gateway, make_project
 from tests.helpers import ALICE, BOB, require_module
 from tests.mcp.helpers import ERAS, connect
@@ -498,6 +500,23 @@ def test_every_door_refuses_a_wait_that_is_no_number_of_seconds_alike(gw: Gw, wa
     assert set(codes.values()) == {"invalid_wait"}, codes
 
 
+@pytest.mark.parametrize("wait", ["5_0", " 5", "5 ", "\u0665", "0x10", "+5", "1,5"])
+def test_rest_and_mcp_refuse_a_wait_float_would_read_but_json_does_not_write(
+    gw: Gw, wait: str
+) -> None:
+    # float() read "5_0" as 50 s and the Arabic-Indic digit five as 5 s: the execution was
+    # answered (200) where the docs say a number of seconds
+    execution_id = parity._write(gw, ALICE)
+    codes: dict[str, str] = {}
+    with gw.rest(ALICE) as rest:
+        answer = rest.get(f"/v1/executions/{execution_id}", params={"wait": wait})
+        codes["rest"] = answer.json().get("code", str(answer.status_code))
+    for era in ERAS:
+        asked = {"execution_id": execution_id, "wait_s": wait}
+        codes[f"mcp {era}"] = parity.error_code(mcp(gw, era, ALICE, parity.STATUS_TOOL, asked))
+    assert set(codes.values()) == {"invalid_wait"}, codes
+
+
 # -- a cancel of an ended call, or of one the caller may not see ---------------------------
 
 
@@ -658,3 +677,25 @@ def test_arguments_that_are_not_an_object_are_refused_at_every_door(gw: Gw, argu
     assert called.returncode == 2, called.stdout
     assert "--args-json must be one JSON object of arguments" in called.stderr
     assert _executions_of(gw, body["run_id"]) == []
+
+
+@pytest.mark.parametrize(
+    "wait",
+    [10**400, -(10**400), "1e400", "-0.5", "60.000001"],
+    ids=["401 digits", "-401 digits", "1e400", "-0.5", "60.000001"],
+)
+def test_a_wait_past_any_float_or_the_bound_is_invalid_wait(wait: object) -> None:
+    # float(10**400) raised OverflowError: an MCP wait_s of 401 digits was a 500
+    with pytest.raises(MalformedRequest) as refused:
+        executions.wait_seconds(wait, "wait_s")
+    assert (refused.value.code, refused.value.message) == (
+        "invalid_wait",
+        "wait_s must be between 0 and 60 seconds",
+    )
+
+
+@pytest.mark.parametrize(
+    ("wait", "seconds"), [("5", 5.0), ("0.25", 0.25), (".5", 0.5), ("1e1", 10.0), (7, 7.0)]
+)
+def test_a_wait_as_json_writes_a_number_is_taken(wait: object, seconds: float) -> None:
+    assert executions.wait_seconds(wait) == seconds
