@@ -33,6 +33,7 @@ from gateway.commands.common import (
     warn,
 )
 from gateway.commands.policy import (
+    TEST_TIMEOUT,
     cmd_policy_bundle,
     cmd_policy_eval,
     cmd_policy_input,
@@ -342,6 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PCT",
         help="exit 1 when the tests evaluate less than PCT%% of the policy's lines or reach "
         "less than PCT%% of the decision's rule definitions (implies --coverage)",
+    )
+    ptest.add_argument(
+        "--timeout",
+        default=TEST_TIMEOUT,
+        metavar="DURATION",
+        help="how long one test may run before it fails as out of time (default %(default)s)",
     )
     ptest.set_defaults(fn=cmd_policy_test)
     peval = psub.add_parser("eval", help="print the decision for an input document")

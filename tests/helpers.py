@@ -8,7 +8,8 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -134,6 +135,25 @@ def gateway_volumes(compose: dict[str, Any]) -> dict[str, str]:
 
 
 # --- waiting for an event ---------------------------------------------------------------------
+
+
+@contextmanager
+def disposed_engines() -> Iterator[list[str]]:
+    """The databases (``url.database``) of the SQLAlchemy engines disposed meanwhile, in
+    order: how a test sees the database adapter close its connections' pools (SQLAlchemy's
+    public ``engine_disposed`` event)."""
+    import sqlalchemy as sa
+
+    disposed: list[str] = []
+
+    def record(engine: Any) -> None:
+        disposed.append(str(engine.url.database))
+
+    sa.event.listen(sa.engine.Engine, "engine_disposed", record)
+    try:
+        yield disposed
+    finally:
+        sa.event.remove(sa.engine.Engine, "engine_disposed", record)
 
 
 def wait_until(probe: Callable[[], T], what: str, limit: float = 60.0, every: float = 0.05) -> T:

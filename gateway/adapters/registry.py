@@ -18,7 +18,10 @@ imports another kind.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping
+
+import anyio
 
 from gateway.adapters.base import Adapter
 from gateway.adapters.browser import spec as browser
@@ -42,16 +45,42 @@ KINDS: Mapping[str, AdapterSpec] = {
 
 SPECS: Mapping[str, AdapterSpec] = {spec.name: spec for spec in KINDS.values()}
 """What the declaration loader checks each tool against (``load_catalogue(dir, SPECS)``)."""
+log = logging.getLogger("toolgate.adapters")
 
 
-def build_adapters(settings: Settings, catalogue: Catalogue) -> dict[str, Adapter]:
-    """One live instance of every adapter, opened with the app and closed with it; each is
-    built from its ``adapters.<kind>`` section and the loaded catalogue (tools.d is not
-    read again)."""
-    problems = section_faults(settings)
-    if problems:
-        raise ConfigError(problems)
-    return {kind: build_adapter(settings, kind, catalogue) for kind in KINDS}
+async def build_adapters(settings: Settings, catalogue: Catalogue) -> dict[str, Adapter]:
+    """One live instance of every adapter, opened with the app (or a reload's generation) and
+    closed with it; each is built from its ``adapters.<kind>`` section and the loaded
+    catalogue (tools.d is not read again).
+
+    Every kind is built, so that one ConfigError names the faults of all of them. When it is
+    raised, or anything else is, the kinds built already are closed (``close_adapters``) and
+    the error goes on as it was."""
+    built: dict[str, Adapter] = {}
+    try:
+        problems = section_faults(settings)
+        for kind in KINDS:
+            try:
+                built[kind] = build_adapter(settings, kind, catalogue)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+        if problems:
+            raise ConfigError(problems)
+    except BaseException:
+        await close_adapters(built)
+        raise
+    return built
+
+
+async def close_adapters(adapters: Mapping[str, Adapter]) -> None:
+    """Close ``adapters`` in the reverse order of building, each whatever the others do (a
+    failure is logged) and even when the caller is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        for kind, adapter in reversed(list(adapters.items())):
+            try:
+                await adapter.aclose()
+            except Exception:
+                log.exception("closing the %s adapter failed", kind)
 
 
 def section_faults(settings: Settings) -> list[str]:

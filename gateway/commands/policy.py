@@ -23,13 +23,18 @@ from gateway.commands.common import (
 )
 from gateway.commands.progress import Progress, progress
 
+TEST_TIMEOUT = "5s"
+"""How long one Rego test may run by default (``policy test --timeout``), as ``opa test``'s
+default: the shipped tests take about a millisecond each."""
+
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
-    """Run rego/*_test.rego (docs/policies.md#writing-tests); exit 1 on a failure, when no
-    test ran, or (``--fail-under PCT``) when the coverage of lines or of the decision's rule
-    definitions is below PCT percent."""
+    """Run rego/*_test.rego (docs/policies.md#writing-tests), each within ``--timeout``; exit 1
+    on a failure (a test out of time included), when no test ran, or (``--fail-under PCT``)
+    when the coverage of lines or of the decision's rule definitions is below PCT percent."""
     from gateway.policy.loader import load_policy_sources
     from gateway.policy.testing import format_report, run_tests
+    from gateway.units import parse_duration
 
     try:
         pattern = re.compile(args.run) if args.run is not None else None
@@ -38,6 +43,10 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
     fail_under = args.fail_under
     if fail_under is not None and not 0 <= fail_under <= 100:
         raise UsageError(f"--fail-under {fail_under:g}: must be a percentage, 0 to 100")
+    try:
+        timeout = parse_duration(args.timeout)
+    except ValueError as exc:
+        raise UsageError(f"--timeout {args.timeout!r}: {exc}") from exc
     settings = settings_of(args)
     sources = load_policy_sources(
         settings.path(settings.rego_dir), settings.path(settings.policies_dir)
@@ -50,6 +59,7 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
             pattern,
             coverage=args.coverage or fail_under is not None,
             on_step=shown.step,
+            timeout=timeout,
         )
     print(format_report(run.results, verbose=args.verbose, skipped=run.skipped))
     for line in run.coverage:

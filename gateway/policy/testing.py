@@ -5,13 +5,22 @@ skipped (``opa test`` conventions). It passes when
 ``data.<package>.<rule>`` evaluates to ``true``; undefined, any other value, or an error fails
 it, with the cause. All modules and the policy data are loaded, so a test may use
 ``with input as ...`` and ``with data.toolgate.<key> as ...``.
+
+A test's time can be bounded (``timeout``; ``toolgate policy test --timeout``): regorus holds
+the GIL for a whole evaluation and has no deadline of its own, so nothing in this process could
+stop a test that loops (a comprehension over a huge ``numbers.range``, a deep ``walk``). With a
+``timeout`` the tests therefore run one at a time in a forked child process holding a copy of
+the engine; a test that gives no answer in time fails as out of time, the child is killed, and
+the remaining tests go on in a new one.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
 from gateway.errors import ConfigError
@@ -94,6 +103,7 @@ def run_tests(
     *,
     coverage: bool = False,
     on_step: OnStep | None = None,
+    timeout: float | None = None,
 ) -> PolicyTestRun:
     """Run the tests whose name contains ``name_filter`` and matches ``pattern`` (``re.search``,
     like ``opa test --run``); the ``todo_`` rules they select are skipped, not run.
@@ -102,6 +112,10 @@ def run_tests(
     the engine can cover the selected tests evaluated and which they did not; then the rules of
     the decision (``gateway.policy.coverage``) and each one no selected test reached, at its
     ``file:line``. ``on_step`` is called after each test.
+
+    ``timeout``: the seconds each test may run, in a child process (the module docstring); a
+    test that runs out fails, and the coverage is then not reported (what the killed child had
+    counted is lost). None runs them in this process, unbounded.
     """
     try:
         with quiet_panics():
@@ -117,19 +131,123 @@ def run_tests(
         if (not name_filter or name_filter in name) and (not pattern or pattern.search(name))
     ]
     skipped = [name for name in selected if _short(name).startswith(TODO_PREFIX)]
-    results = []
     to_run = [name for name in selected if name not in skipped]
-    for name in to_run:
-        results.append(_run_one(engine, name))
-        if on_step is not None:
-            on_step(len(results), len(to_run))
-    if not coverage:
-        return PolicyTestRun(results, skipped, [])
-    lines, totals = _coverage(engine, sources)
-    return PolicyTestRun(results, skipped, lines, totals)
+    runner = _Here(engine, sources) if timeout is None else _Child(engine, sources, timeout)
+    try:
+        results = []
+        for name in to_run:
+            results.append(runner.run(name))
+            if on_step is not None:
+                on_step(len(results), len(to_run))
+        if not coverage:
+            return PolicyTestRun(results, skipped, [])
+        return PolicyTestRun(results, skipped, *runner.coverage())
+    finally:
+        runner.close()
 
 
-def _coverage(engine: Any, sources: PolicySources) -> tuple[list[str], CoverageTotals | None]:
+_Coverage = tuple[list[str], CoverageTotals | None]
+
+
+class _Here:
+    """The tests run in this process, unbounded."""
+
+    def __init__(self, engine: Any, sources: PolicySources) -> None:
+        self._engine, self._sources = engine, sources
+
+    def run(self, name: str) -> PolicyTestResult:
+        return _run_one(self._engine, name)
+
+    def coverage(self) -> _Coverage:
+        return _coverage(self._engine, self._sources)
+
+    def close(self) -> None:
+        return None
+
+
+class _Child:
+    """The tests run one at a time in a forked child, each given ``timeout`` seconds to
+    answer; a child that does not is killed, and the next test gets a new one."""
+
+    def __init__(self, engine: Any, sources: PolicySources, timeout: float) -> None:
+        self._engine, self._sources, self._timeout = engine, sources, timeout
+        self._worker: tuple[Any, Connection] | None = None
+        self._lost: str | None = None  # why the coverage is not known
+
+    def run(self, name: str) -> PolicyTestResult:
+        try:
+            result: PolicyTestResult = self._ask(name)
+        except _NoAnswer as exc:
+            self._lost = f"{name}: {exc}"
+            return PolicyTestResult(name, False, str(exc))
+        return result
+
+    def coverage(self) -> _Coverage:
+        if self._lost is None:
+            try:
+                answer: _Coverage = self._ask(None)
+            except _NoAnswer as exc:
+                self._lost = f"counting it: {exc}"
+            else:
+                return answer
+        return [f"coverage: not available: {self._lost}"], None
+
+    def _ask(self, name: str | None) -> Any:
+        """The child's answer; _NoAnswer (and the child killed) when it gives none."""
+        if self._worker is None:
+            self._worker = _start(self._engine, self._sources)
+        process, connection = self._worker
+        try:
+            connection.send(name)
+            if connection.poll(self._timeout):
+                return connection.recv()
+        except (EOFError, OSError) as exc:  # the child died: killed, out of memory
+            self.close()
+            raise _NoAnswer(
+                f"the process running it ended (exit status {process.exitcode})"
+            ) from exc
+        self.close()
+        raise _NoAnswer(f"ran out of time: still running after {self._timeout:g}s (--timeout)")
+
+    def close(self) -> None:
+        """Kill the child rather than ask it to exit: it may have been forked while another
+        thread (a progress line) held a lock that its exit would wait for."""
+        if self._worker is not None:
+            process, connection = self._worker
+            self._worker = None
+            process.kill()
+            process.join()
+            connection.close()
+
+
+class _NoAnswer(Exception):
+    """The child gave no answer (the message says why)."""
+
+
+def _start(engine: Any, sources: PolicySources) -> tuple[Any, Connection]:
+    """A forked child holding a copy of ``engine`` (fork copies the calling thread, the one the
+    engine is bound to), answering over the connection returned."""
+    fork = multiprocessing.get_context("fork")
+    here, there = fork.Pipe()
+    process = fork.Process(target=_serve, args=(engine, sources, there), daemon=True)
+    process.start()
+    there.close()
+    return process, here
+
+
+def _serve(engine: Any, sources: PolicySources, connection: Connection) -> None:
+    """In the child: for each test name received its result, for None the coverage; until the
+    parent goes away."""
+    try:
+        while True:
+            name = connection.recv()
+            answer = _run_one(engine, name) if name is not None else _coverage(engine, sources)
+            connection.send(answer)
+    except (EOFError, OSError):
+        return
+
+
+def _coverage(engine: Any, sources: PolicySources) -> _Coverage:
     try:
         report = json.loads(engine_call(engine.get_coverage_report_as_json))
     except (EngineError, ValueError) as exc:

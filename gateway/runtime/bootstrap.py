@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gateway import __version__
-from gateway.adapters.registry import SPECS, build_adapters
+from gateway.adapters.registry import SPECS, build_adapters, close_adapters
 from gateway.audit.keys import load_signer
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.loader import load_catalogue
@@ -89,9 +89,7 @@ def load_sources(settings: Settings) -> Loaded:
 async def check_adapters(settings: Settings, catalogue: Catalogue) -> None:
     """Build and close every adapter: their ``adapters.*`` sections and the tools that
     use them are checked now, with a clear error, rather than in the server's start-up."""
-    adapters = build_adapters(settings, catalogue)
-    for adapter in adapters.values():
-        await adapter.aclose()
+    await close_adapters(await build_adapters(settings, catalogue))
 
 
 async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runtime:
@@ -117,9 +115,8 @@ async def open_runtime(settings: Settings, loaded: Loaded | None = None) -> Runt
         shadow = await open_shadow(settings, loaded.shadow, store, telemetry)
         if shadow is not None:
             opened.push_async_callback(shadow.aclose)
-        adapters = build_adapters(settings, loaded.catalogue)
-        for adapter in adapters.values():
-            opened.push_async_callback(adapter.aclose)
+        adapters = await build_adapters(settings, loaded.catalogue)
+        opened.push_async_callback(close_adapters, adapters)
         notifications = open_notifications(settings, store, telemetry.metrics)
         if notifications is not None:
             opened.push_async_callback(notifications.aclose)

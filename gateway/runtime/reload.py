@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 
 from gateway.adapters.base import Adapter
-from gateway.adapters.registry import KINDS, build_adapter, section_faults
+from gateway.adapters.registry import build_adapters, close_adapters
 from gateway.declarations.catalogue import Catalogue
 from gateway.errors import ConfigError, ReloadRefused
 from gateway.policy.backends import open_backend
@@ -187,7 +187,7 @@ class Reloader:
         policy_changed = revisions.policy != current.revisions.policy
         async with AsyncExitStack() as built:  # closed unless swapped in: only what it built
             adapters, fresh = await self._adapters(current, catalogue, settings)
-            built.push_async_callback(_close_all, fresh.values())
+            built.push_async_callback(close_adapters, fresh)
             policy, shadow = current.policy, current.shadow
             try:
                 if policy_changed:
@@ -232,22 +232,18 @@ class Reloader:
         self, current: Runtime, catalogue: Catalogue, settings: Settings
     ) -> tuple[dict[str, Adapter], dict[str, Adapter]]:
         """Every adapter of the new generation, and those of them built new (the kinds whose
-        tools or ``adapters.<kind>`` section changed). Each kind is built, so its checks run;
-        an unchanged kind keeps its instance and the one just built is closed."""
+        tools or ``adapters.<kind>`` section changed). Each kind is built, so its checks run
+        (a fault closes what was built: ``build_adapters``); an unchanged kind keeps its
+        instance and the one just built is closed."""
         if catalogue is current.catalogue and settings.adapters == current.settings.adapters:
             return dict(current.adapters), {}
-        built: dict[str, Adapter] = {}
-        problems = section_faults(settings)
-        for kind in KINDS:
-            try:
-                built[kind] = build_adapter(settings, kind, catalogue)
-            except ConfigError as exc:
-                problems.extend(exc.problems)
-        if problems:
-            await _close_all(built.values())
-            raise ReloadRefused(problems, current.revisions.to_json())
+        try:
+            built = await build_adapters(settings, catalogue)  # closed again if it raises
+        except ConfigError as exc:
+            raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
         adapters: dict[str, Adapter] = {}
         fresh: dict[str, Adapter] = {}
+        spare: dict[str, Adapter] = {}
         for kind, adapter in built.items():
             old = current.adapters.get(kind)
             same = _tools(current.catalogue, kind) == _tools(catalogue, kind)
@@ -256,10 +252,10 @@ class Reloader:
                 and same
                 and _section(current.settings, kind) == _section(settings, kind)
             ):
-                adapters[kind] = old
-                await adapter.aclose()
+                adapters[kind], spare[kind] = old, adapter
             else:
                 adapters[kind] = fresh[kind] = adapter
+        await close_adapters(spare)
         return adapters, fresh
 
     async def _policy(self, current: Runtime, loaded: Loaded) -> PolicyBackend:

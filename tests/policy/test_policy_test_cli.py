@@ -198,3 +198,59 @@ def test_the_shipped_tests_pass_fail_under_100() -> None:
     done = toolgate("policy", "test", "--coverage", "--fail-under", "100", cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith("coverage: total: 100.0% of lines")
+
+
+LOOPS = """
+test_loops if {
+\tsome i in numbers.range(1, 100000)
+\tsome j in numbers.range(1, 100000)
+\ti + j == 0
+}
+
+test_after_the_loop if {
+\ttoolgate.decision.result == "allow" with input as {}
+}
+"""
+"""Ten billion pairs, none equal: a test that runs for hours in memory that does not grow."""
+
+
+def test_a_test_that_loops_runs_out_of_time_by_default(scratch: Path) -> None:
+    """Without --timeout each test gets 5 s: the looping one fails, named, the tests after it
+    still run, and the coverage (lost with the killed child) says so; no stack trace."""
+    (scratch / "rego" / "p_test.rego").write_text(TESTS + LOOPS)
+    done = toolgate("policy", "test", "-v", "--coverage", cwd=scratch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[:6] == [
+        "PASS toolgate_test.test_a_denies",
+        "PASS toolgate_test.test_nothing_allows",
+        "FAIL toolgate_test.test_loops: ran out of time: still running after 5s (--timeout)",
+        "PASS toolgate_test.test_after_the_loop",
+        "SKIP toolgate_test.todo_b_denies (todo)",
+        "3 passed, 1 failed, 1 skipped",
+    ]
+    assert done.stdout.splitlines()[6:] == [
+        "coverage: not available: toolgate_test.test_loops: ran out of time: still running "
+        "after 5s (--timeout)"
+    ]
+    assert done.stderr == ""
+
+
+def test_timeout_sets_the_bound(scratch: Path) -> None:
+    (scratch / "rego" / "p_test.rego").write_text(TESTS + LOOPS)
+    done = toolgate("policy", "test", "--run", "loops", "--timeout", "500ms", cwd=scratch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        "FAIL toolgate_test.test_loops: ran out of time: still running after 0.5s (--timeout)",
+        "0 passed, 1 failed",
+    ]
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "why"), [("0", "a duration must be positive"), ("soon", "'soon' is not a duration")]
+)
+def test_a_bad_timeout_is_a_usage_error(scratch: Path, value: str, why: str) -> None:
+    done = toolgate("policy", "test", "--timeout", value, cwd=scratch)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(f"toolgate: --timeout {value!r}: {why}")

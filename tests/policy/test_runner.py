@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 
 from gateway.errors import ConfigError
@@ -107,3 +109,32 @@ def test_sources_regorus_cannot_load_are_a_config_error() -> None:
     broken = PolicySources((("x.rego", "package toolgate\ndecision := {\n"),), (), {})
     with pytest.raises(ConfigError, match=r"x\.rego"):
         run_tests(broken)
+
+
+@pytest.mark.slow  # the tests run in a child process
+def test_a_child_that_dies_fails_its_test_and_the_rest_go_on(write_policy: WritePolicy) -> None:
+    """With a timeout the tests run in a forked child; killed (as the kernel's OOM killer
+    would) while idle after the first test, it fails the second with the cause, and the third
+    runs in a new child."""
+    tests = "package t\n\ntest_one if true\n\ntest_two if true\n\ntest_three if true\n"
+    sources = load_policy_sources(*write_policy({"p.rego": POLICY, "p_test.rego": tests}))
+    killed: list[int] = []
+
+    def kill_the_child(done: int, total: int) -> None:
+        if done == 1:
+            (child,) = multiprocessing.active_children()
+            child.kill()
+            child.join()
+            killed.append(child.pid or 0)
+
+    run = run_tests(sources, timeout=30, on_step=kill_the_child, coverage=True)
+    assert killed and killed[0] not in {c.pid for c in multiprocessing.active_children()}
+    assert run.results == [
+        ("t.test_one", True, ""),
+        ("t.test_two", False, "the process running it ended (exit status -9)"),
+        ("t.test_three", True, ""),
+    ]
+    assert run.coverage == [
+        "coverage: not available: t.test_two: the process running it ended (exit status -9)"
+    ]
+    assert multiprocessing.active_children() == []

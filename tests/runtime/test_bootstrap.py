@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.adapters import registry
 from gateway.errors import ConfigError, StoreError
 from gateway.observability.telemetry import Telemetry
 from gateway.runtime.bootstrap import close_runtime, open_runtime
 from gateway.settings import Settings, load_settings
 from gateway.store.store import Store
-from tests.helpers import pg_admin, until
+from gateway.testing import load_catalogue
+from tests.helpers import REPO, disposed_engines, pg_admin, until
 
 pytestmark = pytest.mark.anyio
 
@@ -145,3 +147,53 @@ async def test_close_runtime_closes_in_the_reverse_order_of_opening(
     await close_runtime(runtime)
     opened = ["store", "telemetry", "policy", *runtime.adapters]
     assert closed == opened[::-1]
+
+
+def _http_ca_bundle_missing(config: dict[str, Any]) -> None:
+    config["adapters"]["http"]["ca_bundle"] = "no-such-ca.pem"
+
+
+async def test_a_start_whose_later_adapter_fails_closes_the_adapters_built_before(
+    project: Path, database_url: str
+) -> None:
+    """The kinds are built in order (file, process, browser, database, http): the http
+    adapter's fault closes the database adapter built before it (its engine disposed)."""
+    settings = _configured(project, database_url, _http_ca_bundle_missing)
+    with disposed_engines() as disposed, pytest.raises(ConfigError) as refused:
+        await open_runtime(settings)
+    assert refused.value.problems == [
+        f"adapters.http.ca_bundle: {project / 'no-such-ca.pem'} is not a file"
+    ]
+    orders = str(project / "var" / "examples" / "orders.db")
+    assert [database for database in disposed if database == orders] == [orders]
+
+
+async def test_an_unexpected_error_building_an_adapter_closes_those_built_in_reverse(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a ConfigError (a bug, an OSError): the same closing, last built first, and the
+    error itself goes on. The fault is injected where the http adapter is built; the others
+    are the real ones, each close recorded."""
+    build = registry.build_adapter
+    closed: list[str] = []
+
+    def building(settings: Settings, kind: str, catalogue: Any) -> Any:
+        if kind == "http":
+            raise RuntimeError("the http adapter could not be built")
+        adapter = build(settings, kind, catalogue)
+        close = adapter.aclose
+
+        async def closing() -> None:
+            closed.append(kind)
+            await close()
+
+        monkeypatch.setattr(adapter, "aclose", closing)
+        return adapter
+
+    monkeypatch.setattr(registry, "build_adapter", building)
+    catalogue = load_catalogue(REPO / "tools.d")
+    with disposed_engines() as disposed, pytest.raises(RuntimeError, match="could not be built"):
+        await registry.build_adapters(settings, catalogue)
+    assert closed == ["database", "browser", "process", "file"]
+    orders = str(settings.base_dir / "var" / "examples" / "orders.db")
+    assert [database for database in disposed if database == orders] == [orders]

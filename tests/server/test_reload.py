@@ -25,6 +25,7 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
+from gateway.adapters import registry
 from gateway.errors import ConfigError, ReloadRefused
 from gateway.policy.backends import open_backend
 from gateway.runtime.bootstrap import close_runtime, open_runtime
@@ -35,7 +36,7 @@ from gateway.server.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.testing import SAMPLE_POLICY_INPUT
 from gateway.types import DecisionResult, PolicyBackend
-from tests.helpers import ALICE, CAROL
+from tests.helpers import ALICE, CAROL, disposed_engines
 from tests.server.helpers import auth, body
 
 pytestmark = pytest.mark.anyio
@@ -190,6 +191,38 @@ async def test_a_reload_refused_half_way_closes_what_it_built_and_only_that(
         await close_runtime(runtime)
     assert running.result is DecisionResult.ALLOW, running.reasons
     assert built.result is DecisionResult.DENY and "closed" in built.reasons[0], built
+
+
+@pytest.mark.parametrize("fault", ["config", "unexpected"])
+async def test_a_reload_whose_adapter_fails_to_build_closes_the_adapters_it_built(
+    runtime: Runtime, project: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """A new database connection in toolgate.yaml, and the http adapter (built after the
+    database's) fails: with a fault of its section (refused) or unexpectedly (the error goes
+    on). Either way the database adapter the reload built is closed (its engines disposed),
+    the running one is not, and nothing changes."""
+    config = yaml.safe_load((project / "toolgate.yaml").read_text())
+    config["adapters"]["database"]["connections"]["kb"] = {"url": "sqlite:///var/kb.db"}
+    if fault == "config":
+        config["adapters"]["http"]["ca_bundle"] = "no-such-ca.pem"
+    else:
+        build = registry.build_adapter
+
+        def building(settings: Settings, kind: str, catalogue: Any) -> Any:
+            if kind == "http":
+                raise RuntimeError("the http adapter could not be built")
+            return build(settings, kind, catalogue)
+
+        monkeypatch.setattr(registry, "build_adapter", building)
+    (project / "toolgate.yaml").write_text(yaml.safe_dump(config))
+    before = runtime.latest
+    expected = ReloadRefused if fault == "config" else RuntimeError
+    with disposed_engines() as disposed, pytest.raises(expected):
+        await Reloader(runtime).reload()
+    var = project / "var"
+    assert sorted(disposed) == [str(var / "examples" / "orders.db"), str(var / "kb.db")]
+    assert runtime.latest is before
+    assert "kb" not in runtime.latest.settings.adapters["database"]["connections"]
 
 
 async def test_a_reload_whose_policy_backend_fails_to_open_leaves_the_running_one_open(
