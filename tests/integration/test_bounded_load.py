@@ -48,6 +48,14 @@ STREAM = {"Accept": "text/event-stream"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 SESSION_HEADERS = {**MCP_HEADERS, "mcp-protocol-version": "2025-11-25"}
 _ids = itertools.count()
+GATE = """\
+import os, sys, time
+deadline = time.monotonic() + 50  # under proc.python's timeout (60s): a test that fails opens none
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.02)
+"""
+"""A call that holds its slot until the test opens its gate (creates the file it names): a
+bound is then full for as long as the test needs, however slow this machine is."""
 
 
 class Gw:
@@ -73,6 +81,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gw]:
     workspace = root / "var" / "workspaces" / "demo"
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "slow.py").write_text("import sys, time\ntime.sleep(float(sys.argv[1]))\n")
+    (workspace / "gate.py").write_text(GATE)
     with gateway(config) as url:
         yield Gw(url, root)
 
@@ -90,6 +99,15 @@ def _body(tool: str, arguments: dict[str, Any], user: str, run_id: str) -> dict[
 
 def _slow(seconds: float, user: str, run_id: str) -> dict[str, Any]:
     return _body("proc.python", {"script": "slow.py", "args": [str(seconds)]}, user, run_id)
+
+
+def _gated(gate: str, user: str, run_id: str) -> dict[str, Any]:
+    """A ``proc.python`` call that runs until ``gate`` is opened (``_open``)."""
+    return _body("proc.python", {"script": "gate.py", "args": [gate]}, user, run_id)
+
+
+def _open(gw: Gw, gate: str) -> None:
+    (gw.workspace / gate).write_text("open")
 
 
 def _write(user: str, run_id: str = "load") -> dict[str, Any]:
@@ -134,8 +152,9 @@ def test_a_flood_of_slow_calls_from_one_principal_does_not_starve_another(gw: Gw
         gw.client(BOB) as bob,
         concurrent.futures.ThreadPoolExecutor(4) as pool,
     ):
-        flood = [pool.submit(alice.post, "/v1/executions", json=_slow(5, "alice", "flood"))]
-        flood.append(pool.submit(alice.post, "/v1/executions", json=_slow(5, "alice", "flood")))
+        gate = f"flood-{next(_ids)}"
+        flood = [pool.submit(alice.post, "/v1/executions", json=_gated(gate, "alice", "flood"))]
+        flood.append(pool.submit(alice.post, "/v1/executions", json=_gated(gate, "alice", "flood")))
         wait_until(lambda: _running(alice, "flood") == 2, "alice's two slow calls to run")
 
         # alice is at her share: every further call is refused at once, and runs nothing
@@ -158,12 +177,13 @@ def test_a_flood_of_slow_calls_from_one_principal_does_not_starve_another(gw: Gw
             assert served.json()["result"]["outcome"] == "succeeded"
 
         # one slow call of carol's fills the total (3): the next call of anyone is a 503
-        held = pool.submit(carol.post, "/v1/executions", json=_slow(4, "carol", "held"))
+        held = pool.submit(carol.post, "/v1/executions", json=_gated(gate, "carol", "held"))
         wait_until(lambda: _running(carol, "held") == 1, "carol's slow call to run")
         _refused(carol.post("/v1/executions", json=_write("carol")), 503, "overloaded")
         read = _body("fs.read_file", {"path": "slow.py"}, "bob", "load")
         _refused(bob.post("/v1/executions", json=read), 503, "overloaded")
 
+        _open(gw, gate)
         for future in [*flood, held]:
             done = future.result(timeout=60)
             assert done.status_code == 200 and done.json()["result"]["outcome"] == "succeeded"
@@ -184,8 +204,13 @@ def test_the_queue_is_bounded_and_workers_serve_another_principal_first(gw: Gw) 
     prefer = {"Prefer": "respond-async"}
     with gw.client(ALICE) as alice, gw.client(CAROL) as carol:
         # two workers: alice's first two calls run, the next three wait in the queue
+        first, second = f"q1-{next(_ids)}", f"q2-{next(_ids)}"
         queued = []
-        for seconds in (2, 4, 0.1, 0.1, 0.1):
+        for body in (_gated(first, "alice", "q"), _gated(second, "alice", "q")):
+            sent = alice.post("/v1/executions", json=body, headers=prefer)
+            assert sent.status_code == 202, sent.text
+            queued.append(sent.json()["id"])
+        for seconds in (0.1, 0.1, 0.1):
             sent = alice.post("/v1/executions", json=_slow(seconds, "alice", "q"), headers=prefer)
             assert sent.status_code == 202, sent.text
             queued.append(sent.json()["id"])
@@ -203,8 +228,10 @@ def test_the_queue_is_bounded_and_workers_serve_another_principal_first(gw: Gw) 
             503,
             "overloaded",
         )
+        _open(gw, first)  # a worker is free: it takes carol's call before alice's next
         ended = carol.get(f"/v1/executions/{mine.json()['id']}", params={"wait": 30}).json()
         assert ended["result"]["outcome"] == "succeeded", ended
+        _open(gw, second)
         for execution_id in queued:
             # one waiter each at a time (max_waiters_per_principal is 1)
             found = alice.get(f"/v1/executions/{execution_id}", params={"wait": 30}).json()
