@@ -21,6 +21,10 @@ The convention the pages are written to:
   text and its output. Under ``pipefail`` prefer ``| grep PATTERN >/dev/null`` or ``jq -e`` to
   ``| grep -q``: ``grep -q`` stops reading at the first match, and a writer with more to say
   then dies of a broken pipe, which fails the block now and then.
+- A page ends with a clean-up that leaves the project as it found it (every file but ``var/``:
+  the tools, rules, data and ``toolgate.yaml`` it changed put back, the files it wrote
+  removed): a reader goes from one page to the next in one checkout, and a rule or an endpoint
+  left behind changes what the next page, or the next ``make run``, meets.
 """
 
 from __future__ import annotations
@@ -220,6 +224,7 @@ def run_page(page: Path, work: Path) -> int:
     toolgate_wrapper(work / "bin")
     env = base_env(work / "bin")
     with running_gateway(config, env, work) as gateway:
+        before = project_files(config.parent)
         for block in blocks:
             if block.restarts:
                 gateway.stop()
@@ -237,7 +242,23 @@ def run_page(page: Path, work: Path) -> int:
                     f"--- the gateway's log (last lines) ---\n{gateway.log_tail()}",
                     pytrace=False,
                 )
+        changed = sorted(set(before.items()) ^ set(project_files(config.parent).items()))
+        if changed:
+            pytest.fail(
+                f"{page.name}: its clean-up leaves the project otherwise than it found it"
+                f" (the next page, or `make run`, meets it): {sorted({p for p, _ in changed})}",
+                pytrace=False,
+            )
     return len(blocks)
+
+
+def project_files(root: Path) -> dict[str, bytes]:
+    """Every file of the project's copy but ``var/`` (the store, the workspaces), by path."""
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in root.rglob("*")
+        if path.is_file() and path.relative_to(root).parts[0] != "var"
+    }
 
 
 @pytest.mark.slow

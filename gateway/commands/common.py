@@ -91,6 +91,16 @@ def client_target(args: argparse.Namespace, settings: Settings) -> tuple[str, st
     return args.url or f"http://{settings.host}:{settings.port}", key
 
 
+def unreachable(url: str, exc: Exception) -> int:
+    """Say that no gateway answered at ``url``, and how to name another one; exit code 3."""
+    print(
+        f"toolgate: cannot reach the gateway at {url}: {exc} (is it running there? name its"
+        " URL with --url, or the TOOLGATE_HOST and TOOLGATE_PORT it was started with)",
+        file=sys.stderr,
+    )
+    return 3
+
+
 def segment(value: str) -> str:
     """``value`` (an id) as one segment of a request's path, quoted as the kit quotes it
     (``gateway.client.client.segment``, imported when used, as httpx is)."""
@@ -122,8 +132,7 @@ def request(
             timeout=args.timeout,
         )
     except httpx.HTTPError as exc:
-        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
-        return 3
+        return unreachable(url, exc)
     failed = response.status_code >= 400
     if render is not None and not failed and not getattr(args, "json", False):
         items = response.json().get("items", [])

@@ -19,6 +19,7 @@ from gateway.commands.common import (
     segment,
     settings_of,
     since_duration_ms,
+    unreachable,
     warn,
 )
 from gateway.commands.progress import Progress, progress
@@ -210,8 +211,7 @@ def cmd_policy_input(args: argparse.Namespace) -> int:
             timeout=args.timeout,
         )
     except httpx.HTTPError as exc:
-        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
-        return 3
+        return unreachable(url, exc)
     if response.status_code >= 400:
         print(json.dumps(response.json(), indent=2))
         return 1

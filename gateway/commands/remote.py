@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from gateway.commands.common import (
     request,
     segment,
     settings_of,
+    unreachable,
 )
 from gateway.commands.progress import Progress, progress
 from gateway.commands.tables import approvals_table, executions_table
@@ -92,8 +92,7 @@ def cmd_call(args: argparse.Namespace) -> int:
                 with progress(args, f"execution {execution_id}: waiting") as shown:
                     response = _wait_for(client, execution_id, args.wait, args.timeout, shown)
     except httpx.HTTPError as exc:
-        print(f"toolgate: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
-        return 3
+        return unreachable(url, exc)
     print(json.dumps(response.json(), indent=2))
     if response.status_code >= 400:
         return 1
