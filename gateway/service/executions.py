@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import anyio
@@ -29,6 +30,15 @@ FIND_LIMIT = 100
 
 MAX_RUN_EXECUTIONS = 100
 """The executions of a run whose events are read or followed (the newest, as a find)."""
+
+PAGE_EVENTS = 200
+"""The most events one answer of a run's events holds, and one poll of a live stream reads
+of an execution: each request's work bounded (a few milliseconds) whatever the log holds."""
+
+PAGE_BYTES = 1024 * 1024
+"""The most bytes of event ``data`` (as the store keeps it) one answer of a run's events
+holds past its first event: what 200 events of large output would otherwise make tens of
+MiB. CloudWatch Logs' ``GetLogEvents`` pages alike (1 MB, or a count)."""
 
 
 class Seen(NamedTuple):
@@ -139,14 +149,48 @@ async def events(services: Runtime, record: ExecutionRecord, after: int = -1) ->
     return await services.store.events(record.id, after)
 
 
-async def run_events(services: Runtime, principal: str, run_id: str) -> list[Event]:
-    """The events of a run's executions ``principal`` may see, execution after execution in
-    the order they were made (at most ``MAX_RUN_EXECUTIONS`` executions)."""
+class RunPage(NamedTuple):
+    """One answer of a run's events: the events, the last seq the caller then has of each
+    execution (``cursor``: send it back as ``after``), and whether more remained past the
+    page's bounds."""
+
+    events: list[Event]
+    cursor: dict[str, int]
+    more: bool
+
+
+async def run_executions(services: Runtime, principal: str, run_id: str) -> list[ExecutionRecord]:
+    """The executions of ``run_id`` ``principal`` may see, in the order they were made (the
+    newest ``MAX_RUN_EXECUTIONS``): what a run's events are read from, page or stream."""
     records = await services.store.find_executions(None, run_id, None, limit=MAX_RUN_EXECUTIONS)
-    seen = sorted(
-        (r for r in records if may_see(services, principal, r)), key=lambda r: (r.created_ms, r.id)
-    )
-    return [event for record in seen for event in await services.store.events(record.id)]
+    seen = (r for r in records if may_see(services, principal, r))
+    return sorted(seen, key=lambda r: (r.created_ms, r.id))
+
+
+async def run_events(
+    services: Runtime, principal: str, run_id: str, after: Mapping[str, int]
+) -> RunPage:
+    """The events of a run's executions ``principal`` may see, those after ``after`` (the
+    last seq the caller has of each execution), execution after execution: at most
+    ``PAGE_EVENTS`` events and ``PAGE_BYTES`` of their data (a larger event comes alone).
+    The store is read a page at a time too: no more events of an execution than the page
+    has room for, and one more, to learn whether any remain."""
+    records = await run_executions(services, principal, run_id)
+    cursor = {r.id: after[r.id] for r in records if r.id in after}
+    page: list[Event] = []
+    size = 0
+    for record in records:
+        room = PAGE_EVENTS - len(page)
+        found = await services.store.sized_events_page(
+            record.id, cursor.get(record.id, -1), room + 1
+        )
+        for event, data_bytes in found:
+            if len(page) == PAGE_EVENTS or (page and size + data_bytes > PAGE_BYTES):
+                return RunPage(page, cursor, more=True)
+            page.append(event)
+            size += data_bytes
+            cursor[record.id] = event.seq
+    return RunPage(page, cursor, more=False)
 
 
 async def browse(

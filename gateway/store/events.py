@@ -101,7 +101,15 @@ EVENTS_PAGE = Sql(
 
 def page(db: Db, execution_id: str, after_seq: int, limit: int) -> list[Event]:
     """At most ``limit`` events after ``after_seq``, in order (a live stream's one poll)."""
-    return [rows.event(r) for r in db.all(EVENTS_PAGE, (execution_id, after_seq, int(limit)))]
+    return [event for event, _ in sized_page(db, execution_id, after_seq, limit)]
+
+
+def sized_page(db: Db, execution_id: str, after_seq: int, limit: int) -> list[tuple[Event, int]]:
+    """``page``, each event with the size of its data as stored: JSON with non-ASCII
+    escaped, so never less than the UTF-8 an answer writes of it; known with the row, at no
+    cost (a run's events are paged by it)."""
+    found = db.all(EVENTS_PAGE, (execution_id, after_seq, int(limit)))
+    return [(rows.event(r), len(r[6])) for r in found]
 
 
 def after(db: Db, execution_id: str, after_seq: int) -> list[Event]:

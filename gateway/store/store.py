@@ -347,6 +347,12 @@ class Store:
         """At most ``limit`` events after ``after_seq`` (one poll of a live stream)."""
         return await self._read(event_log.page, execution_id, after_seq, limit)
 
+    async def sized_events_page(
+        self, execution_id: str, after_seq: int, limit: int
+    ) -> list[tuple[Event, int]]:
+        """``events_page``, each event with the size of its data as stored (a run's page)."""
+        return await self._read(event_log.sized_page, execution_id, after_seq, limit)
+
     # -- locks ----------------------------------------------------------------------------
 
     async def try_acquire(
