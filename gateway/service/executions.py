@@ -20,7 +20,7 @@ import anyio
 from gateway.errors import MalformedRequest, NotFound
 from gateway.events.model import Event
 from gateway.runtime.container import Runtime
-from gateway.store.records import ApprovalRecord, ExecutionRecord
+from gateway.store.records import ApprovalRecord, ExecutionRecord, RunMember
 
 MAX_WAIT_S = 60.0
 """The longest a caller may wait for an end in one request (``?wait=``, the status tool)."""
@@ -48,7 +48,7 @@ class Seen(NamedTuple):
     approval: ApprovalRecord | None
 
 
-def may_see(services: Runtime, principal: str, record: ExecutionRecord) -> bool:
+def may_see(services: Runtime, principal: str, record: ExecutionRecord | RunMember) -> bool:
     """Its owner, and approvers (by the policy data), see an execution."""
     return record.principal == principal or services.policy_data.may_list_approvals(principal)
 
@@ -159,10 +159,10 @@ class RunPage(NamedTuple):
     more: bool
 
 
-async def run_executions(services: Runtime, principal: str, run_id: str) -> list[ExecutionRecord]:
+async def run_executions(services: Runtime, principal: str, run_id: str) -> list[RunMember]:
     """The executions of ``run_id`` ``principal`` may see, in the order they were made (the
     newest ``MAX_RUN_EXECUTIONS``): what a run's events are read from, page or stream."""
-    records = await services.store.find_executions(None, run_id, None, limit=MAX_RUN_EXECUTIONS)
+    records = await services.store.run_members(run_id, MAX_RUN_EXECUTIONS)
     seen = (r for r in records if may_see(services, principal, r))
     return sorted(seen, key=lambda r: (r.created_ms, r.id))
 
@@ -173,24 +173,20 @@ async def run_events(
     """The events of a run's executions ``principal`` may see, those after ``after`` (the
     last seq the caller has of each execution), execution after execution: at most
     ``PAGE_EVENTS`` events and ``PAGE_BYTES`` of their data (a larger event comes alone).
-    The store is read a page at a time too: no more events of an execution than the page
-    has room for, and one more, to learn whether any remain."""
+    Only the executions with events past their cursor are read, each no further than the
+    page has room for."""
     records = await run_executions(services, principal, run_id)
-    cursor = {r.id: after[r.id] for r in records if r.id in after}
-    page: list[Event] = []
-    size = 0
-    for record in records:
-        room = PAGE_EVENTS - len(page)
-        found = await services.store.sized_events_page(
-            record.id, cursor.get(record.id, -1), room + 1
-        )
-        for event, data_bytes in found:
-            if len(page) == PAGE_EVENTS or (page and size + data_bytes > PAGE_BYTES):
-                return RunPage(page, cursor, more=True)
-            page.append(event)
-            size += data_bytes
-            cursor[record.id] = event.seq
-    return RunPage(page, cursor, more=False)
+    positions = [
+        (r.id, after.get(r.id, -1))
+        for r in records
+        if r.last_seq is not None and r.last_seq > after.get(r.id, -1)
+    ]
+    events, more = await services.store.run_events_page(positions, PAGE_EVENTS, PAGE_BYTES)
+    sent = {event.execution_id: event.seq for event in events}  # the last of each
+    cursor = {
+        r.id: sent.get(r.id, after.get(r.id, -1)) for r in records if r.id in sent or r.id in after
+    }
+    return RunPage(events, cursor, more)
 
 
 async def browse(
