@@ -33,7 +33,9 @@ MAX_RUN_EXECUTIONS = 100
 
 PAGE_EVENTS = 200
 """The most events one answer of a run's events holds, and one poll of a live stream reads
-of an execution: each request's work bounded (a few milliseconds) whatever the log holds."""
+of an execution: each request's work bounded whatever the log holds (measured on a run of
+100 calls of 256 KiB output each: 0.9 MiB in about 15 ms a page, where the whole run was
+26 MiB in 300 ms and 8 readers at once took the gateway from 170 to 570 MiB)."""
 
 PAGE_BYTES = 1024 * 1024
 """The most bytes of event ``data`` (as the store keeps it) one answer of a run's events
