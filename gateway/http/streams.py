@@ -1,7 +1,7 @@
 """Live event streams (Server-Sent Events) of an execution and of a run.
 
 The stream polls the store, so an event committed by any gateway process on the same
-database reaches every stream: each poll reads at most ``STREAM_BATCH`` events, waits
+database reaches every stream: each poll reads at most ``PAGE_EVENTS`` events, waits
 ``stream_poll_interval`` when nothing is new, and sends a comment line (a heartbeat) after
 ``stream_heartbeat`` of silence so proxies keep the connection open. An execution's stream
 ends after its terminal ``tool.completed`` event, or once the execution is terminal and every
@@ -11,12 +11,14 @@ way. Every stream also ends after ``stream_max_duration``: the client reconnects
 
 An execution's event ``id`` is its ``seq``. A run's is the cursor of the whole run, one
 ``execution_id:seq`` per execution it has sent events of, so that ``Last-Event-ID`` resumes
-every execution without gaps or duplicates.
+every execution without gaps or duplicates. A run's JSON answer (a page) gives the same
+cursor, and takes it back as ``?after=``, as a run's stream does too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -30,16 +32,17 @@ from gateway.errors import MalformedRequest
 from gateway.events.model import Event
 from gateway.runtime.admission import Gauge
 from gateway.runtime.container import Runtime
-from gateway.service.executions import MAX_RUN_EXECUTIONS
-from gateway.store.records import ExecutionRecord
+from gateway.service import executions
+from gateway.service.executions import PAGE_EVENTS
 
-STREAM_BATCH = 200
-"""The most events one poll of one execution reads (bounded work per connection)."""
 MAX_CURSOR_CHARS = 8192
 MAX_SEQ = 2**63 - 1
 """The largest ``seq`` a store holds (a signed 64-bit integer on both backends): a cursor
 beyond it names no event and could not be bound to a query."""
 _MAX_SEQ_DIGITS = len(str(MAX_SEQ))
+_ID = re.compile(r"[A-Za-z0-9_]+")
+"""An execution id as a cursor names it (``ex_`` and hex digits): nothing a stream's ``id:``
+line would carry that is not an id (a line break, say)."""
 
 Render = Callable[[Event], str]
 """An event as the ``data:`` of an SSE message (JSON for the API, HTML for the page)."""
@@ -61,6 +64,12 @@ class Cursor:
 
     def text(self) -> str:
         return ",".join(f"{ex}:{seq}" for ex, seq in self.seqs.items())
+
+    def merge(self, other: Cursor) -> Cursor:
+        """Both cursors' positions, the later of the two where both name an execution."""
+        for ex, seq in other.seqs.items():
+            self.seqs[ex] = max(seq, self.seqs.get(ex, -1))
+        return self
 
 
 def seq_of(raw: str) -> int | None:
@@ -99,19 +108,33 @@ def _seq(raw: str, what: str, code: str) -> int:
 
 def run_cursor(raw: str | None) -> Cursor:
     """``Last-Event-ID`` of a run stream: ``execution_id:seq`` pairs, comma-separated."""
-    cursor = Cursor()
     if raw is None or not raw.strip():
-        return cursor
+        return Cursor()
+    what = "the id of the last event you have"
+    return _pairs(raw.strip(), "Last-Event-ID of a run stream", what, "invalid_last_event_id")
+
+
+def run_after(raw: str | None) -> Cursor:
+    """``?after=`` of a run's events: the ``cursor`` of the page before (or a stream's
+    ``Last-Event-ID``); from the start when absent."""
+    if raw is None:
+        return Cursor()
+    return _pairs(raw, "after", "the cursor of the page you have", "invalid_after")
+
+
+def _pairs(raw: str, name: str, what: str, code: str) -> Cursor:
+    """The one parser of a run's cursor, ``execution_id:seq`` pairs, comma-separated."""
     if len(raw) > MAX_CURSOR_CHARS:
-        raise MalformedRequest("Last-Event-ID is too long", code="invalid_last_event_id")
-    for part in raw.strip().split(","):
+        raise MalformedRequest(f"{name} is too long", code=code)
+    cursor = Cursor()
+    for part in raw.split(","):
         ex, sep, seq = part.partition(":")
         found = seq_of(seq)
-        if not sep or not ex or found is None:
+        if not sep or not _ID.fullmatch(ex) or found is None:
             raise MalformedRequest(
-                "Last-Event-ID of a run stream is the id of the last event you have "
-                f"(execution_id:seq pairs, comma-separated, each seq from 0 to {MAX_SEQ})",
-                code="invalid_last_event_id",
+                f"{name} is {what} (execution_id:seq pairs, comma-separated, each id of "
+                f"ASCII letters, digits and underscores, each seq from 0 to {MAX_SEQ})",
+                code=code,
             )
         cursor.seqs[ex] = found
     return cursor
@@ -181,7 +204,7 @@ async def execution_stream(
     while not clock.over():
         record = await services.store.get_execution(execution_id)
         ended = record is None or record.terminal
-        events = await services.store.events_page(execution_id, after, STREAM_BATCH)
+        events = await services.store.events_page(execution_id, after, PAGE_EVENTS)
         for event in events:
             after = event.seq
             yield _message(str(event.seq), event, render)
@@ -189,34 +212,29 @@ async def execution_stream(
                 return
         if events:
             clock.sent()
-        if ended and len(events) < STREAM_BATCH:
+        if ended and len(events) < PAGE_EVENTS:
             return
-        if len(events) < STREAM_BATCH:
+        if len(events) < PAGE_EVENTS:
             beat = await clock.idle()
             if beat:
                 yield beat
 
 
 async def run_stream(
-    services: Runtime,
-    run_id: str,
-    visible: Callable[[ExecutionRecord], bool],
-    cursor: Cursor,
-    render: Render = event_json,
+    services: Runtime, principal: str, run_id: str, cursor: Cursor, render: Render = event_json
 ) -> AsyncIterator[str]:
-    """The events of every execution of ``run_id`` the caller may see, as they are
+    """The events of every execution of ``run_id`` ``principal`` may see, as they are
     committed; ends once every one of them has ended and its events were sent."""
     clock = _Clock(services)
     done: set[str] = set()
     while not clock.over():
-        records = await services.store.find_executions(None, run_id, None, limit=MAX_RUN_EXECUTIONS)
-        records = sorted((r for r in records if visible(r)), key=lambda r: (r.created_ms, r.id))
+        records = await executions.run_executions(services, principal, run_id)
         busy = False
         for record in records:
             if record.id in done:
                 continue
             after = cursor.seqs.get(record.id, -1)
-            events = await services.store.events_page(record.id, after, STREAM_BATCH)
+            events = await services.store.events_page(record.id, after, PAGE_EVENTS)
             finished = False
             for event in events:
                 cursor.seqs[record.id] = event.seq
@@ -224,7 +242,7 @@ async def run_stream(
                 finished = finished or event.type == "tool.completed"
             if events:
                 clock.sent()
-            if len(events) >= STREAM_BATCH:
+            if len(events) >= PAGE_EVENTS:
                 busy = True
             elif finished or record.terminal:
                 done.add(record.id)

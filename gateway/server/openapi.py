@@ -399,18 +399,28 @@ def _execution_paths() -> dict[str, Any]:
                 "text/event-stream: live)",
                 {
                     "200": {
-                        "description": "the events, execution by execution, or their stream",
+                        "description": "a page of the events, execution by execution, or "
+                        "their stream",
                         "headers": {"Cache-Control": _header("CacheControl")},
                         "content": {
                             "application/json": {"schema": ref("RunEvents")},
                             "text/event-stream": _EVENTS_STREAM,
                         },
                     },
-                    "400": _problem("Last-Event-ID is not a run cursor (invalid_last_event_id)"),
+                    "400": _problem(
+                        "after is not a run cursor (invalid_after), nor Last-Event-ID "
+                        "(invalid_last_event_id)"
+                    ),
                     "429": busy,
                 },
                 parameters=[
                     {"name": "run_id", "in": "path", "required": True, "schema": _STR},
+                    _query(
+                        "after",
+                        "the cursor of the page you have (execution_id:seq pairs, "
+                        "comma-separated): only the events after it",
+                        _STR,
+                    ),
                     _param("LastEventId"),
                 ],
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from starlette.responses import JSONResponse, Response
 
@@ -10,6 +11,7 @@ from gateway import jsontext
 from gateway.declarations import definitions
 from gateway.declarations.jsonschema import cerberus_to_json_schema
 from gateway.declarations.model import ToolDeclaration
+from gateway.events.model import Event
 from gateway.service.approvals import page_path
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 
@@ -18,6 +20,17 @@ def encoded_json(body: bytes, status_code: int = 200) -> Response:
     """A response of JSON already encoded (``execution_json``), as ``JSONResponse`` sends
     it: the same two headers."""
     return Response(body, status_code, media_type=JSONResponse.media_type)
+
+
+def run_events(run_id: str, events: list[Event], cursor: str | None, more: bool) -> dict[str, Any]:
+    """A page of a run's events: ``cursor`` (None before any event) resumes after it, as
+    ``?after=`` or a stream's ``Last-Event-ID``; ``next`` links the page after it while more
+    remain (None once the page ends the run's events for now)."""
+    link = None
+    if more and cursor is not None:
+        link = f"/v1/runs/{quote(run_id, safe='')}/events?after={quote(cursor, safe=':,')}"
+    items = [event.to_json() for event in events]
+    return {"run_id": run_id, "items": items, "cursor": cursor, "next": link}
 
 
 def execution(record: ExecutionRecord, approval: ApprovalRecord | None = None) -> dict[str, Any]:

@@ -189,23 +189,22 @@ async def execution_events(request: Request) -> Response:
 
 
 async def run_events(request: Request) -> Response:
-    """The events of a run's executions the caller may see; with ``Accept:
-    text/event-stream``, a live stream of them."""
+    """The events of a run's executions the caller may see, a page at a time (``?after=``:
+    the page before's ``cursor``); with ``Accept: text/event-stream``, a live stream of them
+    (``Last-Event-ID`` and ``?after=``: the later of the two)."""
     services = services_of(request)
     principal = principal_of(request)
     run_id = request.path_params["run_id"]
-
-    def visible(record: ExecutionRecord) -> bool:
-        return executions.may_see(services, principal, record)
-
+    after = streams.run_after(request.query_params.get("after"))
     if streams.wants_stream(request):
-        cursor = streams.run_cursor(request.headers.get("last-event-id"))
+        cursor = streams.run_cursor(request.headers.get("last-event-id")).merge(after)
         slots = services.admission.streams
         slots.take(principal)
-        body = streams.run_stream(services, run_id, visible, cursor)
+        body = streams.run_stream(services, principal, run_id, cursor)
         return streams.respond(request, principal, body, slots)
-    events = await executions.run_events(services, principal, run_id)
-    return JSONResponse({"run_id": run_id, "items": [e.to_json() for e in events]})
+    page = await executions.run_events(services, principal, run_id, after.seqs)
+    text = streams.Cursor(page.cursor).text() or None
+    return JSONResponse(render.run_events(run_id, page.events, text, page.more))
 
 
 async def _visible_tools(request: Request, only: str | None = None) -> list[ToolDeclaration]:

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 from gateway.declarations.definitions import TOOL_FORMATS
+from gateway.service.executions import PAGE_BYTES, PAGE_EVENTS
 from gateway.types import ApprovalStatus, LockMode, Outcome, Phase, Risk, Status
 from gateway.types import SideEffect as SideEffectKind
 
@@ -123,9 +124,20 @@ def schemas() -> dict[str, Schema]:
             "items",
         ),
         "RunEvents": _object(
-            {"run_id": _STR, "items": {"type": "array", "items": ref("Event")}},
+            {
+                "run_id": _STR,
+                "items": {"type": "array", "items": ref("Event")},
+                "cursor": _STR_OR_NULL,
+                "next": _STR_OR_NULL,
+            },
             "run_id",
             "items",
+            "cursor",
+            "next",
+            description=f"a page of a run's events (at most {PAGE_EVENTS}, and "
+            f"{PAGE_BYTES // 1024} KiB of their data past the first); cursor: the last seq "
+            "you have of each execution, for after= or Last-Event-ID; next: the page after "
+            "it, null once none remains",
         ),
         "Plan": _plan(),
         "ToolSummary": _tool_summary(),

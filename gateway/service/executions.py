@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import anyio
@@ -19,7 +20,7 @@ import anyio
 from gateway.errors import MalformedRequest, NotFound
 from gateway.events.model import Event
 from gateway.runtime.container import Runtime
-from gateway.store.records import ApprovalRecord, ExecutionRecord
+from gateway.store.records import ApprovalRecord, ExecutionRecord, RunMember
 
 MAX_WAIT_S = 60.0
 """The longest a caller may wait for an end in one request (``?wait=``, the status tool)."""
@@ -30,6 +31,17 @@ FIND_LIMIT = 100
 MAX_RUN_EXECUTIONS = 100
 """The executions of a run whose events are read or followed (the newest, as a find)."""
 
+PAGE_EVENTS = 200
+"""The most events one answer of a run's events holds, and one poll of a live stream reads
+of an execution: each request's work bounded whatever the log holds (measured on a run of
+100 calls of 256 KiB output each: 0.9 MiB in about 15 ms a page, where the whole run was
+26 MiB in 300 ms and 8 readers at once took the gateway from 170 to 570 MiB)."""
+
+PAGE_BYTES = 1024 * 1024
+"""The most bytes of event ``data`` (as the store keeps it) one answer of a run's events
+holds past its first event: what 200 events of large output would otherwise make tens of
+MiB. CloudWatch Logs' ``GetLogEvents`` pages alike (1 MB, or a count)."""
+
 
 class Seen(NamedTuple):
     """An execution as a door shows it: the record and its approval, if it has one."""
@@ -38,7 +50,7 @@ class Seen(NamedTuple):
     approval: ApprovalRecord | None
 
 
-def may_see(services: Runtime, principal: str, record: ExecutionRecord) -> bool:
+def may_see(services: Runtime, principal: str, record: ExecutionRecord | RunMember) -> bool:
     """Its owner, and approvers (by the policy data), see an execution."""
     return record.principal == principal or services.policy_data.may_list_approvals(principal)
 
@@ -139,14 +151,44 @@ async def events(services: Runtime, record: ExecutionRecord, after: int = -1) ->
     return await services.store.events(record.id, after)
 
 
-async def run_events(services: Runtime, principal: str, run_id: str) -> list[Event]:
-    """The events of a run's executions ``principal`` may see, execution after execution in
-    the order they were made (at most ``MAX_RUN_EXECUTIONS`` executions)."""
-    records = await services.store.find_executions(None, run_id, None, limit=MAX_RUN_EXECUTIONS)
-    seen = sorted(
-        (r for r in records if may_see(services, principal, r)), key=lambda r: (r.created_ms, r.id)
-    )
-    return [event for record in seen for event in await services.store.events(record.id)]
+class RunPage(NamedTuple):
+    """One answer of a run's events: the events, the last seq the caller then has of each
+    execution (``cursor``: send it back as ``after``), and whether more remained past the
+    page's bounds."""
+
+    events: list[Event]
+    cursor: dict[str, int]
+    more: bool
+
+
+async def run_executions(services: Runtime, principal: str, run_id: str) -> list[RunMember]:
+    """The executions of ``run_id`` ``principal`` may see, in the order they were made (the
+    newest ``MAX_RUN_EXECUTIONS``): what a run's events are read from, page or stream."""
+    records = await services.store.run_members(run_id, MAX_RUN_EXECUTIONS)
+    seen = (r for r in records if may_see(services, principal, r))
+    return sorted(seen, key=lambda r: (r.created_ms, r.id))
+
+
+async def run_events(
+    services: Runtime, principal: str, run_id: str, after: Mapping[str, int]
+) -> RunPage:
+    """The events of a run's executions ``principal`` may see, those after ``after`` (the
+    last seq the caller has of each execution), execution after execution: at most
+    ``PAGE_EVENTS`` events and ``PAGE_BYTES`` of their data (a larger event comes alone).
+    Only the executions with events past their cursor are read, each no further than the
+    page has room for."""
+    records = await run_executions(services, principal, run_id)
+    positions = [
+        (r.id, after.get(r.id, -1))
+        for r in records
+        if r.last_seq is not None and r.last_seq > after.get(r.id, -1)
+    ]
+    events, more = await services.store.run_events_page(positions, PAGE_EVENTS, PAGE_BYTES)
+    sent = {event.execution_id: event.seq for event in events}  # the last of each
+    cursor = {
+        r.id: sent.get(r.id, after.get(r.id, -1)) for r in records if r.id in sent or r.id in after
+    }
+    return RunPage(events, cursor, more)
 
 
 async def browse(

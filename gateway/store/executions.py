@@ -22,6 +22,7 @@ from gateway.store.records import (
     IdempotencyClaim,
     Reserved,
     ReserveResult,
+    RunMember,
     call_identity,
 )
 from gateway.store.sql import Abort, Db, Dialect, Sql, now_ms, placeholders
@@ -126,6 +127,20 @@ def find_executions(
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     sql = f"{rows.SELECT_EXECUTION}{clause} ORDER BY created_ms DESC LIMIT ?"
     return [rows.execution(row) for row in db.all(sql, (*params, int(limit)))]
+
+
+RUN_MEMBERS = Sql(
+    "SELECT id, principal, status, created_ms, "
+    "(SELECT MAX(seq) FROM events WHERE execution_id = x.id) "
+    "FROM executions x WHERE run_id = ? ORDER BY created_ms DESC LIMIT ?"
+)
+"""Each execution's last seq read off the end of its events' index (uq_event_seq)."""
+
+
+def run_members(db: Db, run_id: str, limit: int) -> list[RunMember]:
+    """The newest ``limit`` executions of ``run_id``, newest first."""
+    found = db.all(RUN_MEMBERS, (run_id, int(limit)))
+    return [RunMember(r[0], r[1], Status(r[2]), r[3], r[4]) for r in found]
 
 
 def same_call(

@@ -49,6 +49,23 @@ class ExecutionRecord(NamedTuple):
         return self.status is Status.COMPLETED
 
 
+class RunMember(NamedTuple):
+    """An execution as a run's events list it: who owns it, its state, and the seq of its
+    last event (None before any), without its request and result (a process's result holds
+    up to its output budget: read for a hundred executions a page, it was most of the
+    work)."""
+
+    id: str
+    principal: str
+    status: Status
+    created_ms: int
+    last_seq: int | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status is Status.COMPLETED
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaRecord:
     """A gateway process and its lease (the ``replicas`` table)."""

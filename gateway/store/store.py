@@ -49,6 +49,7 @@ from gateway.store.records import (
     ReplicaRecord,
     Reserved,
     ReserveResult,
+    RunMember,
     ShadowDifference,
     call_identity,
 )
@@ -196,6 +197,11 @@ class Store:
         self, principal: str | None, run_id: str | None, call_id: str | None, limit: int = 100
     ) -> list[ExecutionRecord]:
         return await self._read(executions.find_executions, principal, run_id, call_id, limit)
+
+    async def run_members(self, run_id: str, limit: int) -> list[RunMember]:
+        """The newest ``limit`` executions of ``run_id``, newest first, each with the seq of
+        its last event."""
+        return await self._read(executions.run_members, run_id, limit)
 
     async def insert_completed(
         self, record: ExecutionRecord, events: Sequence[Event]
@@ -346,6 +352,13 @@ class Store:
     async def events_page(self, execution_id: str, after_seq: int, limit: int) -> list[Event]:
         """At most ``limit`` events after ``after_seq`` (one poll of a live stream)."""
         return await self._read(event_log.page, execution_id, after_seq, limit)
+
+    async def run_events_page(
+        self, positions: Sequence[tuple[str, int]], limit: int, max_bytes: int
+    ) -> tuple[list[Event], bool]:
+        """A page of a run's events after each execution's seq, in the order given, bounded
+        in count and in bytes of data; and whether more remain (``events.run_page``)."""
+        return await self._read(event_log.run_page, positions, limit, max_bytes)
 
     # -- locks ----------------------------------------------------------------------------
 

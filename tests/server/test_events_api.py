@@ -58,14 +58,22 @@ def _ended(client: TestClient) -> dict:  # type: ignore[type-arg]
     return done
 
 
-ENTRIES = ["after", "stream Last-Event-ID", "stream after", "run stream Last-Event-ID"]
+ENTRIES = [
+    "after",
+    "stream Last-Event-ID",
+    "stream after",
+    "run stream Last-Event-ID",
+    "run after",
+    "run stream after",
+]
 
 
 @pytest.mark.parametrize("after", HUGE, ids=["2**63", "2**96", "5000 digits"])
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_a_huge_cursor_is_400_at_every_entry(client: TestClient, entry: str, after: str) -> None:
-    """``?after=``, a live stream's ``Last-Event-ID`` and ``?after=``, a run stream's
-    ``execution_id:seq``: each is refused whole, before the store or the stream sees it."""
+    """``?after=``, a live stream's ``Last-Event-ID`` and ``?after=``, a run's (a page's or
+    a stream's) ``execution_id:seq``: each is refused whole, before the store or the stream
+    sees it."""
     done = _ended(client)
     url = done["links"]["events"]
     path, params, headers, code = {
@@ -82,6 +90,18 @@ def test_a_huge_cursor_is_400_at_every_entry(client: TestClient, entry: str, aft
             {},
             {**auth(), **STREAM, "Last-Event-ID": f"{done['id']}:{after}"},
             "invalid_last_event_id",
+        ),
+        "run after": (
+            "/v1/runs/run-1/events",
+            {"after": f"{done['id']}:{after}"},
+            auth(),
+            "invalid_after",
+        ),
+        "run stream after": (
+            "/v1/runs/run-1/events",
+            {"after": f"{done['id']}:{after}"},
+            {**auth(), **STREAM},
+            "invalid_after",
         ),
     }[entry]
     response = client.get(path, params=params, headers=headers)
