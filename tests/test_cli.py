@@ -10,10 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
+from gateway.events.model import make_event
 from gateway.settings import RELOADABLE
+from gateway.store.store import Store
 from gateway.testing import free_port, gateway, make_project, wait_healthy
 from tests.declarations.test_faults_at_once import assert_all_reported, write_faulty
 from tests.helpers import ALICE, BOB, REVIEWED_TOOL, wait_until
@@ -675,3 +678,41 @@ def test_approvals_and_executions_list_as_tables_or_json(tmp_path: Path) -> None
         assert none.stdout.strip() == "(none)"
         refused = cli("approvals", "list", key=ALICE)  # errors stay the problem's JSON
         assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == "not_an_approver"
+
+
+@pytest.mark.slow
+def test_a_log_longer_than_a_page_is_read_whole(tmp_path: Path) -> None:
+    """The gateway answers an execution's events a page at a time: ``executions events``
+    prints the whole log (every page's items, ``next`` null), and ``policy input`` finds
+    the last decision wherever in the log it is."""
+    database = f"sqlite:///{tmp_path / 'var' / 'toolgate.db'}"
+    config = make_project(tmp_path, database)
+    with gateway(config) as url:
+        write = ("fs.write_file", "--arg", "path=notes/a.txt", "--arg", "content=hi")
+        execution_id = json.loads(_call(config, url, *write).stdout)["id"]
+
+        async def append() -> None:  # slow output's many events, then a later decision
+            store = Store(database)
+            await store.open()
+            out = {"stream": "stdout", "text": "a line\n"}
+            made = [make_event(execution_id, 0, "tool.output", out) for _ in range(450)]
+            decided = {"result": "allow", "reasons": [], "input": {"marker": "the last"}}
+            made.append(make_event(execution_id, 0, "policy.decided", decided))
+            await store.append(execution_id, made)
+            await store.aclose()
+
+        anyio.run(append)
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return toolgate("--config", str(config), *args, "--url", url, cwd=tmp_path, key=ALICE)
+
+        events = cli("executions", "events", execution_id)
+        assert events.returncode == 0, events.stdout + events.stderr
+        answer = json.loads(events.stdout)
+        assert [e["seq"] for e in answer["items"]] == list(range(len(answer["items"])))
+        assert answer["items"][-1]["type"] == "policy.decided" and answer["next"] is None
+        later = json.loads(cli("executions", "events", execution_id, "--after", "3").stdout)
+        assert later["items"] == answer["items"][4:]
+        found = cli("policy", "input", execution_id)
+        assert found.returncode == 0, found.stdout + found.stderr
+        assert json.loads(found.stdout) == {"marker": "the last"}

@@ -173,6 +173,12 @@ class _Requests:
         return _Request("GET", f"/v1/executions/{segment(execution_id)}/events", params)
 
     @staticmethod
+    def next_page(page: Mapping[str, Any]) -> _Request | None:
+        """The request of the page after ``page`` (its ``next`` link), None after the last."""
+        link = page.get("next")
+        return _Request("GET", link) if link else None
+
+    @staticmethod
     def tools(fmt: str | None, workspace: str) -> _Request:
         params = {"workspace": workspace, **({"format": fmt} if fmt else {})}
         return _Request("GET", "/v1/tools", params)
@@ -329,7 +335,16 @@ class Client:
         return Execution(self._send(_Requests.cancel(execution_id)))
 
     def events(self, execution_id: str, after: int | None = None) -> list[dict[str, Any]]:
-        return list(self._send(_Requests.events(execution_id, after))["items"])
+        """The execution's log (``after``: only the events whose ``seq`` is greater), whole:
+        the gateway answers a page at a time, and each page's ``next`` is followed to the
+        end."""
+        items: list[dict[str, Any]] = []
+        req: _Request | None = _Requests.events(execution_id, after)
+        while req is not None:
+            page = self._send(req)
+            items.extend(page["items"])
+            req = _Requests.next_page(page)
+        return items
 
     def tools(self, format: str | None = None, workspace: str | None = None) -> dict[str, Any]:
         """The tools the caller may use in ``workspace`` (default: the ``defaults``'), as
@@ -439,7 +454,13 @@ class AsyncClient:
         return Execution(await self._send(_Requests.cancel(execution_id)))
 
     async def events(self, execution_id: str, after: int | None = None) -> list[dict[str, Any]]:
-        return list((await self._send(_Requests.events(execution_id, after)))["items"])
+        items: list[dict[str, Any]] = []
+        req: _Request | None = _Requests.events(execution_id, after)
+        while req is not None:
+            page = await self._send(req)
+            items.extend(page["items"])
+            req = _Requests.next_page(page)
+        return items
 
     async def tools(
         self, format: str | None = None, workspace: str | None = None

@@ -15,7 +15,7 @@ from gateway.errors import RequestError
 from gateway.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    pass
+    import httpx
 
 
 MAX_WAIT_S = 60.0
@@ -118,28 +118,39 @@ def request(
 ) -> int:
     """Send one request to the gateway, print the answer: its ``items`` as ``render`` makes
     them a table, unless ``--json`` (or an error: always the problem's JSON); exit code 1 on
-    an error."""
+    an error. An answer given a page at a time (``next``) is printed whole: every page's
+    ``items`` in one."""
     import httpx
 
     settings = settings_of(args)
     url, key = client_target(args, settings)
+    headers = {"Authorization": f"Bearer {key}"}
     try:
-        response = httpx.request(
-            method,
-            url + path,
-            json=body,
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=args.timeout,
-        )
+        with httpx.Client(base_url=url, headers=headers, timeout=args.timeout) as http:
+            failed, answer = pages(http, http.request(method, path, json=body))
     except httpx.HTTPError as exc:
         return unreachable(url, exc)
-    failed = response.status_code >= 400
     if render is not None and not failed and not getattr(args, "json", False):
-        items = response.json().get("items", [])
+        items = answer.get("items", [])
         print(render(items) if items else "(none)")
     else:
-        print(json.dumps(response.json(), indent=2))
+        print(json.dumps(answer, indent=2))
     return 1 if failed else 0
+
+
+def pages(http: httpx.Client, response: httpx.Response) -> tuple[bool, Any]:
+    """Whether the gateway refused, and its answer: a page's ``next`` followed to the end,
+    the ``items`` of every page in one answer (``next`` null), or the first refusal."""
+    answer = response.json()
+    while response.status_code < 400 and isinstance(answer, dict) and answer.get("next"):
+        response = http.get(answer["next"])
+        page = response.json()
+        answer = (
+            page
+            if response.status_code >= 400
+            else {**page, "items": answer["items"] + page["items"]}
+        )
+    return response.status_code >= 400, answer
 
 
 def client_options(parser: argparse.ArgumentParser) -> None:

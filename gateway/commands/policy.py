@@ -16,6 +16,7 @@ from gateway.commands.common import (
     UsageError,
     client_target,
     existing_store_url,
+    pages,
     segment,
     settings_of,
     since_duration_ms,
@@ -204,20 +205,18 @@ def cmd_policy_input(args: argparse.Namespace) -> int:
 
     settings = settings_of(args)
     url, key = client_target(args, settings)
+    headers = {"Authorization": f"Bearer {key}"}
     try:
-        response = httpx.get(
-            f"{url}/v1/executions/{segment(args.id)}/events",
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=args.timeout,
-        )
+        with httpx.Client(base_url=url, headers=headers, timeout=args.timeout) as http:
+            failed, answer = pages(http, http.get(f"/v1/executions/{segment(args.id)}/events"))
     except httpx.HTTPError as exc:
         return unreachable(url, exc)
-    if response.status_code >= 400:
-        print(json.dumps(response.json(), indent=2))
+    if failed:
+        print(json.dumps(answer, indent=2))
         return 1
     decided = [
         e
-        for e in response.json().get("items", [])
+        for e in answer.get("items", [])
         if e.get("type") == "policy.decided" and "input" in e.get("data", {})
     ]
     if not decided:

@@ -434,7 +434,7 @@ async def _forward_output(ctx: ServerRequestContext[Any, Any], run: Run, token: 
         record = await run.find()
         if record is None:
             continue
-        for event in await executions.events(run.services, record, seq):
+        for event in (await executions.events(run.services, record, seq)).events:
             seq = event.seq
             if event.type != "tool.output":
                 continue

@@ -362,11 +362,11 @@ def _execution_paths() -> dict[str, Any]:
             "get": _operation(
                 "listExecutionEvents",
                 "executions",
-                "The execution's append-only event log (Accept: text/event-stream: live, "
-                "resumed with Last-Event-ID)",
+                "The execution's append-only event log, a page at a time (Accept: "
+                "text/event-stream: live, resumed with Last-Event-ID)",
                 {
                     "200": {
-                        "description": "the events in order of seq, or their live stream",
+                        "description": "a page of the events in order of seq, or their live stream",
                         "headers": {"Cache-Control": _header("CacheControl")},
                         "content": {
                             "application/json": {"schema": ref("ExecutionEvents")},

@@ -33,6 +33,13 @@ def run_events(run_id: str, events: list[Event], cursor: str | None, more: bool)
     return {"run_id": run_id, "items": items, "cursor": cursor, "next": link}
 
 
+def execution_events(execution_id: str, events: list[Event], more: bool) -> dict[str, Any]:
+    """A page of an execution's events: ``next`` links the page after it (``?after=`` its
+    last ``seq``) while more remain, None once the page ends the log for now."""
+    link = f"/v1/executions/{execution_id}/events?after={events[-1].seq}" if more else None
+    return {"execution_id": execution_id, "items": [e.to_json() for e in events], "next": link}
+
+
 def execution(record: ExecutionRecord, approval: ApprovalRecord | None = None) -> dict[str, Any]:
     head, tail = _execution_parts(record, approval)
     return {**head, "result": record.result, **tail}

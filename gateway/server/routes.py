@@ -171,8 +171,9 @@ async def list_executions(request: Request) -> Response:
 
 
 async def execution_events(request: Request) -> Response:
-    """The event log; ``?after=SEQ`` only the events with a ``seq`` greater than SEQ. With
-    ``Accept: text/event-stream``, a live stream of them (``server/streams.py``)."""
+    """The event log a page at a time; ``?after=SEQ`` only the events with a ``seq`` greater
+    than SEQ (``next``: the page after). With ``Accept: text/event-stream``, a live stream of
+    them (``server/streams.py``)."""
     services, record = await _visible_execution(request)
     if streams.wants_stream(request):
         principal = principal_of(request)
@@ -184,8 +185,8 @@ async def execution_events(request: Request) -> Response:
         body = streams.execution_stream(services, record.id, after)
         return streams.respond(request, principal, body, slots)
     after = streams.after_seq(request.query_params.get("after"))
-    events = await executions.events(services, record, after)
-    return JSONResponse({"execution_id": record.id, "items": [e.to_json() for e in events]})
+    page = await executions.events(services, record, after)
+    return JSONResponse(render.execution_events(record.id, page.events, page.more))
 
 
 async def run_events(request: Request) -> Response:

@@ -119,9 +119,17 @@ def schemas() -> dict[str, Schema]:
             "data",
         ),
         "ExecutionEvents": _object(
-            {"execution_id": _STR, "items": {"type": "array", "items": ref("Event")}},
+            {
+                "execution_id": _STR,
+                "items": {"type": "array", "items": ref("Event")},
+                "next": _STR_OR_NULL,
+            },
             "execution_id",
             "items",
+            "next",
+            description=f"a page of an execution's events (at most {PAGE_EVENTS}, and "
+            f"{PAGE_BYTES // 1024} KiB of their data past the first); next: the page after "
+            "it (after= the last seq given), null once none remains",
         ),
         "RunEvents": _object(
             {

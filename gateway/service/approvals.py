@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from anyio.abc import TaskGroup
 
 from gateway.errors import Forbidden, MalformedRequest, NotFound
-from gateway.events.model import Event
 from gateway.pipeline.policy import preview_failure
 from gateway.runtime import approvals
 from gateway.runtime.approvals import REFUSALS, Verdict, preview_edit, risk_of
 from gateway.runtime.container import Runtime
+from gateway.service import executions
 from gateway.store.records import ApprovalRecord, ExecutionRecord
 from gateway.types import JSON, ApprovalStatus
 
@@ -115,14 +115,16 @@ async def latest(services: Runtime, approval: ApprovalRecord) -> ApprovalRecord:
 
 async def view(
     services: Runtime, approval: ApprovalRecord
-) -> tuple[ApprovalRecord, ExecutionRecord | None, list[Event]]:
+) -> tuple[ApprovalRecord, ExecutionRecord | None, executions.EventPage]:
     """What a person deciding ``approval`` is shown: the approval (closed first if it has
-    expired), its execution and that execution's events."""
+    expired), its execution and the first page of that execution's events."""
     if approval.status == ApprovalStatus.PENDING and approval.expires_ms <= now_ms():
         await approvals.sweep(services)
         approval = await latest(services, approval)
     record = await execution_of(services, approval)
-    events = await services.store.events(approval.execution_id) if record else []
+    events = (
+        await executions.events(services, record) if record else executions.EventPage([], False)
+    )
     return approval, record, events
 
 

@@ -32,15 +32,17 @@ MAX_RUN_EXECUTIONS = 100
 """The executions of a run whose events are read or followed (the newest, as a find)."""
 
 PAGE_EVENTS = 200
-"""The most events one answer of a run's events holds, and one poll of a live stream reads
-of an execution: each request's work bounded whatever the log holds (measured on a run of
-100 calls of 256 KiB output each: 0.9 MiB in about 15 ms a page, where the whole run was
-26 MiB in 300 ms and 8 readers at once took the gateway from 170 to 570 MiB)."""
+"""The most events one answer of a run's events, or of an execution's, holds, and one poll
+of a live stream reads of an execution: each request's work bounded whatever the log holds
+(measured on a run of 100 calls of 256 KiB output each: 0.9 MiB in about 15 ms a page,
+where the whole run was 26 MiB in 300 ms and 8 readers at once took the gateway from 170 to
+570 MiB)."""
 
 PAGE_BYTES = 1024 * 1024
-"""The most bytes of event ``data`` (as the store keeps it) one answer of a run's events
-holds past its first event: what 200 events of large output would otherwise make tens of
-MiB. CloudWatch Logs' ``GetLogEvents`` pages alike (1 MB, or a count)."""
+"""The most bytes of event ``data`` (as the store keeps it) one answer of a run's events, or
+of an execution's, holds past its first event: what 200 events of large output would
+otherwise make tens of MiB. CloudWatch Logs' ``GetLogEvents`` pages alike (1 MB, or a
+count)."""
 
 
 class Seen(NamedTuple):
@@ -146,9 +148,20 @@ async def latest(services: Runtime, record: ExecutionRecord) -> ExecutionRecord:
     return await services.store.get_execution(record.id) or record
 
 
-async def events(services: Runtime, record: ExecutionRecord, after: int = -1) -> list[Event]:
-    """The event log of ``record`` (one the caller may see), the events after seq ``after``."""
-    return await services.store.events(record.id, after)
+class EventPage(NamedTuple):
+    """One answer of an execution's events, and whether more remained past its bounds."""
+
+    events: list[Event]
+    more: bool
+
+
+async def events(services: Runtime, record: ExecutionRecord, after: int = -1) -> EventPage:
+    """The event log of ``record`` (one the caller may see) after seq ``after``, a page at a
+    time: the bounds and the store reader of a run's page (an execution that streams output
+    slowly has thousands of events; the next page begins after the last ``seq`` given)."""
+    page = [(record.id, after)]
+    found, more = await services.store.bounded_events_page(page, PAGE_EVENTS, PAGE_BYTES)
+    return EventPage(found, more)
 
 
 class RunPage(NamedTuple):
@@ -183,7 +196,7 @@ async def run_events(
         for r in records
         if r.last_seq is not None and r.last_seq > after.get(r.id, -1)
     ]
-    events, more = await services.store.run_events_page(positions, PAGE_EVENTS, PAGE_BYTES)
+    events, more = await services.store.bounded_events_page(positions, PAGE_EVENTS, PAGE_BYTES)
     sent = {event.execution_id: event.seq for event in events}  # the last of each
     cursor = {
         r.id: sent.get(r.id, after.get(r.id, -1)) for r in records if r.id in sent or r.id in after

@@ -104,15 +104,15 @@ def page(db: Db, execution_id: str, after_seq: int, limit: int) -> list[Event]:
     return [rows.event(r) for r in db.all(EVENTS_PAGE, (execution_id, after_seq, int(limit)))]
 
 
-def run_page(
+def bounded_page(
     db: Db, positions: Sequence[tuple[str, int]], limit: int, max_bytes: int
 ) -> tuple[list[Event], bool]:
-    """The events after each ``(execution_id, seq)`` of ``positions``, execution after
-    execution in that order: at most ``limit`` events and ``max_bytes`` of their data as
-    stored (JSON with non-ASCII escaped: never less than the UTF-8 an answer writes of it),
-    the first event whatever its size; and whether more remain. One transaction, and no
-    execution read further than the page has room for and one event more (to learn
-    whether any remain)."""
+    """The events after each ``(execution_id, seq)`` of ``positions`` (a run's executions,
+    or one execution's), execution after execution in that order: at most ``limit`` events
+    and ``max_bytes`` of their data as stored (JSON with non-ASCII escaped: never less than
+    the UTF-8 an answer writes of it), the first event whatever its size; and whether more
+    remain. One transaction, and no execution read further than the page has room for and
+    one event more (to learn whether any remain)."""
     page: list[Event] = []
     size = 0
     for execution_id, after_seq in positions:

@@ -353,12 +353,13 @@ class Store:
         """At most ``limit`` events after ``after_seq`` (one poll of a live stream)."""
         return await self._read(event_log.page, execution_id, after_seq, limit)
 
-    async def run_events_page(
+    async def bounded_events_page(
         self, positions: Sequence[tuple[str, int]], limit: int, max_bytes: int
     ) -> tuple[list[Event], bool]:
-        """A page of a run's events after each execution's seq, in the order given, bounded
-        in count and in bytes of data; and whether more remain (``events.run_page``)."""
-        return await self._read(event_log.run_page, positions, limit, max_bytes)
+        """A page of events (a run's, or one execution's) after each execution's seq, in the
+        order given, bounded in count and in bytes of data; and whether more remain
+        (``events.bounded_page``)."""
+        return await self._read(event_log.bounded_page, positions, limit, max_bytes)
 
     # -- locks ----------------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ async def _render_approval(
     sent: dict[str, str] | None = None,
     edited: ApprovalEdit | None = None,
 ) -> Response:
-    approval, record, events = await service_approvals.view(services, approval)
+    approval, record, (events, more) = await service_approvals.view(services, approval)
     guards = _guards(services, approval, record)
     return page(
         "approval.html",
@@ -110,6 +110,7 @@ async def _render_approval(
         events=events,
         event_names=",".join(EVENT_TYPES),
         last_seq=events[-1].seq if events else -1,
+        more=more,  # the live timeline brings the rest
         notice=notice,
         refusal=_closed(approval),
         editable=_edit_fields(services, approval, sent),

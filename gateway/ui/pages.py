@@ -376,7 +376,7 @@ async def _visible(request: Request) -> tuple[Runtime, ExecutionRecord]:
 @signed_in
 async def execution_page(request: Request) -> Response:
     services, record = await _visible(request)
-    events = await execution_service.events(services, record)
+    events, more = await execution_service.events(services, record)
     result = record.result
     return page(
         "execution.html",
@@ -387,6 +387,7 @@ async def execution_page(request: Request) -> Response:
         artifacts=sorted(set(_artifact_ids(result))),
         event_names=",".join(EVENT_TYPES),
         last_seq=events[-1].seq if events else -1,
+        live_now=more or not record.terminal,  # the live timeline brings the rest
     )
 
 

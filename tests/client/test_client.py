@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -20,6 +21,9 @@ from gateway.client import (
     Unauthenticated,
 )
 from gateway.client.toolkit import with_call_id
+from gateway.events.model import make_event
+from gateway.service.executions import PAGE_EVENTS
+from gateway.store.store import Store
 from gateway.testing import free_port
 from tests.helpers import ALICE, BOB
 
@@ -147,3 +151,40 @@ def test_the_async_client_does_the_same(gw: Gw) -> None:
 
     anyio.run(main)
     assert (workspace / path).read_text() == "a"
+
+
+def _add_output(workspace: Path, execution_id: str, count: int) -> None:
+    """``count`` more ``tool.output`` events in the log of ``execution_id``, appended to the
+    gateway's store as slow output leaves them (one small event per flush)."""
+    database = workspace.parents[2] / "toolgate.db"  # make_project's, beside var/
+
+    async def append() -> None:
+        store = Store(f"sqlite:///{database}")
+        await store.open()
+        try:
+            data = {"stream": "stdout", "text": "a line\n"}
+            made = [make_event(execution_id, 0, "tool.output", data) for _ in range(count)]
+            await store.append(execution_id, made)
+        finally:
+            await store.aclose()
+
+    anyio.run(append)
+
+
+def test_events_reads_a_log_longer_than_a_page_whole(gw: Gw) -> None:
+    """The gateway answers an execution's events a page at a time; ``events()`` gives the
+    whole log, as it did before the pages, sync and async, and ``after`` still counts."""
+    url, workspace = gw
+    with Client(url, ALICE) as client:
+        done = client.execute("fs.write_file", {"path": _name("long"), "content": "x"})
+        before = len(client.events(done.id))
+        _add_output(workspace, done.id, 2 * PAGE_EVENTS + 10)
+        whole = client.events(done.id)
+        assert [e["seq"] for e in whole] == list(range(before + 2 * PAGE_EVENTS + 10))
+        assert client.events(done.id, after=5) == whole[6:]
+
+    async def main() -> list[dict[str, Any]]:
+        async with AsyncClient(url, ALICE) as client:
+            return await client.events(done.id)
+
+    assert anyio.run(main) == whole

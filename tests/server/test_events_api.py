@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
 import pytest
 from starlette.testclient import TestClient
 
+from gateway.events.model import make_event
+from gateway.service.executions import PAGE_BYTES, PAGE_EVENTS
+from tests.helpers import ALICE
 from tests.server.helpers import auth, body
 
 
@@ -114,3 +121,95 @@ def test_the_largest_seq_is_a_cursor(client: TestClient) -> None:
     url = _ended(client)["links"]["events"]
     assert _events(client, url, str(2**63 - 1)) == []
     assert _events(client, url, "0" * 40 + "2") == _events(client, url, "2")
+
+
+def _with_output(client: TestClient, texts: list[str]) -> str:
+    """A completed write whose log then holds a ``tool.output`` event per text, as an
+    execution's slow output leaves them (one per flush: thousands, each small); its id."""
+    done = client.post(
+        "/v1/executions",
+        json=body("fs.write_file", {"path": "w.txt", "content": "x"}),
+        headers=auth(),
+    ).json()
+    store = client.app.state.services.latest.store  # type: ignore[attr-defined]
+    events = [
+        make_event(done["id"], 0, "tool.output", {"stream": "stdout", "text": t}) for t in texts
+    ]
+    client.portal.call(store.append, done["id"], events)  # type: ignore[union-attr]
+    execution_id: str = done["id"]
+    return execution_id
+
+
+def _pages(client: TestClient, url: str) -> list[dict[str, Any]]:
+    """Every page of an execution's events from ``url``, following ``next`` until null."""
+    pages: list[dict[str, Any]] = []
+    link: str | None = url
+    while link is not None:
+        answer = client.get(link, headers=auth())
+        assert answer.status_code == 200, answer.text
+        pages.append(answer.json())
+        link = pages[-1]["next"]
+        assert len(pages) < 50, "next never ends"
+    return pages
+
+
+def test_a_long_log_comes_a_page_at_a_time_followed_by_next(client: TestClient) -> None:
+    execution_id = _with_output(client, [f"line {i}\n" for i in range(2 * PAGE_EVENTS)])
+    url = f"/v1/executions/{execution_id}/events"
+    pages = _pages(client, url)
+    got = [event for page in pages for event in page["items"]]
+    assert [e["seq"] for e in got] == list(range(len(got)))  # nothing lost or doubled
+    assert len(got) > 2 * PAGE_EVENTS
+    assert [len(p["items"]) for p in pages] == [PAGE_EVENTS, PAGE_EVENTS, len(got) - 400]
+    first, second, last = pages
+    assert first == {
+        "execution_id": execution_id,
+        "items": got[:PAGE_EVENTS],
+        "next": first["next"],
+    }
+    assert first["next"] == f"{url}?after={PAGE_EVENTS - 1}"
+    assert second["next"] == f"{url}?after={2 * PAGE_EVENTS - 1}"
+    assert last["next"] is None
+    later = client.get(url, params={"after": str(got[-1]["seq"])}, headers=auth()).json()
+    assert later == {"execution_id": execution_id, "items": [], "next": None}
+
+
+def test_a_page_of_an_execution_holds_at_most_its_bytes_of_event_data(client: TestClient) -> None:
+    big = "y" * (PAGE_BYTES // 3)  # four of them: more than a page's bytes
+    execution_id = _with_output(client, [big] * 4)
+    pages = _pages(client, f"/v1/executions/{execution_id}/events")
+    got = [event for page in pages for event in page["items"]]
+    assert [e["seq"] for e in got] == list(range(len(got)))
+    assert [e["data"].get("text") for e in got].count(big) == 4
+    assert len(pages) == 2
+    for page in pages:
+        size = sum(len(json.dumps(e["data"], separators=(",", ":"))) for e in page["items"])
+        assert size <= PAGE_BYTES, size
+
+
+def test_the_page_shows_a_long_log_a_page_at_a_time_and_streams_the_rest(
+    client: TestClient,
+) -> None:
+    """The execution's page renders the first page of its log, and a log longer than a page
+    connects the live timeline after it, which brings the rest (and ``done``), though the
+    execution has ended."""
+    execution_id = _with_output(client, [f"line {i}\n" for i in range(2 * PAGE_EVENTS)])
+    store = client.app.state.services.latest.store  # type: ignore[attr-defined]
+    whole = [e.to_json() for e in client.portal.call(store.events, execution_id)]  # type: ignore[union-attr]
+    form = client.get("/ui/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert csrf is not None, form.text
+    sent = {"csrf": csrf.group(1), "api_key": ALICE}
+    signed = client.post("/ui/signin", data=sent, follow_redirects=False)
+    assert signed.status_code == 303, signed.text
+    shown = client.get(f"/ui/executions/{execution_id}")
+    assert shown.status_code == 200, shown.text
+    rows = re.findall(r'<span class="seq">#(\d+)</span>', shown.text)
+    assert rows == [str(e["seq"]) for e in whole[:PAGE_EVENTS]]
+    timeline = f"/ui/executions/{execution_id}/timeline?after={PAGE_EVENTS - 1}"
+    assert f'sse-connect="{timeline}"' in shown.text
+    streamed = client.get(timeline)
+    assert streamed.status_code == 200, streamed.text
+    ids = re.findall(r"^id: (\d+)$", streamed.text, re.MULTILINE)
+    assert ids == [str(e["seq"]) for e in whole[PAGE_EVENTS:]]
+    assert streamed.text.endswith("event: done\ndata: done\n\n")
