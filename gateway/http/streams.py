@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
 import anyio
@@ -64,6 +64,11 @@ class Cursor:
 
     def text(self) -> str:
         return ",".join(f"{ex}:{seq}" for ex, seq in self.seqs.items())
+
+    def keep(self, ids: Iterable[str]) -> None:
+        """Only the positions of ``ids`` (a run's executions the caller may see), in their
+        order: a pair the client sent for another execution is not given back."""
+        self.seqs = {ex: self.seqs[ex] for ex in ids if ex in self.seqs}
 
     def merge(self, other: Cursor) -> Cursor:
         """Both cursors' positions, the later of the two where both name an execution."""
@@ -229,6 +234,7 @@ async def run_stream(
     done: set[str] = set()
     while not clock.over():
         records = await executions.run_executions(services, principal, run_id)
+        cursor.keep(r.id for r in records)
         busy = False
         for record in records:
             if record.id in done:

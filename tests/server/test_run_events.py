@@ -187,3 +187,23 @@ def test_a_page_cursor_resumes_a_stream_where_the_page_ended(client: TestClient)
     assert streamed.status_code == 200, streamed.text
     sent = [json.loads(line[6:]) for line in streamed.text.splitlines() if line[:6] == "data: "]
     assert first["items"] + sent == whole
+
+
+def test_a_run_stream_gives_back_only_the_pairs_of_the_runs_executions_you_see(
+    client: TestClient,
+) -> None:
+    """A reconnect's cursor may name executions outside the run, or not the caller's: the
+    stream's ``id:`` values leave them out, as a page's cursor does, so junk pairs do not
+    grow every id past what a reconnect may send (8192 characters: 400)."""
+    mine = _call(client, "junk")
+    carols = _call(client, "junk", CAROL)
+    elsewhere = _call(client, "not-junk")
+    junk = [f"ex_{i:032x}:{i}" for i in range(150)]  # well-formed, naming no execution
+    sent = ",".join([f"{carols}:0", f"{elsewhere}:0", *junk])
+    streamed = client.get(
+        "/v1/runs/junk/events",
+        headers={**auth(), "Accept": "text/event-stream", "Last-Event-ID": sent},
+    )
+    assert streamed.status_code == 200, streamed.text
+    ids = [line[4:] for line in streamed.text.splitlines() if line[:4] == "id: "]
+    assert ids == [f"{mine}:{event['seq']}" for event in _log(client, mine)]
