@@ -344,7 +344,10 @@ def _execution_paths() -> dict[str, Any]:
                 {
                     "200": _json("terminal", "Execution"),
                     "202": _json("not terminal (yet): ask again", "Execution"),
-                    "400": _problem("wait is not a number from 0 to 60 (invalid_wait)"),
+                    "400": _problem(
+                        "wait is not a number from 0 to 60 (invalid_wait), or a query "
+                        "parameter this route does not take, or given twice (invalid_query)"
+                    ),
                     "404": _problem("no such execution, or not the caller's (not_found)"),
                     "429": busy,
                 },
@@ -374,8 +377,10 @@ def _execution_paths() -> dict[str, Any]:
                         },
                     },
                     "400": _problem(
-                        "after is not an integer of 0 or more (invalid_after), or "
-                        "Last-Event-ID is not an event's seq (invalid_last_event_id)"
+                        "after is not an integer of 0 or more (invalid_after), "
+                        "Last-Event-ID is not an event's seq (invalid_last_event_id), or a "
+                        "query parameter this route does not take, or given twice "
+                        "(invalid_query)"
                     ),
                     "404": _problem("no such execution, or not the caller's (not_found)"),
                     "429": busy,
@@ -409,7 +414,8 @@ def _execution_paths() -> dict[str, Any]:
                     },
                     "400": _problem(
                         "after is not a run cursor (invalid_after), nor Last-Event-ID "
-                        "(invalid_last_event_id)"
+                        "(invalid_last_event_id), or a query parameter this route does not "
+                        "take, or given twice (invalid_query)"
                     ),
                     "429": busy,
                 },
@@ -672,7 +678,7 @@ def _other_paths() -> dict[str, Any]:
                     ),
                     "400": _problem(
                         "an unknown format (invalid_format), or a query parameter this route "
-                        "does not take (invalid_query)"
+                        "does not take, or given twice (invalid_query)"
                     ),
                 },
                 parameters=[
@@ -695,7 +701,9 @@ def _other_paths() -> dict[str, Any]:
                 "One tool with its input (and declared output) as JSON Schema",
                 {
                     "200": _json("the tool", "Tool"),
-                    "400": _problem("a query parameter this route does not take (invalid_query)"),
+                    "400": _problem(
+                        "a query parameter this route does not take, or given twice (invalid_query)"
+                    ),
                     "404": _problem(
                         "unknown tool, or one the caller may not see (not_found), or a version "
                         "that does not resolve (version_not_found, tool_disabled, "

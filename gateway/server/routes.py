@@ -174,17 +174,18 @@ async def execution_events(request: Request) -> Response:
     """The event log a page at a time; ``?after=SEQ`` only the events with a ``seq`` greater
     than SEQ (``next``: the page after). With ``Accept: text/event-stream``, a live stream of
     them (``server/streams.py``)."""
+    sent = _query(request, "after").get("after")
     services, record = await _visible_execution(request)
     if streams.wants_stream(request):
         principal = principal_of(request)
         after = streams.execution_cursor(request.headers.get("last-event-id"))
-        if request.query_params.get("after") is not None:
-            after = max(after, streams.after_seq(request.query_params.get("after")))
+        if sent is not None:
+            after = max(after, streams.after_seq(sent))
         slots = services.admission.streams
         slots.take(principal)
         body = streams.execution_stream(services, record.id, after)
         return streams.respond(request, principal, body, slots)
-    after = streams.after_seq(request.query_params.get("after"))
+    after = streams.after_seq(sent)
     page = await executions.events(services, record, after)
     return JSONResponse(render.execution_events(record.id, page.events, page.more))
 
@@ -196,7 +197,7 @@ async def run_events(request: Request) -> Response:
     services = services_of(request)
     principal = principal_of(request)
     run_id = request.path_params["run_id"]
-    after = streams.run_after(request.query_params.get("after"))
+    after = streams.run_after(_query(request, "after").get("after"))
     if streams.wants_stream(request):
         cursor = streams.run_cursor(request.headers.get("last-event-id")).merge(after)
         slots = services.admission.streams
@@ -208,12 +209,14 @@ async def run_events(request: Request) -> Response:
     return JSONResponse(render.run_events(run_id, page.events, text, page.more))
 
 
-async def _visible_tools(request: Request, only: str | None = None) -> list[ToolDeclaration]:
+async def _visible_tools(
+    request: Request, query: QueryParams, only: str | None = None
+) -> list[ToolDeclaration]:
     """The tools the caller may see for calls in ``?workspace=`` (default: the configured
     ``mcp.workspace``, as MCP ``tools/list``): the one listing of every door."""
     services = services_of(request)
     identity = identity_of(request)
-    workspace = request.query_params.get("workspace", services.settings.mcp.workspace)
+    workspace = query.get("workspace", services.settings.mcp.workspace)
     return await catalogue.visible(
         services, identity.principal, workspace, identity.roles, identity.method, only
     )
@@ -228,7 +231,7 @@ async def list_tools(request: Request) -> Response:
             f"format must be one of {', '.join(definitions.TOOL_FORMATS)} (got {fmt!r})",
             code="invalid_format",
         )
-    tools = await _visible_tools(request)
+    tools = await _visible_tools(request, query)
     if fmt is None:
         catalogue = services_of(request).catalogue
         items = [render.tool_summary(tool, catalogue.versions(tool.name)) for tool in tools]
@@ -243,7 +246,7 @@ async def get_tool(request: Request) -> Response:
     services = services_of(request)
     query = _query(request, "version", "workspace")
     name = request.path_params["name"]
-    if not await _visible_tools(request, only=name):
+    if not await _visible_tools(request, query, only=name):
         raise NotFound(f"no tool named {name!r}")
     try:
         tool = services.catalogue.resolve(name, query.get("version"))
@@ -253,8 +256,10 @@ async def get_tool(request: Request) -> Response:
 
 
 def _query(request: Request, *known: str) -> QueryParams:
-    """The query parameters, refused whole when one is not among the route's ``known``: a
-    misspelt filter (``?tool=``, ``?limit=``) must not be answered as if it were absent."""
+    """The query parameters of every route that reads one, refused whole (400
+    ``invalid_query``) when one is not among the route's ``known``: a misspelt filter
+    (``?tool=``, ``?limit=``) must not be answered as if it were absent; or when one is given
+    more than once: which of two values counts would be a guess."""
     params = request.query_params
     unknown = sorted(set(params) - set(known))
     if unknown:
@@ -263,19 +268,19 @@ def _query(request: Request, *known: str) -> QueryParams:
             f"unknown query parameter {unknown[0]!r} (this route takes: {takes})",
             code="invalid_query",
         )
+    repeated = sorted(name for name in params if len(params.getlist(name)) > 1)
+    if repeated:
+        raise MalformedRequest(f"{repeated[0]} is given more than once", code="invalid_query")
     return params
 
 
 def _call_ids(query: QueryParams) -> tuple[str | None, str | None]:
     """``?run_id=`` and ``?call_id=`` as a request body holds them (1 to ``MAX_ID_LENGTH``
-    characters, no control character), each given once; else 400 ``invalid_query``: an id
+    characters, no control character); else 400 ``invalid_query``: an id
     no call can have must not be answered as an empty list."""
     found: list[str | None] = []
     for name in ("run_id", "call_id"):
-        values = query.getlist(name)
-        if len(values) > 1:
-            raise MalformedRequest(f"{name} is given more than once", code="invalid_query")
-        value = values[0] if values else None
+        value = query.get(name)  # once at most: _query
         if value is not None and not is_id(value):
             raise MalformedRequest(
                 f"{name} is 1 to {MAX_ID_LENGTH} characters with no control character",
