@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from starlette.testclient import TestClient
+
 from tests.helpers import ALICE
 
 _calls = itertools.count()
@@ -27,3 +29,19 @@ def body(tool: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
     }
     out.update(extra)
     return out
+
+
+def follow_pages(
+    client: TestClient, url: str, headers: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Every page of events (a run's or an execution's) from ``url``, following ``next``
+    until it is null."""
+    pages: list[dict[str, Any]] = []
+    link: str | None = url
+    while link is not None:
+        answer = client.get(link, headers=headers or auth())
+        assert answer.status_code == 200, answer.text
+        pages.append(answer.json())
+        link = pages[-1]["next"]
+        assert len(pages) < 50, "next never ends"
+    return pages

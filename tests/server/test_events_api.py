@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -12,7 +11,7 @@ from starlette.testclient import TestClient
 from gateway.events.model import make_event
 from gateway.service.executions import PAGE_BYTES, PAGE_EVENTS
 from tests.helpers import ALICE
-from tests.server.helpers import auth, body
+from tests.server.helpers import auth, body, follow_pages
 
 
 def _events(client: TestClient, url: str, after: str | None = None) -> list[dict]:  # type: ignore[type-arg]
@@ -140,23 +139,10 @@ def _with_output(client: TestClient, texts: list[str]) -> str:
     return execution_id
 
 
-def _pages(client: TestClient, url: str) -> list[dict[str, Any]]:
-    """Every page of an execution's events from ``url``, following ``next`` until null."""
-    pages: list[dict[str, Any]] = []
-    link: str | None = url
-    while link is not None:
-        answer = client.get(link, headers=auth())
-        assert answer.status_code == 200, answer.text
-        pages.append(answer.json())
-        link = pages[-1]["next"]
-        assert len(pages) < 50, "next never ends"
-    return pages
-
-
 def test_a_long_log_comes_a_page_at_a_time_followed_by_next(client: TestClient) -> None:
     execution_id = _with_output(client, [f"line {i}\n" for i in range(2 * PAGE_EVENTS)])
     url = f"/v1/executions/{execution_id}/events"
-    pages = _pages(client, url)
+    pages = follow_pages(client, url)
     got = [event for page in pages for event in page["items"]]
     assert [e["seq"] for e in got] == list(range(len(got)))  # nothing lost or doubled
     assert len(got) > 2 * PAGE_EVENTS
@@ -177,7 +163,7 @@ def test_a_long_log_comes_a_page_at_a_time_followed_by_next(client: TestClient) 
 def test_a_page_of_an_execution_holds_at_most_its_bytes_of_event_data(client: TestClient) -> None:
     big = "y" * (PAGE_BYTES // 3)  # four of them: more than a page's bytes
     execution_id = _with_output(client, [big] * 4)
-    pages = _pages(client, f"/v1/executions/{execution_id}/events")
+    pages = follow_pages(client, f"/v1/executions/{execution_id}/events")
     got = [event for page in pages for event in page["items"]]
     assert [e["seq"] for e in got] == list(range(len(got)))
     assert [e["data"].get("text") for e in got].count(big) == 4

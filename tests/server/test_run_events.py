@@ -14,7 +14,7 @@ from gateway.service.executions import PAGE_BYTES, PAGE_EVENTS
 from gateway.settings import Settings
 from gateway.testing import run_agent_code_without_approval
 from tests.helpers import ALICE, BOB, CAROL
-from tests.server.helpers import auth, body
+from tests.server.helpers import auth, body, follow_pages
 
 Page = dict[str, Any]
 
@@ -37,19 +37,6 @@ def _log(client: TestClient, execution_id: str) -> list[Page]:
     return items
 
 
-def _pages(client: TestClient, url: str, headers: dict[str, str] | None = None) -> list[Page]:
-    """Every page of a run's events, from ``url`` following ``next`` until it is null."""
-    pages: list[Page] = []
-    link: str | None = url
-    while link is not None:
-        answer = client.get(link, headers=headers or auth())
-        assert answer.status_code == 200, answer.text
-        pages.append(answer.json())
-        link = pages[-1]["next"]
-        assert len(pages) < 50, "next never ends"
-    return pages
-
-
 def _data_bytes(event: Page) -> int:
     """An event's data as the store keeps it (compact JSON, non-ASCII escaped)."""
     return len(json.dumps(event["data"], separators=(",", ":")))
@@ -60,7 +47,7 @@ def test_a_run_larger_than_a_page_is_read_whole_by_following_next(client: TestCl
     whole = [event for execution_id in made for event in _log(client, execution_id)]
     assert len(whole) > PAGE_EVENTS  # more than one page
 
-    pages = _pages(client, "/v1/runs/paged/events")
+    pages = follow_pages(client, "/v1/runs/paged/events")
     got = [event for page in pages for event in page["items"]]
     assert got == whole  # in order, each execution's log in turn: nothing lost or doubled
     assert [len(p["items"]) for p in pages] == [PAGE_EVENTS, len(whole) - PAGE_EVENTS]
@@ -89,7 +76,7 @@ def test_a_page_holds_at_most_its_bytes_of_event_data(
         whole = [event for execution_id in made for event in _log(client, execution_id)]
         assert len(whole) < PAGE_EVENTS and sum(map(_data_bytes, whole)) > PAGE_BYTES
 
-        pages = _pages(client, "/v1/runs/loud/events")
+        pages = follow_pages(client, "/v1/runs/loud/events")
     assert [event for page in pages for event in page["items"]] == whole
     assert len(pages) > 1
     for page in pages:
@@ -115,7 +102,7 @@ def test_events_a_page_passed_by_come_on_the_next_page(client: TestClient) -> No
     )
     assert approved.status_code == 202, approved.text
     client.get(f"/v1/executions/{parked['id']}", params={"wait": "10"}, headers=auth())
-    rest = _pages(client, first["next"])
+    rest = follow_pages(client, first["next"])
     got = first["items"] + [event for page in rest for event in page["items"]]
 
     logs = {ex: _log(client, ex) for ex in [parked["id"], *made]}
@@ -131,7 +118,7 @@ def test_another_principals_executions_in_the_run_stay_hidden(client: TestClient
     carols = _call(client, "shared", CAROL)
     mine = [event for execution_id in alices for event in _log(client, execution_id)]
 
-    pages = _pages(client, "/v1/runs/shared/events")
+    pages = follow_pages(client, "/v1/runs/shared/events")
     assert [event for page in pages for event in page["items"]] == mine
     assert carols not in json.dumps(pages)
     # a cursor naming carol's execution reads nothing of it, and is not given back
@@ -140,7 +127,7 @@ def test_another_principals_executions_in_the_run_stay_hidden(client: TestClient
     ).json()
     assert peek["items"] == mine and carols not in json.dumps(peek)
     # an approver sees every execution of the run
-    everyone = _pages(client, "/v1/runs/shared/events", auth(BOB))
+    everyone = follow_pages(client, "/v1/runs/shared/events", auth(BOB))
     seen = {event["execution_id"] for page in everyone for event in page["items"]}
     assert seen == {*alices, carols}
 
