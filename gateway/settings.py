@@ -569,6 +569,17 @@ class Settings(_Frozen):
         return None
 
 
+def make_directory(path: Path, setting: str) -> None:
+    """Create the directory ``path`` (and its parents) that ``setting`` asks for; ConfigError
+    names the setting and why not (a file in the way, no permission), never a raw OSError."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is not a directory" if blocker else exc.strerror or str(exc)
+        raise ConfigError(f"{setting}: cannot create the directory {path}: {why}") from exc
+
+
 def hash_key(key: str) -> str:
     """The stored form of an API key."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()

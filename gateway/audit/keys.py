@@ -19,7 +19,7 @@ from gateway.b64url import decode as b64_decode
 from gateway.b64url import encode as b64_encode
 from gateway.errors import ConfigError
 from gateway.keyfile import publish_once
-from gateway.settings import Settings
+from gateway.settings import Settings, make_directory
 
 DEFAULT_KEY = "audit.key"
 """Under var_dir: the signing key made once when none is configured."""
@@ -84,6 +84,7 @@ def load_signer(settings: Settings, create: bool = True) -> Signer:
     """The configured signing key; with none configured, ``var/audit.key``, made once."""
     path = key_path(settings)
     if settings.audit.signing_key is None and create and not path.exists():
+        make_directory(path.parent, "var_dir")
         _make_key(path)
     try:
         data = path.read_bytes()
