@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -107,6 +108,16 @@ Algorithm = Annotated[
 the public key anyone can read in the JWKS."""
 
 
+def _http_url(value: str) -> bool:
+    """``value`` is an absolute http(s) URL with a host and a valid port, if any."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (a port out of range or not a number raises here)
+    except ValueError:  # a bracket left open (http://[::1), a bad port
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 class JwtSettings(_Frozen):
     """Bearer JWTs from an OpenID Connect provider (docs/security.md#jwt-bearer-tokens)."""
 
@@ -154,8 +165,8 @@ class JwtSettings(_Frozen):
     def _one_jwks(self) -> JwtSettings:
         if (self.jwks_file is None) == (self.jwks_url is None):
             raise ValueError("give exactly one of jwks_file and jwks_url")
-        if self.jwks_url is not None and not self.jwks_url.startswith(("https://", "http://")):
-            raise ValueError("jwks_url must be an http(s) URL")
+        if self.jwks_url is not None and not _http_url(self.jwks_url):
+            raise ValueError("jwks_url must be an http(s) URL with a host")
         if not self.algorithms:
             raise ValueError("algorithms must name at least one algorithm")
         return self
@@ -226,12 +237,15 @@ class ShadowSettings(_Frozen):
         return self
 
 
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
 class McpSettings(_Frozen):
     """The MCP endpoint at ``/mcp`` (docs/mcp.md)."""
 
-    allowed_hosts: tuple[str, ...] = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+    allowed_hosts: tuple[NonEmpty, ...] = ("127.0.0.1:*", "localhost:*", "[::1]:*")
     """``Host`` values the endpoint answers (DNS-rebinding protection); ``name:*`` is any port."""
-    allowed_origins: tuple[str, ...] = (
+    allowed_origins: tuple[NonEmpty, ...] = (
         "http://127.0.0.1:*",
         "http://localhost:*",
         "http://[::1]:*",
@@ -449,7 +463,7 @@ class Settings(_Frozen):
     revocation_check: bool = True
     """Refuse a revoked API key (``toolgate keys revoke``): one indexed read of the store per
     authenticated request, so that every replica refuses it at once."""
-    admins: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    admins: tuple[NonEmpty, ...] = ()
     """Principal ids that may use the admin routes (``POST /v1/admin/reload``); none by
     default. ``SIGHUP`` reloads whoever may signal the process."""
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -101,6 +101,23 @@ def load_signer(settings: Settings, create: bool = True) -> Signer:
     return Signer(private)
 
 
+def check(settings: Settings) -> list[str]:
+    """The faults of the configured keys (``audit.signing_key``, ``audit.public_keys``),
+    for ``toolgate check``; a key ``var_dir`` would hold is made at start, not here."""
+    problems: list[str] = []
+    if settings.audit.signing_key is not None:
+        try:
+            load_signer(settings, create=False)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    for path in settings.audit.public_keys:
+        try:
+            load_public_key(settings.path(path))
+        except ConfigError as exc:
+            problems.extend(f"audit.public_keys: {problem}" for problem in exc.problems)
+    return problems
+
+
 def load_public_key(path: Path) -> Ed25519PublicKey:
     try:
         data = path.read_bytes()

@@ -26,7 +26,7 @@ from gateway.notifications.sender import Sender
 from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import Metrics
 from gateway.observability.telemetry import Telemetry, tracing_wanted
-from gateway.policy.backends import open_backend
+from gateway.policy.backends import check_backend, open_backend
 from gateway.policy.data import PolicyData
 from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.policy.shadow import load_shadow_sources, open_shadow
@@ -77,10 +77,11 @@ def load_sources(settings: Settings) -> Loaded:
         shadow = load_shadow_sources(settings)
     except ConfigError as exc:
         problems.extend(exc.problems)
-    try:
-        Faults.parse(settings.faults)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
+    for check in (lambda: Faults.parse(settings.faults), lambda: check_backend(settings)):
+        try:
+            check()
+        except ConfigError as exc:
+            problems.extend(exc.problems)
     if problems or catalogue is None or sources is None or policy_data is None:
         raise ConfigError(problems)
     return Loaded(catalogue, sources, policy_data, shadow)
