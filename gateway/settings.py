@@ -38,6 +38,17 @@ DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
 Size = Annotated[int, BeforeValidator(parse_size)]
 
 
+def _no_nul(value: Any) -> Any:
+    """A path holds no NUL byte: no system call takes one (``os`` raises ValueError)."""
+    if "\x00" in str(value):
+        raise ValueError("a path cannot hold a NUL byte")
+    return value
+
+
+ConfPath = Annotated[Path, AfterValidator(_no_nul)]
+"""A path of the configuration."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -133,7 +144,7 @@ class JwtSettings(_Frozen):
     """Issuers clients get tokens from, published in the resource metadata; unset: ``issuer``."""
     scopes_supported: tuple[str, ...] = ()
     """Scopes published in the resource metadata."""
-    jwks_file: Path | None = None
+    jwks_file: ConfPath | None = None
     """A JWKS document on disk (relative to the configuration file), re-read when it changes."""
     jwks_url: str | None = None
     """A JWKS document over HTTP(S), cached and fetched again for a key id it does not hold."""
@@ -201,7 +212,7 @@ class DecisionLogSettings(_Frozen):
     """The decision log, in OPA's event shape (docs/operations.md#the-decision-log)."""
 
     enabled: bool = False
-    path: str = "-"
+    path: Annotated[str, AfterValidator(_no_nul)] = "-"
     """``-``: standard output; else a file (relative to the configuration file), appended to."""
     mask: tuple[MaskPath, ...] = ()
     """Input fields erased from every event, as OPA names them: ``/input/arguments/content``."""
@@ -213,9 +224,9 @@ class ShadowSettings(_Frozen):
     """A candidate policy evaluated beside the enforcing one and never enforced
     (docs/policies.md#shadow-policies): ``rego_dir`` + ``policies_dir``, or ``bundle``."""
 
-    rego_dir: Path | None = None
-    policies_dir: Path | None = None
-    bundle: Path | None = None
+    rego_dir: ConfPath | None = None
+    policies_dir: ConfPath | None = None
+    bundle: ConfPath | None = None
     """A bundle file (``toolgate policy bundle``) instead of the two directories."""
     opa_url: str | None = None
     """``policy_backend: opa``: the OPA that runs the candidate (a second OPA, serving the
@@ -293,10 +304,10 @@ class AuditSettings(_Frozen):
     """How often a gateway signs a checkpoint of the event chains that moved (one replica
     does it; the others see it done and skip); 0: never by itself, only on demand
     (``toolgate audit checkpoint``)."""
-    signing_key: Path | None = None
+    signing_key: ConfPath | None = None
     """An Ed25519 private key (PEM, PKCS #8, unencrypted) that signs checkpoints; every
     replica takes the same. Unset: one is made once in ``var/audit.key``."""
-    public_keys: tuple[Path, ...] = ()
+    public_keys: tuple[ConfPath, ...] = ()
     """More Ed25519 public keys (PEM files) whose checkpoints verify: a retired key's, or
     another replica's that signs with a key of its own."""
 
@@ -374,14 +385,14 @@ def _json_limits(max_depth: int, max_values: int) -> JsonLimits:
 
 
 class Settings(_Frozen):
-    base_dir: Path
+    base_dir: ConfPath
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     database_url: str = "sqlite:///var/toolgate.db"
-    tools_dir: Path = Path("tools.d")
-    rego_dir: Path = Path("rego")
-    policies_dir: Path = Path("policies")
-    var_dir: Path = Path("var")
+    tools_dir: ConfPath = Path("tools.d")
+    rego_dir: ConfPath = Path("rego")
+    policies_dir: ConfPath = Path("policies")
+    var_dir: ConfPath = Path("var")
     policy_backend: str = Field(default="embedded", pattern=r"^(embedded|opa)$")
     opa_url: str = "http://127.0.0.1:8181"
     opa_timeout: Duration = Field(default=0.25, gt=0, le=30)
@@ -586,6 +597,8 @@ class Settings(_Frozen):
 def make_directory(path: Path, setting: str) -> None:
     """Create the directory ``path`` (and its parents) that ``setting`` asks for; ConfigError
     names the setting and why not (a file in the way, no permission), never a raw OSError."""
+    if "\x00" in str(path):
+        raise ConfigError(f"{setting}: a path cannot hold a NUL byte")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

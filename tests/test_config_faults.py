@@ -113,6 +113,19 @@ def public_key_missing(root: Path, config: Config) -> None:
     config["audit"] = {"public_keys": ["old.pem"]}
 
 
+def var_dir_with_a_nul(root: Path, config: Config) -> None:
+    config["var_dir"] = "var\x00"
+
+
+def workspace_root_with_a_nul(root: Path, config: Config) -> None:
+    _workspace_root(root, "var/a\x00b")
+
+
+def decision_log_under_a_file(root: Path, config: Config) -> None:
+    _a_file(root)
+    config["decision_log"] = {"enabled": True, "path": "afile/decisions.jsonl"}
+
+
 def allowed_host_empty(root: Path, config: Config) -> None:
     config["mcp"]["allowed_hosts"] = ["toolgate:8080", ""]
 
@@ -227,6 +240,17 @@ FAULTS = [
         " (NO_CERTIFICATE_OR_CRL_FOUND)",
     ),
     Fault(allowed_host_empty, EMPTY_HOST, EMPTY_HOST),
+    Fault(
+        var_dir_with_a_nul,
+        "  - toolgate.yaml:{var_dir}: var_dir: a path cannot hold a NUL byte",
+        "  - toolgate.yaml:{var_dir}: var_dir: a path cannot hold a NUL byte",
+    ),
+    Fault(
+        workspace_root_with_a_nul,
+        "  - workspaces.demo.root (policy data): a path cannot hold a NUL byte",
+        "  - workspaces.demo.root (policy data): a path cannot hold a NUL byte",
+    ),
+    Fault(decision_log_under_a_file, None, f"  - decision_log.path: {DIR}"),
 ]
 IDS = [
     fault.make.__name__ if not fault.env else fault.env[0][0].lower() + "_bad" for fault in FAULTS
@@ -311,6 +335,10 @@ RELOAD_FAULTS = {
     "workspace_root_is_a_file": (
         workspace_root_is_a_file,
         f"workspaces.demo.root (policy data): {DIR}",
+    ),
+    "workspace_root_with_a_nul": (
+        workspace_root_with_a_nul,
+        "workspaces.demo.root (policy data): a path cannot hold a NUL byte",
     ),
 }
 
