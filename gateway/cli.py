@@ -9,9 +9,9 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.errors import ConfigError, ToolgateError
 from gateway.settings import RELOADABLE, Settings, hash_key, load_settings
@@ -53,10 +53,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gateway.allocator import limit_arenas
     from gateway.errors import CannotListen
-    from gateway.http.server import EXIT_CANNOT_LISTEN, listen, run
+    from gateway.http.jwks import check_file as check_jwks_file
+    from gateway.http.server import EXIT_CANNOT_LISTEN, EXIT_START_FAILED, listen, run
     from gateway.notifications.endpoints import check_startup
     from gateway.runtime.bootstrap import check_adapters, load_sources
-    from gateway.server.app import create_app
 
     limit_arenas()  # before any thread: bursts on the store's threads reuse the same arenas
     config = Path(args.config) if args.config else None
@@ -65,8 +65,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("toolgate: --workers must be at least 1", file=sys.stderr)
         return 2
     loaded = load_sources(settings)  # fail here, with every fault listed, not mid-startup
+    store_url = _safe_url(settings)
     anyio.run(check_adapters, settings, loaded.catalogue)
     check_startup(settings, os.environ)  # the notification endpoints' secrets and templates
+    jwks = check_jwks_file(settings)
+    if jwks:
+        raise ConfigError(jwks)
     if args.listen_fd is not None:  # a worker of `serve --workers N`: the parent's socket
         sock = socket.socket(fileno=args.listen_fd)
     else:
@@ -75,26 +79,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except CannotListen as exc:
             print(f"toolgate: {exc.message}", file=sys.stderr)
             return EXIT_CANNOT_LISTEN
-        _banner(settings, loaded, sock)  # once the socket is bound: "listening" is true
+        _banner(settings, loaded, sock, store_url)  # once the socket is bound: "listening" is true
     if args.workers > 1:
         from gateway.commands.workers import serve_workers
 
         return serve_workers(settings, config, sock, args.workers, args.log_level, args.access_log)
-    app = create_app(settings, loaded=loaded)
-    _freeze_startup_objects()
     # Every logger, uvicorn's too, through one handler on stderr that masks secrets.
     from gateway.observability.logs import configure
 
     configure(settings.log_format, args.log_level)
-    return run(app, sock, settings, args.log_level, args.access_log)
+    try:
+        return run(_opener(settings, loaded), sock, settings, args.log_level, args.access_log)
+    except ConfigError:
+        raise  # main lists every fault: exit status 2
+    except ToolgateError as exc:  # the store does not answer, say: one line, no traceback
+        print(f"toolgate: cannot start: {exc.message}", file=sys.stderr)
+        return EXIT_START_FAILED
 
 
-def _banner(settings: Settings, loaded: Loaded, sock: socket.socket) -> None:
+def _banner(settings: Settings, loaded: Loaded, sock: socket.socket, store_url: str) -> None:
     from gateway.http.server import address
 
     host, port = sock.getsockname()[:2]  # the port bound, when the configuration says 0
     print(f"toolgate: listening on http://{address(host, port)}")
-    print(f"toolgate: store {_safe_url(settings)}")
+    print(f"toolgate: store {store_url}")
     print(
         f"toolgate: {len(loaded.catalogue)} tool versions from {settings.path(settings.tools_dir)}:"
     )
@@ -113,6 +121,19 @@ def _banner(settings: Settings, loaded: Loaded, sock: socket.socket) -> None:
     sys.stdout.flush()  # a log file or pipe shows it now, not when the buffer fills
 
 
+def _opener(settings: Settings, loaded: Loaded) -> Callable[[], Awaitable[Any]]:
+    """Open the app (its runtime), then freeze what start-up made."""
+
+    async def opened() -> Any:
+        from gateway.server.app import open_app
+
+        app = await open_app(settings, loaded)
+        _freeze_startup_objects()
+        return app
+
+    return opened
+
+
 def _freeze_startup_objects() -> None:
     """Move what start-up allocated (modules, the catalogue, pydantic and SQLAlchemy models:
     about 97,000 objects) out of the garbage collector's reach: a full collection walked all
@@ -122,14 +143,16 @@ def _freeze_startup_objects() -> None:
 
 
 def _safe_url(settings: Settings) -> str:
-    from sqlalchemy.engine import make_url
+    from gateway.store.store import parse_url
 
-    return make_url(settings.resolved_database_url).render_as_string(hide_password=True)
+    return parse_url(settings.resolved_database_url).render_as_string(hide_password=True)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     import anyio
 
+    from gateway.audit.keys import check as check_audit_keys
+    from gateway.http.jwks import check_file as check_jwks_file
     from gateway.notifications.endpoints import check as check_endpoints
     from gateway.runtime.bootstrap import check_adapters, load_sources, open_workspaces
 
@@ -141,12 +164,18 @@ def cmd_check(args: argparse.Namespace) -> int:
         open_workspaces(loaded.policy_data, settings.base_dir)
     except ConfigError as exc:
         problems.extend(exc.problems)
+    try:
+        _safe_url(settings)  # its form only: check connects to nothing
+    except ConfigError as exc:
+        problems.extend(exc.problems)
     catalogue = loaded.catalogue if loaded else _loadable_tools(settings)
     try:
         anyio.run(check_adapters, settings, catalogue)
     except ConfigError as exc:
         problems.extend(exc.problems)
     problems.extend(check_endpoints(settings, os.environ))
+    problems.extend(check_jwks_file(settings))
+    problems.extend(check_audit_keys(settings))
     if problems:
         raise ConfigError(problems)
     assert loaded is not None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -35,6 +36,17 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
 """A duration where 0 is meaningful (never, no skew, no wait)."""
 Size = Annotated[int, BeforeValidator(parse_size)]
+
+
+def _no_nul(value: Any) -> Any:
+    """A path holds no NUL byte: no system call takes one (``os`` raises ValueError)."""
+    if "\x00" in str(value):
+        raise ValueError("a path cannot hold a NUL byte")
+    return value
+
+
+ConfPath = Annotated[Path, AfterValidator(_no_nul)]
+"""A path of the configuration."""
 
 
 class _Frozen(BaseModel):
@@ -107,6 +119,16 @@ Algorithm = Annotated[
 the public key anyone can read in the JWKS."""
 
 
+def _http_url(value: str) -> bool:
+    """``value`` is an absolute http(s) URL with a host and a valid port, if any."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (a port out of range or not a number raises here)
+    except ValueError:  # a bracket left open (http://[::1), a bad port
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 class JwtSettings(_Frozen):
     """Bearer JWTs from an OpenID Connect provider (docs/security.md#jwt-bearer-tokens)."""
 
@@ -122,7 +144,7 @@ class JwtSettings(_Frozen):
     """Issuers clients get tokens from, published in the resource metadata; unset: ``issuer``."""
     scopes_supported: tuple[str, ...] = ()
     """Scopes published in the resource metadata."""
-    jwks_file: Path | None = None
+    jwks_file: ConfPath | None = None
     """A JWKS document on disk (relative to the configuration file), re-read when it changes."""
     jwks_url: str | None = None
     """A JWKS document over HTTP(S), cached and fetched again for a key id it does not hold."""
@@ -154,8 +176,8 @@ class JwtSettings(_Frozen):
     def _one_jwks(self) -> JwtSettings:
         if (self.jwks_file is None) == (self.jwks_url is None):
             raise ValueError("give exactly one of jwks_file and jwks_url")
-        if self.jwks_url is not None and not self.jwks_url.startswith(("https://", "http://")):
-            raise ValueError("jwks_url must be an http(s) URL")
+        if self.jwks_url is not None and not _http_url(self.jwks_url):
+            raise ValueError("jwks_url must be an http(s) URL with a host")
         if not self.algorithms:
             raise ValueError("algorithms must name at least one algorithm")
         return self
@@ -190,7 +212,7 @@ class DecisionLogSettings(_Frozen):
     """The decision log, in OPA's event shape (docs/operations.md#the-decision-log)."""
 
     enabled: bool = False
-    path: str = "-"
+    path: Annotated[str, AfterValidator(_no_nul)] = "-"
     """``-``: standard output; else a file (relative to the configuration file), appended to."""
     mask: tuple[MaskPath, ...] = ()
     """Input fields erased from every event, as OPA names them: ``/input/arguments/content``."""
@@ -202,9 +224,9 @@ class ShadowSettings(_Frozen):
     """A candidate policy evaluated beside the enforcing one and never enforced
     (docs/policies.md#shadow-policies): ``rego_dir`` + ``policies_dir``, or ``bundle``."""
 
-    rego_dir: Path | None = None
-    policies_dir: Path | None = None
-    bundle: Path | None = None
+    rego_dir: ConfPath | None = None
+    policies_dir: ConfPath | None = None
+    bundle: ConfPath | None = None
     """A bundle file (``toolgate policy bundle``) instead of the two directories."""
     opa_url: str | None = None
     """``policy_backend: opa``: the OPA that runs the candidate (a second OPA, serving the
@@ -226,12 +248,15 @@ class ShadowSettings(_Frozen):
         return self
 
 
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
 class McpSettings(_Frozen):
     """The MCP endpoint at ``/mcp`` (docs/mcp.md)."""
 
-    allowed_hosts: tuple[str, ...] = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+    allowed_hosts: tuple[NonEmpty, ...] = ("127.0.0.1:*", "localhost:*", "[::1]:*")
     """``Host`` values the endpoint answers (DNS-rebinding protection); ``name:*`` is any port."""
-    allowed_origins: tuple[str, ...] = (
+    allowed_origins: tuple[NonEmpty, ...] = (
         "http://127.0.0.1:*",
         "http://localhost:*",
         "http://[::1]:*",
@@ -279,10 +304,10 @@ class AuditSettings(_Frozen):
     """How often a gateway signs a checkpoint of the event chains that moved (one replica
     does it; the others see it done and skip); 0: never by itself, only on demand
     (``toolgate audit checkpoint``)."""
-    signing_key: Path | None = None
+    signing_key: ConfPath | None = None
     """An Ed25519 private key (PEM, PKCS #8, unencrypted) that signs checkpoints; every
     replica takes the same. Unset: one is made once in ``var/audit.key``."""
-    public_keys: tuple[Path, ...] = ()
+    public_keys: tuple[ConfPath, ...] = ()
     """More Ed25519 public keys (PEM files) whose checkpoints verify: a retired key's, or
     another replica's that signs with a key of its own."""
 
@@ -360,14 +385,14 @@ def _json_limits(max_depth: int, max_values: int) -> JsonLimits:
 
 
 class Settings(_Frozen):
-    base_dir: Path
+    base_dir: ConfPath
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     database_url: str = "sqlite:///var/toolgate.db"
-    tools_dir: Path = Path("tools.d")
-    rego_dir: Path = Path("rego")
-    policies_dir: Path = Path("policies")
-    var_dir: Path = Path("var")
+    tools_dir: ConfPath = Path("tools.d")
+    rego_dir: ConfPath = Path("rego")
+    policies_dir: ConfPath = Path("policies")
+    var_dir: ConfPath = Path("var")
     policy_backend: str = Field(default="embedded", pattern=r"^(embedded|opa)$")
     opa_url: str = "http://127.0.0.1:8181"
     opa_timeout: Duration = Field(default=0.25, gt=0, le=30)
@@ -449,7 +474,7 @@ class Settings(_Frozen):
     revocation_check: bool = True
     """Refuse a revoked API key (``toolgate keys revoke``): one indexed read of the store per
     authenticated request, so that every replica refuses it at once."""
-    admins: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    admins: tuple[NonEmpty, ...] = ()
     """Principal ids that may use the admin routes (``POST /v1/admin/reload``); none by
     default. ``SIGHUP`` reloads whoever may signal the process."""
     adapters: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -567,6 +592,19 @@ class Settings(_Frozen):
             if any(k.sha256 == digest for k in principal.all_keys):
                 return principal
         return None
+
+
+def make_directory(path: Path, setting: str) -> None:
+    """Create the directory ``path`` (and its parents) that ``setting`` asks for; ConfigError
+    names the setting and why not (a file in the way, no permission), never a raw OSError."""
+    if "\x00" in str(path):
+        raise ConfigError(f"{setting}: a path cannot hold a NUL byte")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is not a directory" if blocker else exc.strerror or str(exc)
+        raise ConfigError(f"{setting}: cannot create the directory {path}: {why}") from exc
 
 
 def hash_key(key: str) -> str:

@@ -19,7 +19,7 @@ from gateway.b64url import decode as b64_decode
 from gateway.b64url import encode as b64_encode
 from gateway.errors import ConfigError
 from gateway.keyfile import publish_once
-from gateway.settings import Settings
+from gateway.settings import Settings, make_directory
 
 DEFAULT_KEY = "audit.key"
 """Under var_dir: the signing key made once when none is configured."""
@@ -84,6 +84,7 @@ def load_signer(settings: Settings, create: bool = True) -> Signer:
     """The configured signing key; with none configured, ``var/audit.key``, made once."""
     path = key_path(settings)
     if settings.audit.signing_key is None and create and not path.exists():
+        make_directory(path.parent, "var_dir")
         _make_key(path)
     try:
         data = path.read_bytes()
@@ -98,6 +99,23 @@ def load_signer(settings: Settings, create: bool = True) -> Signer:
     if not isinstance(private, Ed25519PrivateKey):
         raise ConfigError(f"audit.signing_key: {path} is not an Ed25519 key")
     return Signer(private)
+
+
+def check(settings: Settings) -> list[str]:
+    """The faults of the configured keys (``audit.signing_key``, ``audit.public_keys``),
+    for ``toolgate check``; a key ``var_dir`` would hold is made at start, not here."""
+    problems: list[str] = []
+    if settings.audit.signing_key is not None:
+        try:
+            load_signer(settings, create=False)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    for path in settings.audit.public_keys:
+        try:
+            load_public_key(settings.path(path))
+        except ConfigError as exc:
+            problems.extend(f"audit.public_keys: {problem}" for problem in exc.problems)
+    return problems
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:

@@ -39,6 +39,7 @@ import jwt
 from gateway.adapters.shared import client as http
 from gateway.adapters.shared.urls import parse_url
 from gateway.errors import ToolgateError
+from gateway.settings import Settings
 
 log = logging.getLogger("toolgate.auth")
 MAX_JWKS_BYTES = 512 * 1024
@@ -80,6 +81,24 @@ def parse_jwks(data: Any) -> dict[str, SigningKey]:
         alg = jwk.get("alg") if isinstance(jwk.get("alg"), str) else None
         found[jwk["kid"]] = SigningKey(jwk["kid"], jwk["kty"], alg, parsed.key)
     return found
+
+
+def check_file(settings: Settings) -> list[str]:
+    """The fault of ``jwt.jwks_file`` as the gateway would first read it (``toolgate check``,
+    and ``serve`` before it starts): missing, unreadable, too large or not a JWKS."""
+    if settings.jwt is None or settings.jwt.jwks_file is None:
+        return []
+    path = settings.path(settings.jwt.jwks_file)
+    try:
+        data = path.read_bytes()
+        if len(data) > MAX_JWKS_BYTES:
+            raise ValueError(f"larger than {MAX_JWKS_BYTES} bytes")
+        parse_jwks(json.loads(data))
+    except OSError as exc:
+        return [f"jwt.jwks_file: cannot read {path}: {exc.strerror}"]
+    except (ValueError, RecursionError) as exc:
+        return [f"jwt.jwks_file: {path} is not a JWKS document: {exc}"]
+    return []
 
 
 class KeySet:

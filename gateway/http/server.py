@@ -27,7 +27,7 @@ import contextlib
 import errno
 import functools
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.errors import CannotListen
@@ -68,23 +68,41 @@ def address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def run(app: Any, sock: socket.socket, settings: Settings, log_level: str, access_log: bool) -> int:
-    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT; 0, or :data:`EXIT_START_FAILED`."""
+def run(
+    open_app: Callable[[], Awaitable[Any]],
+    sock: socket.socket,
+    settings: Settings,
+    log_level: str,
+    access_log: bool,
+) -> int:
+    """Serve the app ``open_app`` makes, in the loop that serves it, on ``sock`` until
+    SIGTERM/SIGINT; 0, or :data:`EXIT_START_FAILED`. What ``open_app`` raises is raised."""
     import uvicorn
 
-    config = uvicorn.Config(
-        app,
-        **serve_options(settings),
-        log_level=log_level,
-        access_log=access_log,
-        server_header=False,
-        log_config=None,
-    )
-    server = uvicorn.Server(config)
+    def config(app: Any) -> uvicorn.Config:
+        return uvicorn.Config(
+            app,
+            **serve_options(settings),
+            log_level=log_level,
+            access_log=access_log,
+            server_header=False,
+            log_config=None,
+        )
+
+    server: uvicorn.Server | None = None
+
+    async def serve() -> None:
+        nonlocal server
+        server = uvicorn.Server(config(await open_app()))
+        await server.serve(sockets=[sock])
+
     # uvicorn raises the SIGINT it caught again once it has stopped: that is the end, not an error.
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run(sockets=[sock])
-    return 0 if server.started else EXIT_START_FAILED
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        asyncio.Runner(loop_factory=config(None).get_loop_factory()) as runner,
+    ):
+        runner.run(serve())
+    return 0 if server is not None and server.started else EXIT_START_FAILED
 
 
 HEAD_SLACK = 8 * 1024

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from gateway.settings import make_directory
+
 DECISION_PATH = "toolgate/decision"
 SHADOW_PATH = "toolgate/shadow"
 
@@ -48,7 +50,7 @@ class DecisionLog:
             self._out: TextIO = sys.stdout
         else:
             path = Path(target)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_directory(path.parent, "decision_log.path")
             self._owned = self._out = path.open("a", encoding="utf-8")
 
     def write(

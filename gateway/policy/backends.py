@@ -13,6 +13,15 @@ from gateway.types import PolicyBackend
 log = logging.getLogger("toolgate.policy")
 
 
+def check_backend(settings: Settings) -> None:
+    """What ``open_backend`` would refuse, found without opening anything (``toolgate
+    check``, and ``serve`` before it starts): an ``opa_url`` that is not one."""
+    if settings.policy_backend == "opa":
+        from gateway.policy.opa import parse_url
+
+        parse_url(settings.opa_url)
+
+
 async def open_backend(settings: Settings, sources: PolicySources) -> PolicyBackend:
     """The backend, opened; the caller closes it (``aclose``).
 

@@ -98,7 +98,10 @@ _JSON_BODY = {"Content-Type": "application/json"}
 
 def parse_url(url: str) -> tuple[str, int, bool]:
     """(host, port, https) of ``opa_url``; ConfigError for anything else."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # a bracket left open: http://[::1
+        raise ConfigError(f"opa_url {url!r}: {exc}") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"opa_url {url!r}: use http://host:port or https://host:port")
     if parts.path not in ("", "/") or parts.query:

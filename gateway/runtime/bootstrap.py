@@ -26,12 +26,12 @@ from gateway.notifications.sender import Sender
 from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import Metrics
 from gateway.observability.telemetry import Telemetry, tracing_wanted
-from gateway.policy.backends import open_backend
+from gateway.policy.backends import check_backend, open_backend
 from gateway.policy.data import PolicyData
 from gateway.policy.loader import PolicySources, load_policy_sources
 from gateway.policy.shadow import load_shadow_sources, open_shadow
 from gateway.runtime.container import Runtime
-from gateway.settings import Settings
+from gateway.settings import Settings, make_directory
 from gateway.store.store import Store
 from gateway.types import CachingPolicy, PolicyBackend, Revisions
 from gateway.workspace import Workspace
@@ -77,10 +77,11 @@ def load_sources(settings: Settings) -> Loaded:
         shadow = load_shadow_sources(settings)
     except ConfigError as exc:
         problems.extend(exc.problems)
-    try:
-        Faults.parse(settings.faults)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
+    for check in (lambda: Faults.parse(settings.faults), lambda: check_backend(settings)):
+        try:
+            check()
+        except ConfigError as exc:
+            problems.extend(exc.problems)
     if problems or catalogue is None or sources is None or policy_data is None:
         raise ConfigError(problems)
     return Loaded(catalogue, sources, policy_data, shadow)
@@ -195,7 +196,7 @@ def make_telemetry(
         try:
             decisions = DecisionLog(target, revision, config.mask, labels)
         except OSError as exc:
-            raise ConfigError(f"decision_log.path: cannot open {target}: {exc}") from exc
+            raise ConfigError(f"decision_log.path: cannot open {target}: {exc.strerror}") from exc
     return Telemetry(metrics=metrics, tracing=tracing, decisions=decisions)
 
 
@@ -238,12 +239,13 @@ def _parts(runtime: Runtime) -> list[Closable]:
 
 def open_workspaces(data: PolicyData, base_dir: Path) -> dict[str, Workspace]:
     """The workspaces of the policy data, with roots resolved (against ``base_dir``) and
-    created, each carrying the data's ``protected_paths``."""
+    created, each carrying the data's ``protected_paths``; ConfigError names a root that
+    cannot be created."""
     found: dict[str, Workspace] = {}
     for ws_id, spec in data.workspaces.items():
         path = Path(spec.root)
         path = path if path.is_absolute() else base_dir / path
-        path.mkdir(parents=True, exist_ok=True)
+        make_directory(path, f"workspaces.{ws_id}.root (policy data)")
         found[ws_id] = Workspace.declare(ws_id, path, data.protected_paths)
     return found
 
@@ -254,5 +256,11 @@ def approval_key(settings: Settings) -> bytes:
         return settings.approval_secret.encode("utf-8")
     path = settings.path(settings.var_dir) / "approval.key"
     if not path.exists():  # two gateways starting at once agree on one key
+        make_directory(path.parent, "var_dir")
         publish_once(path, secrets.token_hex(32).encode("ascii"))
-    return path.read_text().strip().encode("utf-8")
+    try:
+        return path.read_text().strip().encode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"var_dir: cannot read the approval key {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"var_dir: the approval key {path} is not text") from exc

@@ -156,10 +156,6 @@ class Reloader:
             workspaces = open_workspaces(loaded.policy_data, settings.base_dir)
         except ConfigError as exc:
             raise ReloadRefused(exc.problems, current.revisions.to_json()) from exc
-        except OSError as exc:
-            raise ReloadRefused(
-                [f"a workspace root cannot be created: {exc}"], current.revisions.to_json()
-            ) from exc
         revisions = revisions_of(loaded)
         warnings = tuple(loaded.sources.warnings)
         candidate = _shadow_revision(loaded)

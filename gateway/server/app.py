@@ -35,11 +35,24 @@ from gateway.ui.routes import ROUTES as UI_ROUTES
 log = logging.getLogger("toolgate.server")
 
 
+async def open_app(settings: Settings, loaded: Loaded | None = None) -> Starlette:
+    """``toolgate serve``'s app, its runtime opened now, in the loop that serves it, before
+    the server starts: a start that fails (a directory that cannot be made, a key that does
+    not read, a store that does not answer) raises its own error, which the command prints
+    in one line, rather than failing the ASGI lifespan, which uvicorn prints as a traceback.
+    The app's lifespan closes the runtime when the server stops."""
+    return create_app(settings, await open_runtime(settings, loaded), owned=True)
+
+
 def create_app(
-    settings: Settings, services: Runtime | None = None, loaded: Loaded | None = None
+    settings: Settings,
+    services: Runtime | None = None,
+    loaded: Loaded | None = None,
+    owned: bool = False,
 ) -> Starlette:
-    """An app that opens its services on startup (or uses ``services`` as given; ``loaded``:
-    the sources already read, so that start-up does not parse them again)."""
+    """An app that opens its services on startup (or uses ``services`` as given, and closes
+    them at shutdown only when ``owned``; ``loaded``: the sources already read, so that
+    start-up does not parse them again)."""
     openapi = build_openapi()
     mcp = McpDoor(settings)
     authenticator = Authenticator(settings)
@@ -50,7 +63,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        owned = services is None
+        closes = owned or services is None
         app.state.services = services or await open_runtime(settings, loaded)
         app.state.authenticator = authenticator
         app.state.mcp = mcp  # the MCP door (its endpoint, once started, counts fast calls)
@@ -76,7 +89,7 @@ def create_app(
         finally:
             if signalled:
                 reloader.remove_signal()
-            if owned:
+            if closes:
                 await close_runtime(app.state.services)
 
     table = [  # the router tries each route in turn: the calls' routes first

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import StoreError
+from gateway.settings import make_directory
 from gateway.store.sql import Abort, Db, Dialect
 from gateway.store.transactor import Committed, Finished, Outcome, Pooled, quietly, unavailable
 from gateway.store.writerlock import WriterLock
@@ -63,7 +64,7 @@ def make_engine(url: str) -> Engine:
     """A synchronous engine (pool and schema) with the pragmas the store needs."""
     path = url.split("///", 1)[-1]
     if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        make_directory(Path(path).parent, "database_url")
     engine = sa.create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 30},

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import SQLModel
 
-from gateway.errors import StoreError
+from gateway.errors import ConfigError, StoreError
 from gateway.events.model import Event
 from gateway.store import (
     approvals,
@@ -85,9 +85,32 @@ BACKENDS: dict[str, Callable[[str], Transactor]] = {
 
 
 def transactor_for(url: str) -> Transactor:
-    """The backend of a database URL (PostgreSQL's for a scheme of no other)."""
-    scheme = url.partition(":")[0].partition("+")[0]
-    return BACKENDS.get(scheme, PostgresTransactor)(url)
+    """The backend of a database URL; ConfigError names ``database_url`` when the URL
+    cannot be parsed, names no known database, or its driver is not installed (the URL is
+    never repeated: it may hold a password)."""
+    make = BACKENDS[parse_url(url).get_backend_name()]
+    try:
+        return make(url)
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        raise ConfigError(
+            f"database_url: the driver is not installed ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def parse_url(url: str) -> sa.URL:
+    """``database_url`` parsed; ConfigError when it is not a URL of a backend the store has
+    (nothing is connected: ``toolgate check`` and ``serve`` ask it before anything starts)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise ConfigError(f"database_url: not a database URL ({_URL_FORMS})") from exc
+    backend = parsed.get_backend_name()
+    if backend not in BACKENDS:
+        raise ConfigError(f"database_url: unsupported database {backend!r} ({_URL_FORMS})")
+    return parsed
+
+
+_URL_FORMS = "sqlite:///path/to/file.db or postgresql+psycopg://user@host:5432/dbname"
 
 
 def _check_version(db: Db) -> None:
@@ -165,7 +188,9 @@ class Store:
             SQLModel.metadata.create_all(self.engine, tables=list(TABLES))
             self._tx(_check_version, True)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the store at {self.safe_url}: {exc}") from exc
+            lines = str(getattr(exc, "orig", None) or exc).splitlines()  # the driver's: no SQL
+            why = lines[0] if lines else type(exc).__name__
+            raise StoreError(f"cannot open the store at {self.safe_url}: {why}") from exc
         except StoreError as exc:
             if exc.__cause__ is None:
                 raise  # the schema is too new: the message says so
@@ -176,7 +201,7 @@ class Store:
 
     @property
     def safe_url(self) -> str:
-        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+        return parse_url(self.url).render_as_string(hide_password=True)
 
     async def ping(self) -> bool:
         try:

@@ -155,10 +155,11 @@ def test_serve_parses_each_yaml_file_once(
     import gateway.observability.logs
     import gateway.policy.loader  # patched below
 
-    def start_and_stop(app: Any, sock: Any, *_: Any) -> int:
-        """The app started and stopped on the socket serve bound, instead of served."""
+    def start_and_stop(open_app: Any, sock: Any, *_: Any) -> int:
+        """The app opened, started and stopped on the socket serve bound, instead of served."""
 
         async def once() -> None:
+            app = await open_app()
             async with app.router.lifespan_context(app):
                 pass
 

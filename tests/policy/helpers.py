@@ -7,7 +7,7 @@ import copy
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,13 @@ def make_input(**sections: dict[str, Any] | list[Any]) -> dict[str, Any]:
 WritePolicy = Callable[..., tuple[Path, Path]]
 
 
-def toolgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``toolgate *args`` in ``cwd`` with this tree's gateway and no ``TOOLGATE_CONFIG``."""
-    env = {**os.environ, "RUST_LIB_BACKTRACE": "0", "PYTHONPATH": str(REPO)}
-    env.pop("TOOLGATE_CONFIG", None)
+def toolgate(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``toolgate *args`` in ``cwd`` with this tree's gateway, no ``TOOLGATE_*`` variable of
+    this process and ``env`` (a serve that does not stop within 120 s fails here)."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+    env = {**inherited, "RUST_LIB_BACKTRACE": "0", "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "gateway.cli", *args],
         cwd=cwd,

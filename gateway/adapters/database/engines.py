@@ -34,7 +34,7 @@ from gateway.adapters.database.errors import translate
 from gateway.adapters.database.options import Name
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError, ExecutionError, ToolgateError, ValidationError
-from gateway.settings import Settings
+from gateway.settings import Settings, make_directory
 from gateway.units import parse_duration
 
 log = logging.getLogger("toolgate.adapters.database")
@@ -217,8 +217,8 @@ def open_connection(name: str, spec: ConnectionConfig, settings: Settings) -> Da
 def _url(where: str, spec: ConnectionConfig, settings: Settings) -> sa.URL:
     try:
         url = sa.engine.make_url(spec.url)
-    except sa.exc.ArgumentError as exc:
-        raise ConfigError(f"{where}.url: not a database URL ({exc})") from exc
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port not a number
+        raise ConfigError(f"{where}.url: not a database URL") from exc
     if url.password:
         raise ConfigError(
             f"{where}.url: a password is written in the URL; remove it and name the "
@@ -285,7 +285,7 @@ def _prepare_sqlite(where: str, spec: ConnectionConfig, settings: Settings, url:
             "connection; name a file"
         )
     path = Path(url.database)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(path.parent, f"{where}.url")
     if spec.seed is not None and not path.exists():
         run_seed(where, settings.path(spec.seed), path)
 

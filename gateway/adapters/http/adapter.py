@@ -24,6 +24,7 @@ only where a kept-alive connection was closed under it and repeating is safe
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
@@ -104,6 +105,13 @@ def create(settings: Settings, config: Mapping[str, Any], catalogue: Catalogue) 
     ca_bundle = settings.path(parsed.ca_bundle) if parsed.ca_bundle else None
     if ca_bundle is not None and not ca_bundle.is_file():
         raise ConfigError(f"adapters.http.ca_bundle: {ca_bundle} is not a file")
+    if ca_bundle is not None:
+        try:  # every call would fail on it: refuse it now
+            ssl_context(ca_bundle)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"adapters.http.ca_bundle: {ca_bundle} is not PEM certificates ({exc.reason})"
+            ) from exc
     problems = check_declarations(catalogue, parsed)
     if problems:
         raise ConfigError(problems)

@@ -51,7 +51,7 @@ from gateway.adapters.shared.fileio import file_sha256
 from gateway.declarations.catalogue import Catalogue
 from gateway.declarations.model import ToolDeclaration
 from gateway.errors import ConfigError, ExecutionError, ToolgateError
-from gateway.settings import Settings
+from gateway.settings import Settings, make_directory
 from gateway.types import JSON, Outcome, SideEffect
 from gateway.workspace import ResolvedPath, Workspace, confine, protected_in
 
@@ -215,7 +215,7 @@ def isolation(settings: Settings) -> Isolation | None:
     if mode == "off":
         return None
     var = settings.path(settings.var_dir)
-    var.mkdir(parents=True, exist_ok=True)
+    make_directory(var, "var_dir")
     files = [str(settings.config_file)] if settings.config_file else []
     database = _sqlite_file(settings)
     if database is not None:
