@@ -11,7 +11,9 @@ alone, since its process still exists, and settles a dead one's).
 
 The parent supervises: a worker that dies is started again (its interrupted executions are
 recovered by the new worker's start-up, like a restart of one gateway), after a pause that
-doubles while workers keep dying at once, up to ``RESTART_PAUSE_MAX``; SIGTERM or SIGINT stops
+doubles while workers keep dying at once, up to ``RESTART_PAUSE_MAX``, unless the worker
+refused the configuration (a fault the parent's checks do not open, such as the audit key):
+then every worker is stopped and the parent exits as the worker did; SIGTERM or SIGINT stops
 every worker (each finishes what it runs, as one gateway does on SIGTERM) and then the
 parent; SIGHUP is passed on to every worker.
 """
@@ -33,6 +35,9 @@ RESTART_PAUSE = 0.5
 RESTART_PAUSE_MAX = 30.0
 STOP_TIMEOUT = 30.0
 """Seconds a worker has to stop after SIGTERM before it is killed."""
+REFUSED_CONFIGURATION = 2
+"""The exit status of a ``toolgate`` that refused its configuration (``cli.main``): a worker
+started again would only refuse it again, so the parent stops every worker and exits with it."""
 
 
 def worker_argv(config: Path | None, fd: int, log_level: str, access_log: bool) -> list[str]:
@@ -87,6 +92,17 @@ class Supervisor:
                 if not died:
                     self.pause = max(RESTART_PAUSE, self.pause / 2)
                 continue
+            refused = [
+                self.workers[i] for i in died if self.workers[i].returncode == REFUSED_CONFIGURATION
+            ]
+            if refused:
+                print(
+                    f"toolgate: worker {refused[0].pid} refused the configuration (exit status"
+                    f" {REFUSED_CONFIGURATION}, its faults above); stopping every worker",
+                    file=sys.stderr,
+                )
+                self.stop()
+                return REFUSED_CONFIGURATION
             for i in died:
                 old = self.workers[i]
                 print(

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+import yaml
 
 from gateway.testing import (
     free_port,
@@ -195,3 +196,27 @@ def test_zero_workers_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "--workers must be at least 1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@starts_processes
+def test_workers_that_refuse_the_configuration_stop_the_parent(tmp_path: Path) -> None:
+    """An audit key that does not read is a fault the parent's checks do not open: each
+    worker refuses it (exit 2). The parent stops and exits 2, naming it, rather than
+    starting refusing workers again forever."""
+    config = make_project(tmp_path, f"sqlite:///{tmp_path}/toolgate.db")
+    data = yaml.safe_load(config.read_text())
+    data["audit"] = {"signing_key": "nokey.pem"}
+    config.write_text(yaml.safe_dump(data))
+    with (tmp_path / "gateway.log").open("wb") as log:
+        proc = serve(config, free_port(), log, args=("--workers", "2"))
+    try:
+        status = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = (tmp_path / "gateway.log").read_text()
+    assert status == 2, said
+    assert f"audit.signing_key: cannot read {tmp_path}/nokey.pem" in said, said
+    assert "refused the configuration (exit status 2, its faults above); stopping" in said
+    assert "starting another" not in said and "Traceback" not in said, said
