@@ -286,6 +286,11 @@ def _read_data(
         problems.append(f"{policies_dir}: the policy data directory does not exist")
         return data, where, files_of
     files = sorted(p for p in policies_dir.iterdir() if p.suffix in (".yaml", ".yml"))
+    for path in sorted(policies_dir.glob("*.json")):  # OPA's data.json: never read in silence
+        problems.append(
+            f"{path}: policy data is read from *.yaml and *.yml only, so this file would be"
+            " ignored; rename it to .yaml (JSON indented with spaces is YAML) or convert it"
+        )
     for path in files:
         try:
             raw, lines = load_yaml(path)

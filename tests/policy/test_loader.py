@@ -113,6 +113,19 @@ def test_data_is_merged_under_toolgate(write_policy: WritePolicy) -> None:
     assert (decision.result, decision.reasons) == (DecisionResult.ALLOW, ("why",))
 
 
+def test_a_json_data_file_is_refused_not_ignored(write_policy: WritePolicy) -> None:
+    """OPA reads data.json; the gateway reads YAML only, and says so rather than run a
+    policy without the data its author put beside it."""
+    rego_dir, policies_dir = write_policy(
+        {"p.rego": GOOD_REGO}, {"one.yaml": "a: 1\n", "data.json": '{"b": 2}\n'}
+    )
+    assert load_error(rego_dir, policies_dir) == (
+        f"{policies_dir / 'data.json'}: policy data is read from *.yaml and *.yml only, so this"
+        " file would be ignored; rename it to .yaml (JSON indented with spaces is YAML) or"
+        " convert it"
+    )
+
+
 def test_duplicate_top_level_key_names_both_files(write_policy: WritePolicy) -> None:
     rego_dir, policies_dir = write_policy(
         {"p.rego": GOOD_REGO},
