@@ -6,7 +6,6 @@ resumes without gaps or duplicates; the stream ends at the terminal event, or, f
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE, BOB, wait_until
+from tests.helpers import ALICE, BOB, unknown_call, wait_until
 
 pytestmark = [pytest.mark.slow]
 STREAM = {"Accept": "text/event-stream"}
@@ -151,18 +150,8 @@ def test_streams_are_bounded_and_checked(tmp_path: Path, database_url: str) -> N
 
 
 def _unknown(url: str, workspace: Path, run_id: str) -> dict[str, Any]:
-    """A completed execution whose outcome is ``unknown``: a script that writes, then runs
-    past the call's deadline and is killed, with no reconcile probe to tell."""
-    (workspace / "hang.py").write_text("open('hung.txt', 'a').write('x')\nwhile True: pass\n")
-    body = {
-        "run_id": run_id,
-        "call_id": "c1",
-        "tool": {"name": "proc.python"},
-        "arguments": {"script": "hang.py"},
-        "actor": {"user_id": "alice", "agent_id": "t"},
-        "workspace": {"id": "demo"},
-        "deadline": int(time.time() * 1000) + 1000,
-    }
+    """A completed execution whose outcome is ``unknown`` (``unknown_call``)."""
+    body = unknown_call(workspace, run_id, "c1", 1000)
     created = httpx.post(url + "/v1/executions", json=body, headers=_auth(), timeout=30).json()
     done = httpx.get(url + created["links"]["self"] + "?wait=30", headers=_auth(), timeout=40)
     assert done.json()["result"]["outcome"] == "unknown", done.text
