@@ -237,7 +237,7 @@ async def run_stream(
     services: Runtime, principal: str, run_id: str, cursor: Cursor, render: Render = event_json
 ) -> AsyncIterator[str]:
     """The events of every execution of ``run_id`` ``principal`` may see, as they are
-    committed; ends once every one of them has ended and its events were sent."""
+    committed; ends once every one of them is settled and its events were sent."""
     clock = _Clock(services)
     done: set[str] = set()
     while not clock.over():
