@@ -109,6 +109,23 @@ approver may edit (``approval.editable``): for the edit-before-approve tests."""
 
 # --- docker-compose.yml (tests/test_deploy.py, tests/integration/test_proxy.py) -----------
 
+
+def unknown_call(workspace: Path, run_id: str, call_id: str, within_ms: int) -> dict[str, Any]:
+    """The body of alice's call whose outcome will be ``unknown``: ``proc.python`` runs a
+    script that writes, then runs past the call's deadline (``within_ms`` from now) and is
+    killed, and no reconcile probe can tell whether the write happened (docs/failures.md)."""
+    (workspace / "hang.py").write_text("open('hung.txt', 'a').write('x')\nwhile True: pass\n")
+    return {
+        "run_id": run_id,
+        "call_id": call_id,
+        "tool": {"name": "proc.python"},
+        "arguments": {"script": "hang.py"},
+        "actor": {"user_id": "alice", "agent_id": "coder"},
+        "workspace": {"id": "demo"},
+        "deadline": int(time.time() * 1000) + within_ms,
+    }
+
+
 COMPOSE_GATEWAYS = ("gateway-1", "gateway-2")
 """The gateway replicas of docker-compose.yml."""
 

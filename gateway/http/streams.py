@@ -4,10 +4,9 @@ The stream polls the store, so an event committed by any gateway process on the 
 database reaches every stream: each poll reads at most ``PAGE_EVENTS`` events, waits
 ``stream_poll_interval`` when nothing is new, and sends a comment line (a heartbeat) after
 ``stream_heartbeat`` of silence so proxies keep the connection open. An execution's stream
-ends after its terminal ``tool.completed`` event, or once the execution is terminal and every
-event it has was sent; a run's stream ends once every execution of the run has ended that
-way. Every stream also ends after ``stream_max_duration``: the client reconnects with
-``Last-Event-ID`` and misses nothing.
+ends once the execution is ``settled`` and every event it has was sent; a run's stream ends
+once every execution of the run has ended that way. Every stream also ends after
+``stream_max_duration``: the client reconnects with ``Last-Event-ID`` and misses nothing.
 
 An execution's event ``id`` is its ``seq``. A run's is the cursor of the whole run, one
 ``execution_id:seq`` per execution it has sent events of, so that ``Last-Event-ID`` resumes
@@ -34,6 +33,8 @@ from gateway.runtime.admission import Gauge
 from gateway.runtime.container import Runtime
 from gateway.service import executions
 from gateway.service.executions import PAGE_EVENTS
+from gateway.store.records import ExecutionRecord, RunMember
+from gateway.types import Outcome
 
 MAX_CURSOR_CHARS = 8192
 MAX_SEQ = 2**63 - 1
@@ -46,6 +47,15 @@ line would carry that is not an id (a line break, say)."""
 
 Render = Callable[[Event], str]
 """An event as the ``data:`` of an SSE message (JSON for the API, HTML for the page)."""
+
+
+def settled(record: ExecutionRecord | RunMember | None) -> bool:
+    """Whether nothing more will be logged of an execution, so that its stream ends once it
+    has sent every event: it is gone, or terminal with an outcome nobody can change. An
+    ``unknown`` outcome is not settled: a person may still resolve it (``outcome.resolved``,
+    after ``tool.completed``). The one definition of a stream's end, whoever follows it (an
+    execution's stream, a run's, the page)."""
+    return record is None or (record.terminal and record.outcome != Outcome.UNKNOWN)
 
 
 def wants_stream(request: Request) -> bool:
@@ -207,19 +217,17 @@ async def execution_stream(
     """The events of one execution after seq ``after``, as they are committed."""
     clock = _Clock(services)
     while not clock.over():
-        record = await services.store.get_execution(execution_id)
-        ended = record is None or record.terminal
+        # read before its events: settled then, the events read after are all there are
+        ended = settled(await services.store.get_execution(execution_id))
         events = await services.store.events_page(execution_id, after, PAGE_EVENTS)
         for event in events:
             after = event.seq
             yield _message(str(event.seq), event, render)
-            if event.type == "tool.completed":
-                return
         if events:
             clock.sent()
-        if ended and len(events) < PAGE_EVENTS:
-            return
         if len(events) < PAGE_EVENTS:
+            if ended:
+                return
             beat = await clock.idle()
             if beat:
                 yield beat
@@ -229,7 +237,7 @@ async def run_stream(
     services: Runtime, principal: str, run_id: str, cursor: Cursor, render: Render = event_json
 ) -> AsyncIterator[str]:
     """The events of every execution of ``run_id`` ``principal`` may see, as they are
-    committed; ends once every one of them has ended and its events were sent."""
+    committed; ends once every one of them is settled and its events were sent."""
     clock = _Clock(services)
     done: set[str] = set()
     while not clock.over():
@@ -241,16 +249,14 @@ async def run_stream(
                 continue
             after = cursor.seqs.get(record.id, -1)
             events = await services.store.events_page(record.id, after, PAGE_EVENTS)
-            finished = False
             for event in events:
                 cursor.seqs[record.id] = event.seq
                 yield _message(cursor.text(), event, render)
-                finished = finished or event.type == "tool.completed"
             if events:
                 clock.sent()
             if len(events) >= PAGE_EVENTS:
                 busy = True
-            elif finished or record.terminal:
+            elif settled(record):
                 done.add(record.id)
         if records and all(r.id in done for r in records):
             return

@@ -173,7 +173,7 @@ async def list_executions(request: Request) -> Response:
 async def execution_events(request: Request) -> Response:
     """The event log a page at a time; ``?after=SEQ`` only the events with a ``seq`` greater
     than SEQ (``next``: the page after). With ``Accept: text/event-stream``, a live stream of
-    them (``server/streams.py``)."""
+    them (``http/streams.py``)."""
     sent = _query(request, "after").get("after")
     services, record = await _visible_execution(request)
     if streams.wants_stream(request):

@@ -130,7 +130,7 @@ def find_executions(
 
 
 RUN_MEMBERS = Sql(
-    "SELECT id, principal, status, created_ms, "
+    "SELECT id, principal, status, outcome, created_ms, "
     "(SELECT MAX(seq) FROM events WHERE execution_id = x.id) "
     "FROM executions x WHERE run_id = ? ORDER BY created_ms DESC LIMIT ?"
 )
@@ -140,7 +140,7 @@ RUN_MEMBERS = Sql(
 def run_members(db: Db, run_id: str, limit: int) -> list[RunMember]:
     """The newest ``limit`` executions of ``run_id``, newest first."""
     found = db.all(RUN_MEMBERS, (run_id, int(limit)))
-    return [RunMember(r[0], r[1], Status(r[2]), r[3], r[4]) for r in found]
+    return [RunMember(r[0], r[1], Status(r[2]), r[3], r[4], r[5]) for r in found]
 
 
 def same_call(

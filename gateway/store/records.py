@@ -50,14 +50,15 @@ class ExecutionRecord(NamedTuple):
 
 
 class RunMember(NamedTuple):
-    """An execution as a run's events list it: who owns it, its state, and the seq of its
-    last event (None before any), without its request and result (a process's result holds
-    up to its output budget: read for a hundred executions a page, it was most of the
-    work)."""
+    """An execution as a run's events list it: who owns it, its state and outcome, and the
+    seq of its last event (None before any), without its request and result (a process's
+    result holds up to its output budget: read for a hundred executions a page, it was most
+    of the work)."""
 
     id: str
     principal: str
     status: Status
+    outcome: str | None
     created_ms: int
     last_seq: int | None
 

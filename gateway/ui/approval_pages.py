@@ -11,6 +11,7 @@ from starlette.responses import RedirectResponse, Response
 
 from gateway.errors import MalformedRequest, NotFound, ToolgateError
 from gateway.events.model import EVENT_TYPES
+from gateway.http import streams
 from gateway.runtime.container import Runtime
 from gateway.service import approvals as service_approvals
 from gateway.store.records import ApprovalEdit, ApprovalRecord, ExecutionRecord
@@ -110,7 +111,7 @@ async def _render_approval(
         events=events,
         event_names=",".join(EVENT_TYPES),
         last_seq=events[-1].seq if events else -1,
-        more=more,  # the live timeline brings the rest
+        live_now=record is not None and (more or not streams.settled(record)),
         notice=notice,
         refusal=_closed(approval),
         editable=_edit_fields(services, approval, sent),

@@ -387,7 +387,7 @@ async def execution_page(request: Request) -> Response:
         artifacts=sorted(set(_artifact_ids(result))),
         event_names=",".join(EVENT_TYPES),
         last_seq=events[-1].seq if events else -1,
-        live_now=more or not record.terminal,  # the live timeline brings the rest
+        live_now=more or not streams.settled(record),  # the live timeline brings the rest
     )
 
 
@@ -432,9 +432,8 @@ async def timeline(request: Request) -> Response:
     async def body() -> AsyncIterator[str]:
         async for chunk in streams.execution_stream(services, record.id, after, render):
             yield chunk
-        ended = await execution_service.latest(services, record)
-        if ended.terminal:  # else the stream's time ran out: reconnect
-            yield "event: done\ndata: done\n\n"
+        if streams.settled(await execution_service.latest(services, record)):
+            yield "event: done\ndata: done\n\n"  # else the stream's time ran out: reconnect
 
     return streams.respond(request, principal, body(), slots)
 

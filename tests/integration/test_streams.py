@@ -1,6 +1,7 @@
 """Live event streams (SSE) against real gateway processes sharing one store: an event
 committed by the second gateway reaches a stream served by the first; ``Last-Event-ID``
-resumes without gaps or duplicates; the stream ends at the terminal event."""
+resumes without gaps or duplicates; the stream ends at the terminal event, or, for an
+``unknown`` outcome, at a person's ``outcome.resolved``."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import httpx
 import pytest
 import yaml
 
-from gateway.testing import gateway, make_project
-from tests.helpers import ALICE, BOB, wait_until
+from gateway.testing import gateway, make_project, run_agent_code_without_approval
+from tests.helpers import ALICE, BOB, unknown_call, wait_until
 
 pytestmark = [pytest.mark.slow]
 STREAM = {"Accept": "text/event-stream"}
@@ -146,3 +147,58 @@ def test_streams_are_bounded_and_checked(tmp_path: Path, database_url: str) -> N
                 return third.status_code == 200
 
         wait_until(opened, "a third stream to be admitted", limit=10)
+
+
+def _unknown(url: str, workspace: Path, run_id: str) -> dict[str, Any]:
+    """A completed execution whose outcome is ``unknown`` (``unknown_call``)."""
+    body = unknown_call(workspace, run_id, "c1", 1000)
+    created = httpx.post(url + "/v1/executions", json=body, headers=_auth(), timeout=30).json()
+    done = httpx.get(url + created["links"]["self"] + "?wait=30", headers=_auth(), timeout=40)
+    assert done.json()["result"]["outcome"] == "unknown", done.text
+    return dict(done.json())
+
+
+def _follow_until_resolved(url: str, stream_url: str, execution: dict[str, Any]) -> list[str]:
+    """The event types of ``stream_url`` read to its end, the execution resolved (over REST,
+    by an approver) once the stream has sent its ``tool.completed`` and stays open."""
+    types: list[str] = []
+    with httpx.stream("GET", stream_url, headers={**_auth(), **STREAM}, timeout=30) as response:
+        assert response.status_code == 200
+        for message in _messages(response):
+            if "comment" in message:
+                continue
+            types.append(message["event"])
+            if message["event"] == "tool.completed":
+                resolved = httpx.post(
+                    url + execution["links"]["self"] + "/resolve",
+                    json={"outcome": "succeeded", "note": "hung.txt holds the write"},
+                    headers=_auth(BOB),
+                )
+                assert resolved.status_code == 200, resolved.text
+    return types
+
+
+def test_an_unknown_outcome_streams_until_a_person_resolves_it(
+    tmp_path: Path, database_url: str
+) -> None:
+    """An ``unknown`` outcome is not the end of its log: the stream of the execution, and of
+    its run, stays open after ``tool.completed`` and ends after ``outcome.resolved``; once
+    resolved (settled), a stream sends the log and ends at once."""
+    config = _config(tmp_path, database_url)
+    run_agent_code_without_approval(tmp_path)
+    workspace = tmp_path / "var" / "workspaces" / "demo"
+    workspace.mkdir(parents=True, exist_ok=True)
+    with gateway(config) as url:
+        alone = _unknown(url, workspace, "unknown-run-1")
+        types = _follow_until_resolved(url, url + alone["links"]["events"], alone)
+        assert types[-2:] == ["tool.completed", "outcome.resolved"], types
+        in_run = _unknown(url, workspace, "unknown-run-2")
+        run_types = _follow_until_resolved(url, url + "/v1/runs/unknown-run-2/events", in_run)
+        assert run_types[-2:] == ["tool.completed", "outcome.resolved"], run_types
+
+        # settled: the whole log, and the end, without waiting for anything
+        with httpx.stream(
+            "GET", url + alone["links"]["events"], headers={**_auth(), **STREAM}, timeout=30
+        ) as response:
+            again = [m["event"] for m in _messages(response) if "comment" not in m]
+        assert again == types

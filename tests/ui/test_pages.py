@@ -20,7 +20,16 @@ from playwright.sync_api import expect
 
 from gateway.testing import gateway, make_project
 from gateway.ui import session as sessions
-from tests.helpers import ALICE, BOB, CAROL, IN_CI, REPO, REVIEWED_TOOL, starts_processes
+from tests.helpers import (
+    ALICE,
+    BOB,
+    CAROL,
+    IN_CI,
+    REPO,
+    REVIEWED_TOOL,
+    starts_processes,
+    unknown_call,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -215,6 +224,54 @@ def test_the_live_timeline_shows_what_happens_after_the_page_opened(
     assert decided.status_code == 202
     page.locator("#timeline li", has_text="tool.completed").wait_for(timeout=10_000)
     page.context.close()
+
+
+def test_the_pages_show_a_resolved_outcome_without_a_reload(
+    served: tuple[str, Path], browser: Any
+) -> None:
+    """An ``unknown`` outcome that a person resolves elsewhere (the API, the CLI) changes the
+    execution's page and its approval's page as they stay open: the outcome in the header,
+    the result and the timeline; before, their live timeline had ended at tool.completed and
+    the pages said ``unknown`` until a reload."""
+    url, workspace = served
+    body = unknown_call(workspace, "ui-run", "hang-1", 4000)  # time to approve it first
+    parked = httpx.post(
+        url + "/v1/executions", json=body, headers={"Authorization": f"Bearer {ALICE}"}
+    )
+    assert parked.json()["status"] == "awaiting_approval", parked.text
+    approval = parked.json()["approval"]["id"]
+    approved = httpx.post(
+        f"{url}/v1/approvals/{approval}/approve", headers={"Authorization": f"Bearer {BOB}"}
+    )
+    assert approved.status_code == 202, approved.text
+    self_url = url + parked.json()["links"]["self"]
+    ended = httpx.get(
+        self_url + "?wait=30", headers={"Authorization": f"Bearer {ALICE}"}, timeout=40
+    )
+    assert ended.json()["result"]["outcome"] == "unknown", ended.text
+    execution_page = _sign_in(browser, url, BOB)
+    execution_page.goto(f"{url}/ui/executions/{parked.json()['id']}", wait_until="load")
+    expect(execution_page.locator("#execution-outcome")).to_have_text("unknown")
+    approval_page = execution_page.context.new_page()
+    approval_page.goto(f"{url}/ui/approvals/{approval}", wait_until="load")
+    expect(approval_page.locator("#approval-head")).to_contain_text("completed, unknown")
+    for opened in (execution_page, approval_page):
+        opened.evaluate("window.stayed = true")  # gone with a reload
+    resolved = httpx.post(
+        self_url + "/resolve",
+        json={"outcome": "succeeded", "note": "hung.txt holds the write"},
+        headers={"Authorization": f"Bearer {CAROL}"},
+    )
+    assert resolved.status_code == 200, resolved.text
+    expect(execution_page.locator("#execution-outcome")).to_have_text("succeeded", timeout=15_000)
+    expect(execution_page.locator("#result")).to_contain_text("resolved by carol as succeeded")
+    expect(execution_page.locator("#timeline li", has_text="outcome.resolved")).to_have_count(1)
+    expect(approval_page.locator("#approval-head")).to_contain_text(
+        "completed, succeeded", timeout=15_000
+    )
+    for opened in (execution_page, approval_page):
+        assert opened.evaluate("window.stayed") is True
+    execution_page.context.close()
 
 
 def test_an_agent_cannot_see_the_inbox(served: tuple[str, Path], browser: Any) -> None:
