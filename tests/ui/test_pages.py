@@ -214,9 +214,11 @@ def test_the_live_timeline_shows_what_happens_after_the_page_opened(
     url, _ = served
     parked = _write(url, "live.txt", "hello\n", "w2")
     page = _sign_in(browser, url, BOB)
+    # htmx's SSE extension says so when the page's stream has opened (htmx:sseOpen)
+    page.add_init_script("addEventListener('htmx:sseOpen', () => { window.streaming = true })")
     page.goto(url + "/ui/executions/" + parked["id"])
     assert "tool.completed" not in page.locator("#timeline").inner_text()
-    page.wait_for_timeout(500)  # the stream is connected
+    page.wait_for_function("window.streaming === true")  # the stream is connected
     decided = httpx.post(
         f"{url}/v1/approvals/{parked['approval']['id']}/approve",
         headers={"Authorization": f"Bearer {BOB}"},
