@@ -40,16 +40,19 @@ pytestmark = pytest.mark.anyio
 class Claims:
     """``store.claim_queued`` watched: the first claim that gets a call runs ``meanwhile``
     after its COMMIT and before its worker learns of it; ``again`` is set once a later
-    claim has got a call (its worker has then decided what to do with it)."""
+    claim has got a call (its worker has then decided what to do with it); ``back`` once a
+    claim begins after that: a worker done with its copy of the call is back at the queue."""
 
     def __init__(self, store: Store, meanwhile: Callable[[], Awaitable[None]]) -> None:
         self.real = store.claim_queued
         self.meanwhile = meanwhile
         self.got = 0
-        self.again = anyio.Event()
+        self.again, self.back = anyio.Event(), anyio.Event()
         store.claim_queued = self.claim  # type: ignore[method-assign]
 
     async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        if self.again.is_set():
+            self.back.set()
         record = await self.real(*args, **kwargs)
         if record is not None:
             self.got += 1
@@ -60,7 +63,9 @@ class Claims:
         return record
 
 
-async def _workers_run_it(runtime: Runtime, store: Store, effect: Blocking, execution: str) -> None:
+async def _workers_run_it(
+    runtime: Runtime, store: Store, claims: Claims, effect: Blocking, execution: str
+) -> None:
     """Two workers of ``runtime`` until ``execution`` completed and nothing runs here."""
     claimed: set[str] = set()
     with anyio.fail_after(20):
@@ -68,7 +73,9 @@ async def _workers_run_it(runtime: Runtime, store: Store, effect: Blocking, exec
             for _ in range(2):
                 tg.start_soon(_work, runtime, claimed)
             await effect.running.wait()
-            await anyio.sleep(0.3)  # a second flow, if any, reaches the adapter
+            # One worker holds the call in the adapter: the other is back at the queue once
+            # it is done with its copy, which a second flow would have run to the adapter.
+            await claims.back.wait()
             effect.release.set()
             while True:
                 done = await store.get_execution(execution)
@@ -107,7 +114,7 @@ async def test_a_call_requeued_here_between_its_claim_and_its_worker_runs_once(
         await claims.again.wait()  # the other worker, woken, claimed it again
 
     claims = Claims(store, recovery_here_before_the_worker_knows)
-    await _workers_run_it(runtime, store, effect, queued.id)
+    await _workers_run_it(runtime, store, claims, effect, queued.id)
 
     done = await _ran_once_after_two_claims(store, claims, effect, queued.id)
     assert done.owner == INSTANCE_ID, done
@@ -137,7 +144,7 @@ async def test_a_call_requeued_by_a_replica_that_took_this_one_for_gone_runs_onc
             await claims.again.wait()
 
     store.append = append  # type: ignore[method-assign]
-    await _workers_run_it(runtime, store, effect, queued.id)
+    await _workers_run_it(runtime, store, claims, effect, queued.id)
 
     await _ran_once_after_two_claims(store, claims, effect, queued.id)
 
