@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -26,6 +27,7 @@ from gateway.settings import load_settings
 from gateway.store.audit import CheckpointLink
 from gateway.store.store import Store
 from tests.audit.helpers import fill, toolgate_here
+from tests.helpers import until
 
 
 @pytest.mark.anyio
@@ -43,7 +45,7 @@ async def test_periodic_writers_of_two_replicas_keep_one_chain_of_checkpoints(
                 tg.start_soon(checkpoint_periodically, store, signer, 0.05)
             for i in range(6):
                 await fill(replicas[i % 2], [f"ex_{i}"])
-                await anyio.sleep(0.15)
+                await until(partial(_checkpointed, replicas[i % 2], f"ex_{i}"), f"ex_{i} signed")
             tg.cancel_scope.cancel()
         written = await replicas[0].audit_checkpoints(0, 100)
         assert len(written) >= 2 and [c.seq for c in written] == list(range(1, len(written) + 1))
@@ -54,6 +56,12 @@ async def test_periodic_writers_of_two_replicas_keep_one_chain_of_checkpoints(
     finally:
         for store in replicas:
             await store.aclose()
+
+
+async def _checkpointed(store: Store, execution_id: str) -> bool:
+    """Whether a checkpoint holds a head of ``execution_id``'s chain."""
+    written = await store.audit_checkpoints(0, 1000)
+    return any(head[0] == execution_id for c in written for head in heads_of(c))
 
 
 def test_a_bad_signing_key_is_a_clear_configuration_error(
