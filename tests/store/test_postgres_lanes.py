@@ -82,7 +82,7 @@ async def test_writes_queued_together_commit_together_and_fail_alone(
         tg.start_soon(fail)
         for i in range(3, 5):
             tg.start_soon(reserve, i)
-        await anyio.sleep(0.2)
+        await anyio.wait_all_tasks_blocked()  # each waits for its queued write's answer
         admin.execute("SELECT pg_advisory_unlock(%s)", (lock_id("hold"),))  # type: ignore[attr-defined]
     assert sizes == [1, 6]  # one COMMIT for the six queued writes
     assert all(isinstance(outcomes[i], Reserved) for i in range(5))
@@ -125,7 +125,7 @@ async def test_a_write_that_would_wait_holding_other_writes_locks_is_put_off(
         tg.start_soon(reserve, 1)
         tg.start_soon(write_busy)  # second in its batch: it must not wait there
         tg.start_soon(reserve, 2)
-        await anyio.sleep(0.2)
+        await anyio.wait_all_tasks_blocked()  # each waits for its queued write's answer
         admin.execute("SELECT pg_advisory_unlock(%s)", (lock_id("hold"),))  # type: ignore[attr-defined]
         await _waiting_for(admin, "busy")  # put off, alone now, it waits
         assert sorted(done) == ["ex1", "ex2"]  # the rest of its batch committed
