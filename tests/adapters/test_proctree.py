@@ -185,22 +185,35 @@ def test_identity_does_not_match_a_reused_pid() -> None:
         proc.wait()
 
 
+ECHO = "import sys\nfor line in sys.stdin:\n    print(line, end='', flush=True)\n"
+
+
+def _echoes(proc: subprocess.Popen[bytes]) -> None:
+    """A line to ``proc`` (running :data:`ECHO`) and back: a signal sent it before this would
+    have ended it first (a pending signal is delivered before a read returns)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"ping\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b"ping\n", "the process did not answer"
+
+
 @pytest.mark.slow  # starts a process itself
 def test_kill_refuses_a_pid_whose_create_time_differs() -> None:
-    proc = _sleeper()
-    try:
-        identity = identify(proc.pid)
-        earlier = {"pid": proc.pid, "create_time": identity.create_time - 10}
-        later = {"pid": proc.pid, "create_time": identity.create_time + 10}
-        assert kill_all_recorded([earlier, later], grace=0.2) == [False, False]
-        time.sleep(0.1)
-        assert proc.poll() is None  # untouched
-        recorded = {"pid": proc.pid, "create_time": identity.create_time}
-        assert kill_all_recorded([recorded], grace=0.2) == [True]
-        assert proc.wait(timeout=5) == -signal.SIGTERM
-    finally:
-        proc.kill()
-        proc.wait()
+    echo = [sys.executable, "-c", ECHO]
+    with subprocess.Popen(echo, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        try:
+            identity = identify(proc.pid)
+            earlier = {"pid": proc.pid, "create_time": identity.create_time - 10}
+            later = {"pid": proc.pid, "create_time": identity.create_time + 10}
+            assert kill_all_recorded([earlier, later], grace=0.2) == [False, False]
+            _echoes(proc)
+            assert proc.poll() is None  # untouched
+            recorded = {"pid": proc.pid, "create_time": identity.create_time}
+            assert kill_all_recorded([recorded], grace=0.2) == [True]
+            assert proc.wait(timeout=5) == -signal.SIGTERM
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.slow  # starts a process itself
