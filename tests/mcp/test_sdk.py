@@ -387,14 +387,21 @@ def test_a_client_cancel_cancels_the_execution(gw: Gateway, era: str) -> None:
 
 @pytest.mark.parametrize("era", ERAS)
 def test_tool_output_becomes_progress_notifications(gw: Gateway, era: str) -> None:
+    gate = f"gate_{uuid.uuid4().hex[:8]}"  # the script ends once the client saw its output
     script = _script(
         gw,
-        "import time\nfor i in range(3):\n    print('line', i, flush=True)\n    time.sleep(0.4)\n",
+        "import os, time\n"
+        "deadline = time.monotonic() + 50  # under proc.python's timeout: a failing test ends\n"
+        "for i in range(3):\n"
+        "    print('line', i, flush=True)\n"
+        f"    while not os.path.exists({gate!r}) and time.monotonic() < deadline:\n"
+        "        time.sleep(0.02)\n",
     )
     seen: list[str] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         seen.append(message or "")
+        (gw.workspace / gate).touch()
 
     async def main() -> types.CallToolResult:
         async with connect(gw.url, era) as client:
