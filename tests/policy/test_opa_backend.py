@@ -310,11 +310,15 @@ def test_no_cache_while_opa_runs_another_revision(shipped: PolicySources) -> Non
 
 def test_cached_decisions_expire(shipped: PolicySources) -> None:
     async def go(url: str) -> None:
-        backend = OpaPolicy(shipped, url, cache_ttl=0.05)
+        # A TTL a loaded machine cannot outlast between the first two decisions; then the
+        # clock past it, counted from after the first (its decision was cached before).
+        backend = OpaPolicy(shipped, url, cache_ttl=0.5)
         await backend.open()
         await backend.decide(BASE_INPUT)
+        expired_by = time.monotonic() + 0.5
         await backend.decide(BASE_INPUT)
-        time.sleep(0.1)
+        while time.monotonic() <= expired_by:
+            await asyncio.sleep(expired_by - time.monotonic() + 0.01)
         await backend.decide(BASE_INPUT)
         await backend.aclose()
 
