@@ -21,6 +21,16 @@ FUZZ_SCALE = max(1, int(os.environ.get("TOOLGATE_FUZZ_SCALE", "1") or "1"))
 """Multiplies the examples of the fuzzers and property tests (tests/fuzz, tests/security):
 1 in the suite and CI (bounded), more for a longer run (``make fuzz FUZZ_SCALE=20``)."""
 
+GATE = """\
+import os, sys, time
+deadline = time.monotonic() + 50  # under proc.python's timeout (60s): a test that fails opens none
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.02)
+"""
+"""A ``proc.python`` script that runs until the test opens its gate (creates the file named
+by its first argument, relative to the workspace): the call is in flight for as long as the
+test needs, however slow this machine is."""
+
 ALICE = "tg_dev_alice"
 BOB = "tg_dev_bob"
 CAROL = "tg_dev_carol"

@@ -12,7 +12,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
         self.server.seen.append(dict(self.headers))
+        self.server.requested.append(self.path)
         if parts.path == "/slow":
             time.sleep(min(float(query.get("s", ["3"])[0]), 5.0))
             self._send("<title>slow</title><p id=done>done</p>")
@@ -128,6 +129,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     pages: dict[str, str]
     seen: list[dict[str, str]]
+    requested: list[str]
+    """The paths (with their query) asked for by GET, in order."""
     orders: list[dict[str, list[str]]]
 
 
@@ -143,7 +146,7 @@ class PageServer:
         for host in ("127.0.0.1", "127.0.0.2"):
             server = _Server((host, self.port), _Handler)
             self.port = server.server_address[1]
-            server.seen, server.orders = [], []
+            server.seen, server.requested, server.orders = [], [], []
             self._servers.append(server)
         for server in self._servers:
             server.pages = _pages(self.port)
@@ -169,6 +172,10 @@ class PageServer:
     @property
     def seen(self) -> list[dict[str, str]]:
         return self._servers[0].seen
+
+    async def requested(self, path: str) -> None:
+        """Returns once 127.0.0.1 has been asked for ``path``: a call is then in flight."""
+        await until(lambda: path in self._servers[0].requested, f"a request for {path}")
 
 
 @pytest.fixture(scope="module")
@@ -493,8 +500,12 @@ async def test_anyio_cancellation_closes_the_page(
 ) -> None:
     """The execute stage wraps the adapter in anyio.fail_after; that cancels mid-step."""
     tool = CATALOGUE.resolve("web.extract_text")
-    with anyio.move_on_after(0.5):
-        await adapter.execute(make_call(tool, ws, url=pages.url("/slow?s=2"), session="cx"))
+    slow = "/slow?s=2&for=cx"
+    with anyio.CancelScope() as scope:  # cancelled once the page is asked for: mid-step
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_then, pages.requested(slow), scope.cancel)
+            await adapter.execute(make_call(tool, ws, url=pages.url(slow), session="cx"))
+    assert scope.cancelled_caught
     assert adapter.pool.sessions[("demo", "cx")].page is None
     out = await adapter.execute(make_call(tool, ws, url=pages.url("/table"), session="cx"))
     assert out.outcome is Outcome.SUCCEEDED, out.error
@@ -504,18 +515,19 @@ async def test_cancel_event_ends_the_call_as_cancelled(
     adapter: BrowserAdapter, pages: PageServer, ws: Workspace
 ) -> None:
     tool = CATALOGUE.resolve("web.extract_text")
-    call = make_call(tool, ws, url=pages.url("/slow?s=2"), session="cancel")
+    slow = "/slow?s=2&for=cancel"
+    call = make_call(tool, ws, url=pages.url(slow), session="cancel")
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_set_later, call.cancelled, 0.3)
+        tg.start_soon(_then, pages.requested(slow), call.cancelled.set)
         out = await adapter.execute(call)
     assert out.outcome is Outcome.CANCELLED
     assert out.error is not None and out.error.code == "cancelled"
     assert adapter.pool.sessions[("demo", "cancel")].page is None
 
 
-async def _set_later(event: anyio.Event, delay: float) -> None:
-    await anyio.sleep(delay)
-    event.set()
+async def _then(happened: Awaitable[None], do: Callable[[], object]) -> None:
+    await happened
+    do()
 
 
 async def test_metadata_address_is_refused_before_any_request(

@@ -13,7 +13,7 @@ import shutil
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +39,7 @@ from gateway.settings import Settings, load_settings
 from gateway.testing import catalogue_of, load_catalogue, load_declaration
 from gateway.types import Outcome
 from gateway.workspace import Workspace
-from tests.helpers import IN_CI, REPO
+from tests.helpers import IN_CI, REPO, until
 
 pytestmark = pytest.mark.anyio
 MARIADB_HOST = os.environ.get("TOOLGATE_TEST_MARIADB_HOST", "127.0.0.1")
@@ -240,9 +240,9 @@ class Shop:
             },
         )
 
-    def value(self, sql: str) -> Any:
+    def value(self, sql: str, **params: Any) -> Any:
         with self.engine.connect() as conn:
-            return conn.execute(sa.text(sql)).scalar()
+            return conn.execute(sa.text(sql), params).scalar()
 
     def state(self) -> list[tuple[Any, ...]]:
         with self.engine.connect() as conn:
@@ -428,9 +428,10 @@ async def test_deadline_stops_the_statement(shop: Shop) -> None:
 
 async def test_cancel_interrupts_the_statement(shop: Shop) -> None:
     call = shop.call("t.slow", seconds=20)
+    running = _running_slow(shop)
 
-    async def cancel_soon() -> None:
-        await anyio.sleep(0.5)
+    async def cancel_soon() -> None:  # once the statement runs: in flight, not before
+        await until(running, "the slow statement running")
         call.cancelled.set()
 
     started = time.monotonic()
@@ -440,6 +441,22 @@ async def test_cancel_interrupts_the_statement(shop: Shop) -> None:
     assert out.outcome is Outcome.CANCELLED
     assert out.error is not None and out.error.code == "cancelled"
     assert time.monotonic() - started < 4
+
+
+def _running_slow(shop: Shop) -> Callable[[], bool]:
+    """Whether the database runs ``t.slow``'s statement: its server's view of the sessions
+    (PostgreSQL, MariaDB); SQLite, in process, has none: the driver was handed it."""
+    slow = SLOW_SQL[shop.engine.dialect.name]
+    seen = {
+        "postgresql": "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = :q",
+        "mysql": "SELECT count(*) FROM information_schema.PROCESSLIST WHERE INFO = :q",
+    }.get(shop.engine.dialect.name)
+    if seen is not None:
+        return lambda: bool(shop.value(seen, q=slow))
+    handed: list[str] = []
+    engine = shop.adapter.connections["shop"].engine
+    sa.event.listen(engine, "before_cursor_execute", lambda *args: handed.append(args[2]))
+    return lambda: slow in handed
 
 
 async def test_cancelled_before_start_changes_nothing(shop: Shop) -> None:

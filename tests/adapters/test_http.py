@@ -19,6 +19,7 @@ import anyio
 import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from examples.orders_service import create_app as orders_app
 from examples.orders_service import serving
@@ -33,7 +34,7 @@ from gateway.settings import Settings, load_settings
 from gateway.testing import adapter_call, catalogue_of, load_catalogue, load_declaration
 from gateway.types import Outcome
 from tests.adapters.helpers import HTTP_HEAD
-from tests.helpers import REPO
+from tests.helpers import REPO, until
 from tests.server.helpers import auth, body
 
 pytestmark = pytest.mark.anyio
@@ -43,10 +44,26 @@ LOOPBACK = ["127.0.0.1/32"]
 HEAD = HTTP_HEAD
 
 
+class _Requested:
+    """Records the path and query of each request as the service receives it: a test
+    cancels a call once its request is in the service's hands."""
+
+    def __init__(self, app: ASGIApp, requested: list[str]) -> None:
+        self.app, self.requested = app, requested
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.requested.append(f"{scope['path']}?{scope['query_string'].decode()}")
+        await self.app(scope, receive, send)
+
+
 @pytest.fixture(scope="module")
 def service() -> Iterator[tuple[Starlette, str]]:
-    """The example orders service, requiring TOKEN on /orders: (app, base URL)."""
+    """The example orders service, requiring TOKEN on /orders: (app, base URL);
+    ``app.state.requested`` lists the requests it received (``_Requested``)."""
     app = orders_app(token=TOKEN)
+    app.state.requested = []
+    app.add_middleware(_Requested, requested=app.state.requested)
     with serving(app) as base:
         yield app, base
 
@@ -553,9 +570,12 @@ async def test_output_budget_truncates_the_body(adapter: http.HttpAdapter, tmp_p
     assert out.evidence[0].sha256 is None  # a partial body is not hashed as if whole
 
 
-async def test_cancel_before_and_during_a_read(adapter: http.HttpAdapter, tmp_path: Path) -> None:
+async def test_cancel_before_and_during_a_read(
+    adapter: http.HttpAdapter, service: tuple[Starlette, str], tmp_path: Path
+) -> None:
+    slow = "/slow?seconds=5&for=read"
     tool = declare(
-        tmp_path, HEAD + "side_effect: read\nservice: orders\nmethod: GET\nurl: /slow?seconds=5\n"
+        tmp_path, HEAD + f"side_effect: read\nservice: orders\nmethod: GET\nurl: {slow}\n"
     )
     event = anyio.Event()
     event.set()
@@ -564,29 +584,32 @@ async def test_cancel_before_and_during_a_read(adapter: http.HttpAdapter, tmp_pa
     event = anyio.Event()
     started = time.monotonic()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_set_later, event, 0.3)
+        tg.start_soon(_cancel_once_requested, service[0], slow, event)
         out = await adapter.execute(adapter_call(tool, cancelled=event))
     assert out.outcome is Outcome.CANCELLED
     assert time.monotonic() - started < 2
 
 
-async def test_cancel_during_a_post_is_uncertain(adapter: http.HttpAdapter, tmp_path: Path) -> None:
+async def test_cancel_during_a_post_is_uncertain(
+    adapter: http.HttpAdapter, service: tuple[Starlette, str], tmp_path: Path
+) -> None:
+    slow = "/slow?seconds=5&for=post"
     tool = declare(
-        tmp_path,
-        HEAD + "side_effect: external\nservice: orders\nmethod: POST\nurl: /slow?seconds=5\n",
+        tmp_path, HEAD + f"side_effect: external\nservice: orders\nmethod: POST\nurl: {slow}\n"
     )
     event = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_set_later, event, 0.3)
+        tg.start_soon(_cancel_once_requested, service[0], slow, event)
         with pytest.raises(ExecutionError) as info:
             await adapter.execute(adapter_call(tool, cancelled=event))
     assert info.value.code == "cancelled"
     assert info.value.details["reason"] == "cancelled_in_flight"
 
 
-async def _set_later(event: anyio.Event, seconds: float) -> None:
-    await anyio.sleep(seconds)
-    event.set()
+async def _cancel_once_requested(app: Starlette, path: str, cancelled: anyio.Event) -> None:
+    """Cancels once the service has received the request for ``path``: the call is in flight."""
+    await until(lambda: path in app.state.requested, f"a request for {path}")
+    cancelled.set()
 
 
 # --- credentials ----------------------------------------------------------------------

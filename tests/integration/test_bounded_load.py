@@ -25,7 +25,7 @@ import yaml
 
 from gateway.mcp import meta
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE, BOB, CAROL, starts_processes, wait_until
+from tests.helpers import ALICE, BOB, CAROL, GATE, starts_processes, wait_until
 from tests.mcp.helpers import connect, meta_of
 
 LIMITS: dict[str, Any] = {
@@ -48,14 +48,6 @@ STREAM = {"Accept": "text/event-stream"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 SESSION_HEADERS = {**MCP_HEADERS, "mcp-protocol-version": "2025-11-25"}
 _ids = itertools.count()
-GATE = """\
-import os, sys, time
-deadline = time.monotonic() + 50  # under proc.python's timeout (60s): a test that fails opens none
-while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
-    time.sleep(0.02)
-"""
-"""A call that holds its slot until the test opens its gate (creates the file it names): a
-bound is then full for as long as the test needs, however slow this machine is."""
 
 
 class Gw:
@@ -102,7 +94,8 @@ def _slow(seconds: float, user: str, run_id: str) -> dict[str, Any]:
 
 
 def _gated(gate: str, user: str, run_id: str) -> dict[str, Any]:
-    """A ``proc.python`` call that runs until ``gate`` is opened (``_open``)."""
+    """A ``proc.python`` call that runs until ``gate`` is opened (``_open``): it holds its
+    slot, and a bound is full for as long as the test needs, however slow this machine is."""
     return _body("proc.python", {"script": "gate.py", "args": [gate]}, user, run_id)
 
 

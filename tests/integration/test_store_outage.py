@@ -12,20 +12,21 @@ import pytest
 import yaml
 
 from gateway.testing import gateway, make_project, run_agent_code_without_approval
-from tests.helpers import ALICE, pg_admin, wait_until
+from tests.helpers import ALICE, GATE, pg_admin, wait_until
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Authorization": f"Bearer {ALICE}"}
 
 
 def _kill_backends(database: str) -> int:
+    """How many of the database's backends were terminated."""
     with pg_admin() as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = %s AND pid <> pg_backend_pid()",
             (database,),
         ).fetchall()
-    return len(rows)
+    return sum(1 for (killed,) in rows if killed)
 
 
 def test_postgres_connections_killed_mid_flight(tmp_path: Path, pg_url: str) -> None:
@@ -36,13 +37,15 @@ def test_postgres_connections_killed_mid_flight(tmp_path: Path, pg_url: str) -> 
     config.write_text(yaml.safe_dump(data))
     ws = tmp_path / "var" / "workspaces" / "demo"
     ws.mkdir(parents=True, exist_ok=True)
-    (ws / "slow.py").write_text("import time\ntime.sleep(2)\nprint('done')\n")
+    # The script runs until the test opens its gate after the kill: the outage always
+    # happens while the call runs, however slow this machine is.
+    (ws / "slow.py").write_text(GATE + "print('done')\n")
     database = pg_url.rsplit("/", 1)[1]
     body = {
         "run_id": "outage",
         "call_id": "c1",
         "tool": {"name": "proc.python"},
-        "arguments": {"script": "slow.py"},
+        "arguments": {"script": "slow.py", "args": ["killed"]},
         "actor": {"user_id": "alice", "agent_id": "t"},
         "workspace": {"id": "demo"},
     }
@@ -57,6 +60,7 @@ def test_postgres_connections_killed_mid_flight(tmp_path: Path, pg_url: str) -> 
 
         wait_until(lambda: "tool.started" in events(), "the script to start")
         assert _kill_backends(database) >= 1
+        (ws / "killed").write_text("open")
 
         def completed() -> dict[str, Any] | None:
             answer = client.get(url + started["links"]["self"] + "?wait=5")

@@ -6,6 +6,7 @@ import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -163,26 +164,38 @@ async def test_a_lock_wait_and_its_timeout_are_counted(
 
 
 async def test_a_call_nothing_can_cancel_waits_for_its_lock_and_gets_it(
-    services: Services, store: Store
+    services: Services, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An ephemeral call (no execution to cancel: it has no cancel signal) polls the busy
     lock until its holder lets go."""
     from gateway.pipeline import lock
     from gateway.pipeline.records import Locked, Reserved
-    from gateway.store.records import LockRequest
+    from gateway.store.records import LockBusy, LockRequest
     from gateway.types import LockMode
 
     state = await prepared(services, request())
     key = [LockRequest("ws:demo:file:a.txt", LockMode.EXCLUSIVE)]
     await store.try_acquire("ex_holder", "holder", key, 30)
+    acquire, busy = store.try_acquire, anyio.Event()
 
-    async def release_later() -> None:
-        await anyio.sleep(0.1)
+    async def watched(*args: Any) -> dict[str, int] | LockBusy:
+        got = await acquire(*args)
+        if isinstance(got, LockBusy):
+            busy.set()
+        return got
+
+    monkeypatch.setattr(store, "try_acquire", watched)
+
+    async def release_later() -> None:  # once the call found the lock busy, not before
+        await busy.wait()
+        await anyio.sleep(0.1)  # and polls on: the call waited at least this long
         await store.release_locks("ex_holder")
 
     start = time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(release_later)
         locked = await lock.run(services, Reserved(state.call, None, state.trail))
+        tg.cancel_scope.cancel()  # a call that never found it busy: fail below, not hang
     assert isinstance(locked, Locked) and list(locked.fencing) == [key[0].key]
     assert time.monotonic() - start >= 0.1
+    assert busy.is_set()
