@@ -54,11 +54,15 @@ def existing_store_url(settings: Settings, purpose: str = "") -> str:
     return url
 
 
+EXIT_FAULTS = 2
+"""The exit status of a command that lists faults (``fail``): a configuration refused, say."""
+
+
 def fail(problems: Sequence[str], what: str) -> int:
     print(f"toolgate: {what}:", file=sys.stderr)
     for problem in problems:
         print(f"  - {problem}", file=sys.stderr)
-    return 2
+    return EXIT_FAULTS
 
 
 def argument(text: str, option: str = "--arg") -> tuple[str, Any]:

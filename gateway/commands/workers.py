@@ -29,15 +29,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway.commands.common import EXIT_FAULTS
 from gateway.settings import Settings
 
 RESTART_PAUSE = 0.5
 RESTART_PAUSE_MAX = 30.0
 STOP_TIMEOUT = 30.0
 """Seconds a worker has to stop after SIGTERM before it is killed."""
-REFUSED_CONFIGURATION = 2
-"""The exit status of a ``toolgate`` that refused its configuration (``cli.main``): a worker
-started again would only refuse it again, so the parent stops every worker and exits with it."""
 
 
 def worker_argv(config: Path | None, fd: int, log_level: str, access_log: bool) -> list[str]:
@@ -92,17 +90,16 @@ class Supervisor:
                 if not died:
                     self.pause = max(RESTART_PAUSE, self.pause / 2)
                 continue
-            refused = [
-                self.workers[i] for i in died if self.workers[i].returncode == REFUSED_CONFIGURATION
-            ]
+            # a worker that refused its configuration would only refuse it again
+            refused = [self.workers[i] for i in died if self.workers[i].returncode == EXIT_FAULTS]
             if refused:
                 print(
                     f"toolgate: worker {refused[0].pid} refused the configuration (exit status"
-                    f" {REFUSED_CONFIGURATION}, its faults above); stopping every worker",
+                    f" {EXIT_FAULTS}, its faults above); stopping every worker",
                     file=sys.stderr,
                 )
                 self.stop()
-                return REFUSED_CONFIGURATION
+                return EXIT_FAULTS
             for i in died:
                 old = self.workers[i]
                 print(

@@ -90,15 +90,19 @@ def check_file(settings: Settings) -> list[str]:
         return []
     path = settings.path(settings.jwt.jwks_file)
     try:
-        data = path.read_bytes()
-        if len(data) > MAX_JWKS_BYTES:
-            raise ValueError(f"larger than {MAX_JWKS_BYTES} bytes")
-        parse_jwks(json.loads(data))
+        parse_jwks(_document(path.read_bytes()))
     except OSError as exc:
         return [f"jwt.jwks_file: cannot read {path}: {exc.strerror}"]
     except (ValueError, RecursionError) as exc:
         return [f"jwt.jwks_file: {path} is not a JWKS document: {exc}"]
     return []
+
+
+def _document(data: bytes) -> Any:
+    """A JWKS file's bytes as JSON, refused past ``MAX_JWKS_BYTES`` (ValueError)."""
+    if len(data) > MAX_JWKS_BYTES:
+        raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes")
+    return json.loads(data)
 
 
 class KeySet:
@@ -162,10 +166,7 @@ class KeySet:
 
     async def _read(self) -> Any:
         if self._file is not None:
-            text = await anyio.Path(self._file).read_bytes()
-            if len(text) > MAX_JWKS_BYTES:
-                raise ValueError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes")
-            return json.loads(text)
+            return _document(await anyio.Path(self._file).read_bytes())
         try:
             with anyio.fail_after(self._timeout):
                 return json.loads(await self._download())
